@@ -1,0 +1,3 @@
+from model_packaging.cli import main
+
+raise SystemExit(main())

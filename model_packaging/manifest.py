@@ -1,0 +1,147 @@
+"""The contract between packaging and serving: `model-manifest.json` at the archive's top level.
+
+The adapter imports this module at start-up, so it depends on the standard library and
+pydantic only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MANIFEST_FILENAME = "model-manifest.json"
+MANIFEST_VERSION = 1
+
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class ManifestError(Exception):
+    """The manifest is missing, malformed, or does not describe the files next to it."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FileSource(_Strict):
+    """Where a packaged file came from.
+
+    For `huggingface`: the repository, the pinned commit and the file's path in the repository.
+    For `local`: `file` is the path that was read; when a Python package provided the file
+    (such as the bundled Gemma model), `repo` names the package and `revision` its version.
+    """
+
+    kind: Literal["huggingface", "local"]
+    repo: str | None = None
+    revision: str | None = None
+    file: str
+
+
+class ToolInfo(_Strict):
+    name: str
+    version: str
+
+
+class ModelInfo(_Strict):
+    name: str
+    gguf: str
+
+
+class ManifestFile(_Strict):
+    path: str
+    role: Literal["gguf", "tokenizer"]
+    bytes: int = Field(ge=0)
+    sha256: Sha256Hex
+    source: FileSource
+
+    @model_validator(mode="after")
+    def _path_is_plain_top_level_name(self) -> ManifestFile:
+        # Extraction puts every file straight into the model directory; anything else could
+        # escape it or hide from a directory listing.
+        parts = PurePosixPath(self.path).parts
+        if len(parts) != 1 or self.path.startswith(".") or "\\" in self.path:
+            raise ValueError(f"file path must be a plain top-level name, got {self.path!r}")
+        return self
+
+
+class Manifest(_Strict):
+    manifest_version: Literal[1]
+    tool: ToolInfo
+    spec: str
+    model: ModelInfo
+    files: list[ManifestFile] = Field(min_length=1)
+    created_at: AwareDatetime
+
+    @model_validator(mode="after")
+    def _exactly_one_gguf_named_by_model(self) -> Manifest:
+        paths = [f.path for f in self.files]
+        if len(set(paths)) != len(paths):
+            raise ValueError("file paths must be unique")
+        if MANIFEST_FILENAME in paths:
+            raise ValueError(f"{MANIFEST_FILENAME} must not list itself")
+        ggufs = [f for f in self.files if f.role == "gguf"]
+        if len(ggufs) != 1:
+            raise ValueError(f"expected exactly one gguf file, found {len(ggufs)}")
+        if ggufs[0].path != self.model.gguf:
+            raise ValueError(
+                f"model.gguf {self.model.gguf!r} does not name the gguf file {ggufs[0].path!r}"
+            )
+        return self
+
+    @property
+    def gguf_file(self) -> ManifestFile:
+        return next(f for f in self.files if f.role == "gguf")
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    """Read and validate a manifest; `path` is the manifest file or the model directory."""
+    manifest_path = Path(path)
+    if manifest_path.is_dir():
+        manifest_path = manifest_path / MANIFEST_FILENAME
+    try:
+        raw = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ManifestError(f"no model manifest at {manifest_path}") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"cannot read model manifest {manifest_path}: {exc}") from exc
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise ManifestError(f"invalid model manifest {manifest_path}: {exc}") from exc
+
+
+def sha256_of_file(path: str | Path, *, chunk_bytes: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_files(manifest: Manifest, model_dir: str | Path) -> None:
+    """Check that every listed file exists in `model_dir` with the recorded size and SHA-256."""
+    directory = Path(model_dir)
+    for entry in manifest.files:
+        file_path = directory / entry.path
+        if not file_path.is_file():
+            raise ManifestError(f"{entry.path} is listed in the manifest but missing")
+        size = file_path.stat().st_size
+        if size != entry.bytes:
+            raise ManifestError(f"{entry.path} has {size} bytes, manifest says {entry.bytes}")
+        actual = sha256_of_file(file_path)
+        if actual != entry.sha256:
+            raise ManifestError(
+                f"{entry.path} has sha256 {actual}, manifest says {entry.sha256}"
+            )
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
