@@ -1,0 +1,105 @@
+"""Content-addressed upload, every S3 call answered by botocore's Stubber."""
+
+import hashlib
+import json
+
+import boto3
+import pytest
+from boto3.s3.transfer import TransferConfig
+from botocore.stub import ANY, Stubber
+
+from model_packaging.cli import main
+from model_packaging.errors import PackagingError
+from model_packaging.upload import archive_key, parse_s3_destination, upload_archive
+
+ARCHIVE_SHA = "ab" * 32
+
+
+@pytest.fixture
+def s3():
+    client = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test"
+    )
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+def single_threaded():
+    # Keeps the transfer in this thread so the Stubber sees calls in order.
+    return TransferConfig(use_threads=False)
+
+
+def test_key_contains_the_archive_checksum():
+    assert archive_key("models/qwen", ARCHIVE_SHA) == f"models/qwen/{ARCHIVE_SHA}/model.tar.gz"
+    assert archive_key("", ARCHIVE_SHA) == f"{ARCHIVE_SHA}/model.tar.gz"
+    assert parse_s3_destination("s3://bucket/models/qwen/") == ("bucket", "models/qwen")
+
+
+@pytest.mark.parametrize("bad", ["bucket/prefix", "https://bucket/x", "s3:///prefix"])
+def test_destination_must_be_an_s3_url(bad):
+    with pytest.raises(PackagingError, match="s3://"):
+        parse_s3_destination(bad)
+
+
+def test_new_archive_is_uploaded_under_its_checksum(tmp_path, s3):
+    client, stubber = s3
+    archive = tmp_path / "model.tar.gz"
+    archive.write_bytes(b"archive bytes")
+    key = f"models/{ARCHIVE_SHA}/model.tar.gz"
+    stubber.add_client_error("head_object", "404", http_status_code=404,
+                             expected_params={"Bucket": "bucket", "Key": key})
+    stubber.add_response(
+        "put_object",
+        {"ETag": '"etag"'},
+        expected_params={
+            "Bucket": "bucket", "Key": key, "Body": ANY, "ContentType": "application/gzip",
+            "Metadata": {"sha256": ARCHIVE_SHA}, "ChecksumAlgorithm": ANY,
+        },
+    )
+    uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/models", single_threaded())
+    assert uri == f"s3://bucket/{key}"
+
+
+def test_archive_already_present_is_not_uploaded_again(tmp_path, s3):
+    client, stubber = s3
+    archive = tmp_path / "model.tar.gz"
+    archive.write_bytes(b"archive bytes")
+    stubber.add_response("head_object", {"ContentLength": 13},
+                         expected_params={"Bucket": "bucket", "Key": f"{ARCHIVE_SHA}/model.tar.gz"})
+    # No put_object stubbed: an upload attempt would fail the test.
+    uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket", single_threaded())
+    assert uri == f"s3://bucket/{ARCHIVE_SHA}/model.tar.gz"
+
+
+def test_access_denied_on_head_is_not_mistaken_for_absent(tmp_path, s3):
+    client, stubber = s3
+    archive = tmp_path / "model.tar.gz"
+    archive.write_bytes(b"x")
+    stubber.add_client_error("head_object", "403", http_status_code=403)
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError):
+        upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/p", single_threaded())
+
+
+def test_cli_upload_prints_the_model_uri(tmp_path, s3, capsys):
+    client, stubber = s3
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF tiny")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "name": "tiny", "model_name": "Tiny",
+        "gguf": {"kind": "local", "path": str(gguf),
+                 "sha256": hashlib.sha256(b"GGUF tiny").hexdigest()},
+    }))
+    out = tmp_path / "model.tar.gz"
+    stubber.add_client_error("head_object", "404", http_status_code=404)
+    stubber.add_response("put_object", {"ETag": '"etag"'})
+
+    code = main(["--spec", str(spec), "--output", str(out), "--upload", "s3://bucket/models"],
+                s3_client=client)
+
+    archive_sha = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert code == 0
+    assert capsys.readouterr().out.strip() == f"s3://bucket/models/{archive_sha}/model.tar.gz"
