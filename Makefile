@@ -1,0 +1,31 @@
+# Two entry points matter: `make run` (serve the adapter locally with the bundled model) and
+# `make test` (the whole suite). Both create and fill the virtual environment when needed.
+VENV    ?= .venv
+PYTHON  := $(VENV)/bin/python
+HOST    ?= 127.0.0.1
+PORT    ?= 8080
+export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
+
+.PHONY: run test bench synth lint clean
+
+$(VENV)/.runtime: requirements.txt container/requirements.txt
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --upgrade pip==24.3.1
+	$(PYTHON) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
+	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+run: $(VENV)/.runtime
+	HOST=$(HOST) PORT=$(PORT) $(PYTHON) -m decision_adapter serve
+
+test: $(VENV)/.dev
+	$(PYTHON) -m pytest
+
+bench: $(VENV)/.dev
+	$(PYTHON) -m bench
+
+clean:
+	rm -rf $(VENV) cdk.out .pytest_cache

@@ -1,0 +1,50 @@
+"""`python -m decision_adapter serve`: the container entrypoint (SageMaker passes `serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import uvicorn
+
+from .app import create_app
+from .logs import configure_logging
+from .settings import Settings, SettingsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="decision_adapter", description=__doc__)
+    parser.add_argument("command", nargs="?", default="serve", choices=["serve"],
+                        help="SageMaker starts containers with `serve`")
+    parser.parse_args(argv)
+    try:
+        settings = Settings.from_environment()
+    except SettingsError as error:
+        print(f"decision_adapter: invalid configuration: {error}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+
+    failure: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def stop(reason: str) -> None:
+        failure.append(reason)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(settings, on_startup_failure=stop)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+        timeout_graceful_shutdown=settings.graceful_shutdown_s, lifespan="on",
+    ))
+    server.run()
+    if failure:
+        print(f"decision_adapter: cannot serve: {failure[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    logging.captureWarnings(True)
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The HTTP application: routes, lifespan (model loading) and error handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .admission import Busy
+from .engine import EngineError
+from .errors import RequestError, validation_details
+from .formats import openai_chat
+from .formats.decision import DecisionRequest
+from .generation import GenerationResult
+from .http_body import read_json
+from .logs import RequestLog
+from .model_files import ModelFileError
+from .service import DecisionService
+from .settings import Settings
+
+log = logging.getLogger("decision_adapter")
+
+
+class StartupFailed(RuntimeError):
+    """The model could not be loaded; the server exits non-zero."""
+
+
+# --- routes ----------------------------------------------------------------------------
+async def ping(request: Request) -> Response:
+    service: DecisionService | None = request.app.state.service
+    if service is None:
+        return JSONResponse({"status": "loading"}, status_code=503)
+    return JSONResponse({"status": "ok", "model": service.model_name})
+
+
+def _validated(model: type[BaseModel], body: Any) -> Any:
+    if not isinstance(body, dict):
+        raise RequestError(422, "body: expected a JSON object", field="body")
+    return model.model_validate(body)
+
+
+def _service(request: Request) -> DecisionService:
+    service = request.app.state.service
+    if service is None:
+        raise Busy(retry_after_s=5)
+    return service
+
+
+async def invocations(request: Request) -> Response:
+    """SageMaker's one route: the body's shape chooses decision scoring or chat."""
+    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    if isinstance(body, dict) and "messages" in body:
+        return await _chat(request, _validated(openai_chat.ChatRequest, body))
+    if isinstance(body, dict) and ("decision" in body or "decisions" in body):
+        return await _decide(request, _validated(DecisionRequest, body))
+    raise RequestError(
+        422, "body: expected one of `decision`, `decisions` (decision scoring) or `messages` (chat)",
+        field="body",
+    )
+
+
+async def chat_completions(request: Request) -> Response:
+    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    return await _chat(request, _validated(openai_chat.ChatRequest, body))
+
+
+async def _decide(request: Request, decision_request: DecisionRequest) -> Response:
+    response = await _service(request).decide(decision_request)
+    timing = response.get("timing") or response["result"]["timing"]
+    request.scope["state"]["log_fields"].update(
+        kind="decision", decisions=len(decision_request.items), **timing
+    )
+    return JSONResponse(response)
+
+
+async def _chat(request: Request, chat: openai_chat.ChatRequest) -> Response:
+    service = _service(request)
+    model = chat.model or service.model_name
+    cid = openai_chat.completion_id()
+    if not chat.stream:
+        text, result, prompt_tokens = await service.chat(chat)
+        request.scope["state"]["log_fields"].update(
+            kind="chat", prompt_tokens=prompt_tokens, completion_tokens=result.completion_tokens
+        )
+        return JSONResponse(openai_chat.encode_completion(
+            cid=cid, model=model, text=text, finish_reason=result.finish_reason,
+            prompt_tokens=prompt_tokens, completion_tokens=result.completion_tokens,
+        ))
+
+    tokens, max_tokens = service.prepare_chat(chat)
+    result = GenerationResult()
+    deltas = service.runner.stream(lambda: service.chat_deltas(chat, tokens, max_tokens, result))
+    first = await anext(deltas, None)  # admission happens here: a 503 is still possible
+
+    async def events() -> AsyncIterator[str]:
+        def sse(payload: dict) -> str:
+            return f"data: {json.dumps(payload)}\n\n"
+
+        try:
+            yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"role": "assistant", "content": ""}))
+            if first is not None:
+                yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": first}))
+                async for text in deltas:
+                    yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": text}))
+            usage = {"prompt_tokens": len(tokens), "completion_tokens": result.completion_tokens,
+                     "total_tokens": len(tokens) + result.completion_tokens}
+            yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={},
+                                               finish_reason=result.finish_reason, usage=usage))
+            yield "data: [DONE]\n\n"
+        finally:
+            await deltas.aclose()
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+# --- errors ----------------------------------------------------------------------------
+def _error(status: int, message: str, *, error_type: str, field: str | None = None,
+           retryable: bool = False, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message, "error_type": error_type, "retryable": retryable}
+    if field is not None:
+        body["field"] = field
+    if detail is not None:
+        body["detail"] = detail
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def on_request_error(request: Request, error: RequestError) -> Response:
+    return _error(error.status, error.message, error_type=error.error_type, field=error.field)
+
+
+async def on_validation_error(request: Request, error: ValidationError) -> Response:
+    detail = validation_details(error)
+    first = detail[0]
+    return _error(422, f"{first['field'] or 'body'}: {first['message']}", error_type="validation_error",
+                  field=first["field"] or "body", detail=detail)
+
+
+async def on_busy(request: Request, error: Busy) -> Response:
+    return _error(503, str(error), error_type="overloaded", retryable=True,
+                  headers={"Retry-After": str(error.retry_after_s)})
+
+
+async def on_engine_error(request: Request, error: EngineError) -> Response:
+    log.error("engine failure", extra={"fields": {"error": str(error)}})
+    return _error(500, f"model failure: {error}", error_type="engine_error")
+
+
+# --- application -----------------------------------------------------------------------
+def _load(settings: Settings) -> DecisionService:
+    return DecisionService(settings)
+
+
+def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> Starlette:
+    settings = settings or Settings.from_environment()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        app.state.settings = settings
+        app.state.service = None
+        app.state.startup_error = None
+
+        async def load() -> None:
+            try:
+                app.state.service = await asyncio.to_thread(_load, settings)
+                log.info("model loaded", extra={"fields": {"model": app.state.service.model_info}})
+            except (ModelFileError, EngineError, OSError, ValueError) as error:
+                app.state.startup_error = str(error)
+                log.error(f"cannot serve: {error}")
+                if on_startup_failure is not None:
+                    on_startup_failure(str(error))
+
+        # Load in the background so the socket accepts connections (and /ping answers 503)
+        # while a large model is checksummed and mapped.
+        loader = asyncio.create_task(load())
+        try:
+            yield
+        finally:
+            await loader
+            if app.state.service is not None:
+                app.state.service.close()
+
+    return Starlette(
+        routes=[
+            Route("/ping", ping, methods=["GET"]),
+            Route("/invocations", invocations, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        ],
+        middleware=[Middleware(RequestLog)],
+        exception_handlers={
+            RequestError: on_request_error,
+            ValidationError: on_validation_error,
+            Busy: on_busy,
+            EngineError: on_engine_error,
+        },
+        lifespan=lifespan,
+    )

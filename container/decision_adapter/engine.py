@@ -1,0 +1,320 @@
+"""The one llama.cpp context: tokens, sequences and logits, nothing about decisions or HTTP.
+
+Built on llama-cpp-python's low-level API because branching needs a context with several
+sequences (`n_seq_max`), which the high-level `Llama` class does not expose. Not thread-safe:
+callers serialise access through the admission slot.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class EngineError(RuntimeError):
+    """llama.cpp refused an operation (load, decode)."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    n_ctx: int
+    n_batch: int
+    n_threads: int
+    n_gpu_layers: int
+    n_seq_max: int
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Tokens decoded on a new sequence copied from `parent` (None: a fresh sequence).
+
+    `logit_positions` are indexes into `tokens` whose next-token logits the caller needs.
+    """
+
+    tokens: Sequence[int]
+    parent: int | None
+    logit_positions: Sequence[int]
+
+
+@dataclass
+class DecodeStats:
+    decode_calls: int = 0
+    tokens_decoded: int = 0
+    seconds: float = 0.0
+
+
+def _silence_llama_logs() -> None:
+    """llama.cpp logs every load to stderr; keep our JSON log lines the only output."""
+
+    @llama_cpp.llama_log_callback
+    def _drop(level, text, user_data):  # noqa: ARG001 - ctypes signature
+        return None
+
+    _silence_llama_logs.callback = _drop  # keep a reference: ctypes must not collect it
+    llama_cpp.llama_log_set(_drop, ctypes.c_void_p())
+
+
+class Engine:
+    """Owns the model and its context; decodes token sequences and returns logits."""
+
+    def __init__(self, gguf: Path, config: EngineConfig, *, quiet: bool = True) -> None:
+        if quiet:
+            _silence_llama_logs()
+        llama_cpp.llama_backend_init()
+        if config.n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
+            raise EngineError(
+                f"GPU layers requested (n_gpu_layers={config.n_gpu_layers}) but this llama.cpp "
+                "build has no GPU backend"
+            )
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = 2**31 - 1 if config.n_gpu_layers < 0 else config.n_gpu_layers
+        self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), model_params)
+        if not self.model:
+            raise EngineError(f"llama.cpp could not load {gguf} (corrupt or unsupported GGUF?)")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+
+        # The whole budget of one request shares a unified KV cache of n_ctx cells.
+        n_seq_max = min(config.n_seq_max, llama_cpp.llama_max_parallel_sequences())
+        context_params = llama_cpp.llama_context_default_params()
+        context_params.n_ctx = config.n_ctx
+        context_params.n_batch = config.n_batch
+        # One micro-batch per batch: chunking must not depend on what else shares the batch.
+        context_params.n_ubatch = config.n_batch
+        context_params.n_seq_max = n_seq_max
+        context_params.kv_unified = True
+        context_params.n_threads = config.n_threads
+        context_params.n_threads_batch = config.n_threads
+        context_params.no_perf = True
+        self.ctx = llama_cpp.llama_init_from_model(self.model, context_params)
+        if not self.ctx:
+            llama_cpp.llama_model_free(self.model)
+            raise EngineError(f"llama.cpp could not create a context of {config.n_ctx} tokens")
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
+        self.n_batch = config.n_batch
+        self.n_seq_max = n_seq_max
+        self.config = config
+        self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
+        self.stats = DecodeStats()
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self.ctx)
+            llama_cpp.llama_model_free(self.model)
+            self.ctx = None
+
+    # --- model facts -------------------------------------------------------------------
+    def metadata(self, key: str) -> str | None:
+        buffer = ctypes.create_string_buffer(4096)
+        length = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buffer, len(buffer))
+        return buffer.value.decode("utf-8", "replace") if length >= 0 else None
+
+    @property
+    def description(self) -> str:
+        buffer = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.model, buffer, len(buffer))
+        return buffer.value.decode("utf-8", "replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        template = llama_cpp.llama_model_chat_template(self.model, None)
+        return template.decode("utf-8") if template else None
+
+    @property
+    def gpu_offload(self) -> bool:
+        return bool(llama_cpp.llama_supports_gpu_offload())
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    @property
+    def bos_token(self) -> int:
+        return llama_cpp.llama_vocab_bos(self.vocab)
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    # --- text <-> tokens ---------------------------------------------------------------
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        """Tokens of `text` without BOS; `special=False` keeps control-token strings as text."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buffer = (llama_cpp.llama_token * capacity)()
+        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, capacity, False, special)
+        if count < 0:  # never for capacity >= bytes + a few, but keep llama.cpp's contract
+            buffer = (llama_cpp.llama_token * -count)()
+            count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, -count, False, special)
+        return list(buffer[:count])
+
+    def piece(self, token: int, *, special: bool = True) -> bytes:
+        buffer = ctypes.create_string_buffer(128)
+        length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, special)
+        if length < 0:
+            buffer = ctypes.create_string_buffer(-length)
+            length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, -length, 0, special)
+        return buffer.raw[:length]
+
+    def is_control(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_control(self.vocab, token))
+
+    # --- decoding ----------------------------------------------------------------------
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self.memory, True)
+
+    def drop_sequence(self, seq_id: int) -> None:
+        # Removing a whole sequence is allowed for every memory type, hybrid ones included.
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+
+    def copy_sequence(self, source: int, target: int) -> None:
+        llama_cpp.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+
+    def sequence_length(self, seq_id: int) -> int:
+        return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id) + 1
+
+    def _decode(self, entries: list[tuple[int, int, int, bool]]) -> None:
+        """Decode (token, position, sequence, wants_logits) entries as exactly one batch."""
+        batch = self._batch
+        for i, (token, position, seq_id, wants_logits) in enumerate(entries):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq_id
+            batch.logits[i] = wants_logits
+        batch.n_tokens = len(entries)
+        started = time.perf_counter()
+        status = llama_cpp.llama_decode(self.ctx, batch)
+        self.stats.seconds += time.perf_counter() - started
+        self.stats.decode_calls += 1
+        self.stats.tokens_decoded += len(entries)
+        if status != 0:
+            raise EngineError(f"llama_decode failed with status {status} for {len(entries)} tokens")
+
+    def _logits(self, batch_index: int) -> np.ndarray:
+        pointer = llama_cpp.llama_get_logits_ith(self.ctx, batch_index)
+        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
+
+    def decode_sequence(
+        self, seq_id: int, tokens: Sequence[int], start: int, logit_positions: Sequence[int] = ()
+    ) -> dict[int, np.ndarray]:
+        """Append `tokens` to one sequence at `start`, in fixed chunks of n_batch tokens.
+
+        The chunking depends only on the tokens, so the same prefix always gives the same state.
+        """
+        wanted = set(logit_positions)
+        logits: dict[int, np.ndarray] = {}
+        for chunk_start in range(0, len(tokens), self.n_batch):
+            chunk = range(chunk_start, min(chunk_start + self.n_batch, len(tokens)))
+            self._decode([(tokens[i], start + i, seq_id, i in wanted) for i in chunk])
+            for batch_index, i in enumerate(chunk):
+                if i in wanted:
+                    logits[i] = self._logits(batch_index)
+        return logits
+
+    def decode_branches(
+        self, branches: Sequence[Branch], first_seq_id: int
+    ) -> list[dict[int, np.ndarray]]:
+        """Decode each branch on its own sequence (first_seq_id, first_seq_id + 1, ...).
+
+        Branches that fit go into one batch together; a branch never straddles two batches
+        unless it alone exceeds n_batch, so each branch's numbers do not depend on the others.
+        """
+        if first_seq_id + len(branches) > self.n_seq_max:
+            raise EngineError("more branches than sequences in the context")
+        results: list[dict[int, np.ndarray]] = [{} for _ in branches]
+        pending: list[tuple[int, Branch, int]] = []  # (branch index, branch, start position)
+        for index, branch in enumerate(branches):
+            seq_id = first_seq_id + index
+            start = 0
+            if branch.parent is not None:
+                self.copy_sequence(branch.parent, seq_id)
+                start = self.sequence_length(branch.parent)
+            pending.append((index, branch, start))
+
+        group: list[tuple[int, Branch, int]] = []
+        group_tokens = 0
+        for item in pending + [None]:  # None flushes the last group
+            if item is None or group_tokens + len(item[1].tokens) > self.n_batch:
+                self._decode_group(group, first_seq_id, results)
+                group, group_tokens = [], 0
+            if item is None:
+                break
+            index, branch, start = item
+            if len(branch.tokens) > self.n_batch:
+                results[index] = self.decode_sequence(
+                    first_seq_id + index, branch.tokens, start, branch.logit_positions
+                )
+            else:
+                group.append(item)
+                group_tokens += len(branch.tokens)
+        return results
+
+    def _decode_group(self, group, first_seq_id, results) -> None:
+        if not group:
+            return
+        entries: list[tuple[int, int, int, bool]] = []
+        wanted_at: list[tuple[int, int, int]] = []  # (batch index, branch index, position)
+        for index, branch, start in group:
+            wanted = set(branch.logit_positions)
+            for i, token in enumerate(branch.tokens):
+                if i in wanted:
+                    wanted_at.append((len(entries), index, i))
+                entries.append((token, start + i, first_seq_id + index, i in wanted))
+        self._decode(entries)
+        for batch_index, index, position in wanted_at:
+            results[index][position] = self._logits(batch_index)
+
+    # --- generation --------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        seed: int,
+    ) -> Iterator[int]:
+        """Sample tokens after `prompt` on sequence 0 until end-of-generation or max_tokens."""
+        self.reset()
+        sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        try:
+            if temperature <= 0:
+                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
+            else:
+                if top_k > 0:
+                    llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_top_k(top_k))
+                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_top_p(top_p, 1))
+                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_temp(temperature))
+                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_dist(seed))
+            position = 0
+            for chunk_start in range(0, len(prompt), self.n_batch):
+                chunk = prompt[chunk_start : chunk_start + self.n_batch]
+                last = chunk_start + len(chunk) == len(prompt)
+                self._decode(
+                    [(t, position + i, 0, last and i == len(chunk) - 1) for i, t in enumerate(chunk)]
+                )
+                position += len(chunk)
+            for _ in range(max_tokens):
+                token = llama_cpp.llama_sampler_sample(sampler, self.ctx, -1)
+                if self.is_end_of_generation(token):
+                    return
+                yield token
+                if position >= self.n_ctx:
+                    return
+                self._decode([(token, position, 0, True)])
+                position += 1
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
+            self.reset()

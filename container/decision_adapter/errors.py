@@ -1,0 +1,27 @@
+"""Domain errors that map to 4xx responses naming the field at fault."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str, *, field: str | None = None,
+                 error_type: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.status, self.message, self.field, self.error_type = status, message, field, error_type
+
+
+def field_path(location: tuple) -> str:
+    """pydantic's ('decisions', 0, 'options') -> 'decisions[0].options'."""
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def validation_details(error: ValidationError) -> list[dict]:
+    return [
+        {"field": field_path(e["loc"]), "message": e["msg"], "type": e["type"]}
+        for e in error.errors(include_url=False, include_input=False)
+    ]

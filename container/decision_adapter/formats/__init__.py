@@ -1,0 +1,1 @@
+"""Wire formats: each one a pydantic request schema plus an encoder of engine results."""

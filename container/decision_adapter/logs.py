@@ -1,0 +1,82 @@
+"""Structured JSON logs: one line per request, plus start-up and shutdown events."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("decision_adapter")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").disabled = True  # replaced by RequestLog
+
+
+class RequestLog:
+    """ASGI middleware: assigns a request id and logs one line when the response is done.
+
+    Routes may add fields (timings, counts) to `scope["state"]["log_fields"]`.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        scope["state"]["log_fields"] = {}
+        status = {"code": 500}
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            fields = {
+                "request_id": request_id,
+                "method": scope["method"],
+                "path": scope["path"],
+                "status": status["code"],
+                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+                **scope["state"]["log_fields"],
+            }
+            # SageMaker pings every few seconds; healthy pings only at DEBUG.
+            quiet = scope["path"] == "/ping" and status["code"] == 200
+            log.log(logging.DEBUG if quiet else logging.INFO, "request", extra={"fields": fields})

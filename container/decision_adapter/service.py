@@ -1,0 +1,167 @@
+"""The served model: engine, prompt renderer and identity, and the operations the routes call."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from . import __version__
+from .admission import ModelRunner
+from .engine import Engine, EngineConfig
+from .errors import RequestError
+from .formats import decision as decision_format
+from .formats.openai_chat import ChatRequest
+from .generation import GenerationResult, text_deltas
+from .model_files import ModelFile, load_model_file
+from .prompts import PROMPT_VERSION, PromptRenderer
+from .scoring import BudgetError, build_plan, check_budget, score
+from .settings import Settings
+
+# llama.cpp's `general.file_type` values for the quantizations people actually serve.
+FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 24: "IQ1_S", 25: "IQ4_NL",
+    26: "IQ3_S", 28: "IQ4_XS", 32: "BF16",
+}
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)
+
+
+class DecisionService:
+    """Everything a request needs after validation; owns the engine and its admission."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.model_file: ModelFile = load_model_file(settings)
+        self.engine = Engine(
+            self.model_file.path,
+            EngineConfig(
+                n_ctx=settings.n_ctx,
+                n_batch=settings.n_batch,
+                n_threads=settings.n_threads,
+                n_gpu_layers=settings.n_gpu_layers,
+                n_seq_max=settings.n_seq_max,
+            ),
+        )
+        self.renderer = PromptRenderer(self.engine)
+        self.runner = ModelRunner(
+            max_queue=settings.max_queue,
+            wait_s=settings.admission_wait_s,
+            retry_after_s=settings.retry_after_s,
+        )
+        self.model_name = self._model_name()
+        self.model_info = self._model_info()
+
+    def close(self) -> None:
+        self.runner.close()
+        self.engine.close()
+
+    # --- identity ----------------------------------------------------------------------
+    def _model_name(self) -> str:
+        manifest = self.model_file.manifest
+        if manifest is not None and manifest.model.get("name"):
+            return manifest.model["name"]
+        return self.model_file.path.stem
+
+    def _model_info(self) -> dict[str, Any]:
+        file_type = self.engine.metadata("general.file_type")
+        manifest = self.model_file.manifest
+        return {
+            "name": self.model_name,
+            "gguf_file": self.model_file.path.name,
+            "gguf_bytes": self.model_file.size_bytes,
+            "gguf_sha256": self.model_file.sha256,
+            "gguf_source": self.model_file.source,
+            "description": self.engine.description,
+            "quantization": FILE_TYPES.get(int(file_type), file_type) if file_type else None,
+            "context_tokens": self.engine.n_ctx,
+            "threads": self.settings.n_threads,
+            "gpu_layers": self.settings.n_gpu_layers,
+            "gpu_offload_supported": self.engine.gpu_offload,
+            "prompt_mode": self.renderer.mode,
+            "manifest": None if manifest is None else {
+                "spec": manifest.spec,
+                "manifest_version": manifest.manifest_version,
+                "model": manifest.model,
+                "tool": manifest.tool,
+            },
+            "llama_cpp_python_version": importlib.metadata.version("llama-cpp-python"),
+            "adapter_version": __version__,
+        }
+
+    # --- decisions ---------------------------------------------------------------------
+    async def decide(self, request: decision_format.DecisionRequest) -> dict[str, Any]:
+        received = time.perf_counter()
+        decisions = request.items
+        field = "decision" if request.decision is not None else "decisions"
+        if len(decisions) > self.settings.max_decisions:
+            raise RequestError(
+                422, f"decisions: {len(decisions)} decisions, at most "
+                f"{self.settings.max_decisions} per request (DECISION_MAX_DECISIONS)", field="decisions",
+            )
+        plan = build_plan(self.renderer, decisions[0].state, [d.as_question() for d in decisions])
+        try:
+            check_budget(plan, self.settings.request_token_limit, field)
+        except BudgetError as error:
+            raise RequestError(413, str(error), field=field, error_type="token_limit_exceeded") from None
+        prepared_ms = _ms(received)
+        (scores, timing), waited_ms = await self.runner.run(score, self.engine, plan)
+        shared_timing = {
+            "prepare_ms": prepared_ms,
+            "admission_wait_ms": round(waited_ms, 3),
+            "prefill_ms": round(timing.prefill_ms, 3),
+            "branches_ms": round(timing.branches_ms, 3),
+            "total_ms": _ms(received),
+            "prefix_tokens": len(plan.prefix_tokens),
+            "request_tokens": plan.total_tokens,
+        }
+        results = [
+            decision_format.encode_result(
+                d, s, plan, i,
+                engine_piece=self.engine.piece, model=self.model_info,
+                timing=shared_timing, prompt_version=PROMPT_VERSION,
+            )
+            for i, (d, s) in enumerate(zip(decisions, scores))
+        ]
+        if request.decision is not None:
+            return {"result": results[0]}
+        return {"results": results, "timing": shared_timing}
+
+    # --- chat --------------------------------------------------------------------------
+    def prepare_chat(self, request: ChatRequest) -> tuple[list[int], int]:
+        prompt = self.renderer.chat([{"role": m.role, "content": m.text} for m in request.messages])
+        tokens = self.renderer.tokens(prompt.prefix, starts_prompt=True)
+        limit = self.settings.request_token_limit
+        if len(tokens) >= limit:
+            raise RequestError(
+                413, f"messages: the prompt needs {len(tokens)} tokens, the limit is {limit}",
+                field="messages", error_type="token_limit_exceeded",
+            )
+        max_tokens = request.token_limit(self.settings.max_chat_tokens)
+        # Generation stops at the context's end; report that as finish_reason "length".
+        return tokens, min(max_tokens, limit - len(tokens))
+
+    def chat_deltas(self, request: ChatRequest, tokens: list[int], max_tokens: int,
+                    result: GenerationResult) -> Iterator[str]:
+        """Runs on the model thread: sample and decode the answer text piece by piece."""
+        sampled = self.engine.generate(
+            tokens, max_tokens=max_tokens, temperature=request.temperature,
+            top_p=request.top_p, top_k=request.top_k,
+            seed=request.seed if request.seed is not None else time.time_ns() & 0xFFFFFFFF,
+        )
+        return text_deltas(sampled, self.engine.piece, request.stop or [], max_tokens, result)
+
+    async def chat(self, request: ChatRequest) -> tuple[str, GenerationResult, int]:
+        tokens, max_tokens = self.prepare_chat(request)
+        result = GenerationResult()
+
+        def run() -> str:
+            return "".join(self.chat_deltas(request, tokens, max_tokens, result))
+
+        text, _ = await self.runner.run(run)
+        return text, result, len(tokens)

