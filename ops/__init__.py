@@ -1,0 +1,1 @@
+"""Operator command line: build images and model archives, invoke endpoints, show status."""

@@ -1,0 +1,186 @@
+"""python -m ops {build,invoke,status}: the operator's view of builds and endpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+
+from ops.retry import Backoff, RetriesExhausted, call_with_retries
+
+ClientFactory = Callable[[str], object]
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ops", description=__doc__)
+    parser.add_argument("--region", help="AWS region (default: the SDK's configuration)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    from ops.codebuild import TARGETS
+
+    build = commands.add_parser("build", help="run a CodeBuild project and print what it produced")
+    build.add_argument("target", choices=sorted(TARGETS))
+    build.add_argument("--project", help="CodeBuild project (default: from " + ", ".join(
+        f"{t.project_env} for {name}" for name, t in sorted(TARGETS.items())) + ")")
+    build.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                       help="environment override for this build, e.g. MODEL_SPEC=gemma3-270m")
+    build.add_argument("--poll-seconds", type=float, default=10.0)
+    build.add_argument("--timeout-minutes", type=float, default=180.0)
+
+    invoke = commands.add_parser("invoke", help="send a decision, System One or chat body")
+    where = invoke.add_mutually_exclusive_group()
+    where.add_argument("--endpoint", help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)")
+    where.add_argument("--url", help="adapter base URL, e.g. http://127.0.0.1:8080")
+    invoke.add_argument("body", nargs="?", default="-", help="JSON file, or - for stdin (default)")
+    invoke.add_argument("--path", default="/invocations", help="path for --url (default: /invocations)")
+    invoke.add_argument("--json", action="store_true", help="print the answer as JSON")
+    invoke.add_argument("--max-attempts", type=int, default=Backoff.max_attempts)
+    invoke.add_argument("--custom-attributes", help="X-Amzn-SageMaker-Custom-Attributes value")
+
+    status = commands.add_parser("status", help="endpoint status and the instance type in use")
+    status.add_argument("--endpoint", help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)")
+    status.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    clients: ClientFactory | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> int:
+    args = build_parser().parse_args(argv)
+    make_client = clients or _boto3_clients(args.region)
+    try:
+        if args.command == "build":
+            return _build(args, make_client, sleep)
+        if args.command == "invoke":
+            return _invoke(args, make_client, sleep, rng)
+        return _status(args, make_client)
+    except UsageError as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+
+
+class UsageError(Exception):
+    pass
+
+
+def _boto3_clients(region: str | None) -> ClientFactory:
+    def make(service: str):
+        import boto3
+        from botocore.config import Config
+
+        # One retry layer only (ours, for invoke); SageMaker invocations may take up to 60 s.
+        config = Config(retries={"total_max_attempts": 1}, read_timeout=70) \
+            if service == "sagemaker-runtime" else None
+        return boto3.session.Session(region_name=region).client(service, config=config)
+
+    return make
+
+
+def _build(args, make_client: ClientFactory, sleep) -> int:
+    from ops.codebuild import (
+        TARGETS, BuildFailed, BuildTimedOut, build_outputs, start_build, wait_for_build,
+    )
+
+    target = TARGETS[args.target]
+    project = args.project or os.environ.get(target.project_env)
+    if not project:
+        raise UsageError(f"no CodeBuild project: pass --project or set {target.project_env}")
+    overrides = dict(_name_value(item) for item in args.env)
+    client = make_client("codebuild")
+    build_id = start_build(client, project, overrides)
+    _info(f"started {build_id}")
+    try:
+        build = wait_for_build(client, build_id, poll_seconds=args.poll_seconds,
+                               timeout_seconds=args.timeout_minutes * 60, report=_info, sleep=sleep)
+        outputs = build_outputs(build, target)
+    except (BuildFailed, BuildTimedOut) as exc:
+        _error(str(exc))
+        return EXIT_FAILED
+    # NAME=value lines: readable, and `eval`-able by a deploy script.
+    for name, value in outputs.items():
+        print(f"{name}={value}")
+    return 0
+
+
+def _name_value(item: str) -> tuple[str, str]:
+    name, sep, value = item.partition("=")
+    if not sep or not name:
+        raise UsageError(f"--env expects NAME=VALUE, got {item!r}")
+    return name, value
+
+
+def _read_body(source: str) -> bytes:
+    try:
+        text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+        # Parsing first turns a typo into a clear local error instead of a remote 4xx.
+        return json.dumps(json.loads(text), separators=(",", ":")).encode()
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read a JSON body from {source}: {exc}") from exc
+
+
+def _invoke(args, make_client: ClientFactory, sleep, rng) -> int:
+    from ops.render import render_response
+    from ops.transports import HttpTransport, InvokeFailed, SageMakerTransport
+
+    body = _read_body(args.body)
+    if args.url:
+        transport = HttpTransport(args.url, path=args.path, custom_attributes=args.custom_attributes)
+    else:
+        endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
+        if not endpoint:
+            raise UsageError("pass --endpoint NAME, --url URL, or set OPS_ENDPOINT_NAME")
+        transport = SageMakerTransport(make_client("sagemaker-runtime"), endpoint,
+                                       custom_attributes=args.custom_attributes)
+    if args.max_attempts < 1:
+        raise UsageError("--max-attempts must be at least 1")
+    backoff = Backoff(max_attempts=args.max_attempts)
+
+    def announce(attempt: int, delay: float, refusal) -> None:
+        _info(f"attempt {attempt}: {refusal}; retrying in {delay:.2f}s")
+
+    try:
+        reply = call_with_retries(lambda: transport.send(body), backoff, sleep=sleep, rng=rng,
+                                  on_retry=announce)
+    except RetriesExhausted as exc:
+        _error(str(exc))
+        return EXIT_FAILED
+    except InvokeFailed as exc:
+        _error(str(exc) + (f": {exc.body}" if exc.body else ""))
+        return EXIT_FAILED
+    try:
+        payload = json.loads(reply.body)
+    except ValueError:
+        sys.stdout.write(reply.body.decode("utf-8", "replace") + "\n")
+        return 0
+    print(json.dumps(payload, indent=2, ensure_ascii=False) if args.json else render_response(payload))
+    return 0
+
+
+def _status(args, make_client: ClientFactory) -> int:
+    from ops.endpoint_status import endpoint_status, render_status
+
+    endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
+    if not endpoint:
+        raise UsageError("pass --endpoint NAME or set OPS_ENDPOINT_NAME")
+    status = endpoint_status(make_client("sagemaker"), endpoint)
+    print(json.dumps(status, indent=2) if args.json else render_status(status))
+    return 0 if status["status"] != "Failed" else EXIT_FAILED
+
+
+def _info(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _error(line: str) -> None:
+    print("ops: error: " + " ".join(line.split()), file=sys.stderr)

@@ -1,0 +1,96 @@
+"""Start a CodeBuild project, follow its phases, and read what the build exported."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BuildTarget:
+    project_env: str
+    outputs: tuple[str, ...]
+
+
+# The buildspecs export these variables (env: exported-variables).
+TARGETS: dict[str, BuildTarget] = {
+    "model": BuildTarget(
+        "OPS_MODEL_BUILD_PROJECT", ("MODEL_URI", "MODEL_ARCHIVE_SHA256", "MODEL_GGUF_SHA256")
+    ),
+    "cpu-image": BuildTarget("OPS_CPU_IMAGE_BUILD_PROJECT", ("IMAGE_URI",)),
+    "gpu-image": BuildTarget("OPS_GPU_IMAGE_BUILD_PROJECT", ("IMAGE_URI",)),
+}
+
+
+class BuildFailed(Exception):
+    def __init__(self, message: str, build: dict) -> None:
+        super().__init__(message)
+        self.build = build
+
+
+class BuildTimedOut(Exception):
+    pass
+
+
+def start_build(client, project: str, overrides: dict[str, str]) -> str:
+    request: dict = {"projectName": project}
+    if overrides:
+        request["environmentVariablesOverride"] = [
+            {"name": name, "value": value, "type": "PLAINTEXT"} for name, value in overrides.items()
+        ]
+    return client.start_build(**request)["build"]["id"]
+
+
+def wait_for_build(
+    client,
+    build_id: str,
+    *,
+    poll_seconds: float,
+    timeout_seconds: float,
+    report: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict:
+    """Poll until the build completes; report each phase once, as it starts."""
+    started = clock()
+    reported_phase = None
+    while True:
+        build = client.batch_get_builds(ids=[build_id])["builds"][0]
+        phase = build.get("currentPhase")
+        if phase != reported_phase:
+            report(f"[{clock() - started:6.0f}s] {phase}")
+            reported_phase = phase
+        if build.get("buildComplete"):
+            return build
+        if clock() - started >= timeout_seconds:
+            raise BuildTimedOut(f"build {build_id} still running after {timeout_seconds:.0f}s")
+        sleep(poll_seconds)
+
+
+def exported_variables(build: dict) -> dict[str, str]:
+    return {v["name"]: v.get("value", "") for v in build.get("exportedEnvironmentVariables", [])}
+
+
+def build_outputs(build: dict, target: BuildTarget) -> dict[str, str]:
+    if build.get("buildStatus") != "SUCCEEDED":
+        raise BuildFailed(_failure_summary(build), build)
+    exported = exported_variables(build)
+    missing = [name for name in target.outputs if not exported.get(name)]
+    if missing:
+        raise BuildFailed(f"build succeeded but did not export {', '.join(missing)}", build)
+    return {name: exported[name] for name in target.outputs}
+
+
+def _failure_summary(build: dict) -> str:
+    failed = [p for p in build.get("phases", []) if p.get("phaseStatus") not in (None, "SUCCEEDED")]
+    details = "; ".join(
+        f"{p['phaseType']} {p['phaseStatus']}"
+        + "".join(f": {c.get('message')}" for c in p.get("contexts", []) if c.get("message"))
+        for p in failed
+    )
+    summary = f"build {build.get('id')} {build.get('buildStatus')}"
+    if details:
+        summary += f" ({details})"
+    link = build.get("logs", {}).get("deepLink")
+    return summary + (f"; logs: {link}" if link else "")

@@ -1,0 +1,101 @@
+"""Two ways to reach the adapter: a SageMaker endpoint, or its HTTP port directly."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from botocore.exceptions import ClientError
+
+from ops.retry import Retryable, parse_retry_after
+
+RETRYABLE_STATUS = {429, 503}
+# SageMaker's own transient refusals (as opposed to the container's, which arrive as ModelError).
+RETRYABLE_AWS_CODES = {
+    "ThrottlingException",
+    "Throttling",
+    "TooManyRequestsException",
+    "ServiceUnavailable",
+}
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class Reply:
+    body: bytes
+    content_type: str | None
+
+
+class InvokeFailed(Exception):
+    """A final failure: the request itself was refused (4xx) or the server failed (5xx)."""
+
+    def __init__(self, message: str, status: int | None = None, body: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class SageMakerTransport:
+    def __init__(self, client, endpoint_name: str, *, custom_attributes: str | None = None):
+        self._client = client
+        self._endpoint_name = endpoint_name
+        self._custom_attributes = custom_attributes
+
+    def send(self, body: bytes) -> Reply:
+        request = {
+            "EndpointName": self._endpoint_name,
+            "Body": body,
+            "ContentType": JSON,
+            "Accept": JSON,
+        }
+        if self._custom_attributes:
+            request["CustomAttributes"] = self._custom_attributes
+        try:
+            response = self._client.invoke_endpoint(**request)
+        except ClientError as exc:
+            raise _classify_client_error(exc) from exc
+        return Reply(response["Body"].read(), response.get("ContentType"))
+
+
+def _classify_client_error(exc: ClientError) -> Exception:
+    response = exc.response
+    code = response.get("Error", {}).get("Code", "")
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    retry_after = parse_retry_after(headers.get("retry-after"))
+    if code == "ModelError":
+        status = response.get("OriginalStatusCode")
+        message = response.get("OriginalMessage") or response.get("Error", {}).get("Message", "")
+        if status in RETRYABLE_STATUS:
+            return Retryable(f"container answered {status}", retry_after)
+        return InvokeFailed(f"container answered {status}", status, message)
+    if code in RETRYABLE_AWS_CODES:
+        return Retryable(f"SageMaker: {code}", retry_after)
+    message = response.get("Error", {}).get("Message", "")
+    return InvokeFailed(f"SageMaker: {code}: {message}", response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
+
+
+class HttpTransport:
+    """POST to a running adapter, e.g. http://127.0.0.1:8080 (make run) or a port-forward."""
+
+    def __init__(self, base_url: str, *, path: str = "/invocations", timeout_seconds: float = 65.0,
+                 custom_attributes: str | None = None):
+        self._url = base_url.rstrip("/") + "/" + path.lstrip("/")
+        self._timeout = timeout_seconds
+        self._custom_attributes = custom_attributes
+
+    def send(self, body: bytes) -> Reply:
+        headers = {"Content-Type": JSON, "Accept": JSON}
+        if self._custom_attributes:
+            headers["X-Amzn-SageMaker-Custom-Attributes"] = self._custom_attributes
+        request = urllib.request.Request(self._url, data=body, method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+                return Reply(response.read(), response.headers.get("Content-Type"))
+        except urllib.error.HTTPError as err:
+            text = err.read().decode("utf-8", "replace")
+            if err.code in RETRYABLE_STATUS:
+                raise Retryable(f"HTTP {err.code}", parse_retry_after(err.headers.get("Retry-After"))) from err
+            raise InvokeFailed(f"HTTP {err.code}", err.code, text) from err
+        except urllib.error.URLError as err:
+            raise InvokeFailed(f"cannot reach {self._url}: {err.reason}") from err
