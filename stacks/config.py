@@ -1,0 +1,322 @@
+"""The app's configuration: cdk.json context (and `-c key=value`) -> one validated, typed object.
+
+Every top-level context key below is one field of `AppConfig` (camelCase in cdk.json). Values
+given with `-c` arrive as strings; object and list values may then be written as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
+_DIGEST = re.compile(rf"^{DIGEST_PATTERN}$")
+# A private ECR image pinned by digest: what the image build prints and SageMaker can pull.
+_ECR_IMAGE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-[a-z]+)+-\d)\.amazonaws\.com(\.cn)?"
+    rf"/(?P<repository>[a-z0-9]+(?:[._/-][a-z0-9]+)*)@(?P<digest>{DIGEST_PATTERN})$"
+)
+_MODEL_DATA = re.compile(
+    r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<key>[^\s]*[^/\s]\.tar\.gz)$"
+)
+_INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9-]+\.[a-z0-9]+$")
+_ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_LLAMA_FLAG = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+_GPU_FAMILIES = ("ml.g", "ml.p")
+
+DEFAULT_DLC_CPU_DIGEST = "sha256:1f19c220f5f169228f20cdddca00f4838be22a3a1ce9002bc444006adc3d6d43"
+DEFAULT_DLC_CUDA_DIGEST = "sha256:9f2eb2d9cbdc3172c2046117c4a43401bc95dbabdc3e2aeaa35daa11565c8b36"
+
+
+def _not_pinned(reference: str, *, repository: str, tag: str, registry: str = "") -> str:
+    registry_id = f"--registry-id {registry} " if registry else ""
+    return (
+        f"{reference!r} is not pinned by digest (sha256:<64 hex>); tags move, digests do not. "
+        f"Get the digest with `aws ecr describe-images {registry_id}--repository-name {repository} "
+        f"--image-ids imageTag={tag} --query 'imageDetails[0].imageDigest' --output text`"
+    )
+
+
+def _ecr_image(value: str) -> str:
+    if "@" not in value:
+        path, _, tag = value.partition("/")[2].partition(":")
+        raise ValueError(
+            _not_pinned(value, repository=path or "REPOSITORY", tag=tag or "TAG")
+            + ", or use the URI that `python -m ops build cpu-image|gpu-image` prints"
+        )
+    if not _ECR_IMAGE.match(value):
+        raise ValueError(
+            f"{value!r} is not a private ECR image pinned by digest "
+            "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:<64 hex>)"
+        )
+    return value
+
+
+def _model_data(value: str) -> str:
+    if not _MODEL_DATA.match(value):
+        raise ValueError(
+            f"{value!r} is not a model archive URI: expected s3://<bucket>/<key>.tar.gz "
+            "(the URI that `python -m ops build model` prints)"
+        )
+    return value
+
+
+def _matches(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+
+    return check
+
+
+EcrImage = Annotated[str, AfterValidator(_ecr_image)]
+ModelDataUri = Annotated[str, AfterValidator(_model_data)]
+InstanceType = Annotated[
+    str, AfterValidator(_matches(_INSTANCE_TYPE, "a SageMaker instance type (ml.<family>.<size>)"))
+]
+EndpointName = Annotated[
+    str, AfterValidator(_matches(_ENDPOINT_NAME, "a SageMaker endpoint name (1-63 of [a-zA-Z0-9-])"))
+]
+# Both ContainerStartupHealthCheckTimeoutInSeconds and ModelDataDownloadTimeoutInSeconds.
+ContainerTimeout = Annotated[int, Field(ge=60, le=3600)]
+AmiVersion = Annotated[str, Field(pattern=r"^al2[a-z0-9-]*-ami-sagemaker-inference-gpu-[0-9-]+$")]
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class DlcImages(_Config):
+    """The llama.cpp Deep Learning Container images, pulled from the regional DLC registry."""
+
+    repository: str = Field("llama-cpp", pattern=r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*$")
+    cpu_digest: str = DEFAULT_DLC_CPU_DIGEST  # llama-cpp:server-sagemaker-cpu-v1
+    cuda_digest: str = DEFAULT_DLC_CUDA_DIGEST  # llama-cpp:server-sagemaker-cuda-v1
+
+    @field_validator("cpu_digest", "cuda_digest")
+    @classmethod
+    def _pinned(cls, value: str, info: ValidationInfo) -> str:
+        if not _DIGEST.match(value):
+            flavour = "cpu" if info.field_name == "cpu_digest" else "cuda"
+            tag = value.rpartition(":")[2] if ":" in value else f"server-sagemaker-{flavour}-v1"
+            raise ValueError(
+                _not_pinned(
+                    value,
+                    repository=info.data.get("repository", "llama-cpp"),
+                    tag=tag,
+                    registry="<DLC account of the region, 763104351884 in most>",
+                )
+            )
+        return value
+
+
+class Builds(_Config):
+    """The CodeBuild projects of the stateful stack."""
+
+    model_spec: str = Field("qwen3.5-4b-q4_k_m", min_length=1)
+    artifact_prefix: str = Field("models", pattern=r"^[a-zA-Z0-9!_.*'()-]+(/[a-zA-Z0-9!_.*'()-]+)*$")
+    cpu_image_tag: str = Field("decision-cpu", pattern=r"^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,100}$")
+    gpu_image_tag: str = Field("decision-gpu", pattern=r"^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,100}$")
+    # CodeBuild accepts 5..2160 minutes; compiling llama.cpp for CUDA takes the longest.
+    timeout_minutes: int = Field(120, ge=5, le=2160)
+    log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365] = 30
+
+
+class Autoscaling(_Config):
+    min_capacity: int = Field(1, ge=1, le=100)
+    max_capacity: int = Field(2, ge=1, le=100)
+    invocations_per_instance: int = Field(60, ge=1, description="per minute, target tracking")
+    scale_in_cooldown_seconds: int = Field(300, ge=0, le=3600)
+    scale_out_cooldown_seconds: int = Field(60, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscaling:
+        if self.max_capacity < self.min_capacity:
+            raise ValueError(
+                f"maxCapacity ({self.max_capacity}) is below minCapacity ({self.min_capacity})"
+            )
+        return self
+
+
+class Alarms(_Config):
+    server_errors_per_5_minutes: int = Field(1, ge=1, description="Invocation5XXErrors alarm threshold")
+    model_latency_p90_ms: int = Field(10_000, ge=1, le=3_600_000)
+    evaluation_periods: int = Field(2, ge=1, le=100)
+    topic_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+
+
+class EndpointSettings(_Config):
+    enabled: bool = True
+    endpoint_name: EndpointName
+    initial_instance_count: int = Field(1, ge=1, le=100)
+    container_startup_timeout_seconds: ContainerTimeout = 600
+    model_data_download_timeout_seconds: ContainerTimeout = 600
+    autoscaling: Autoscaling = Autoscaling()
+    alarms: Alarms = Alarms()
+
+    @model_validator(mode="after")
+    def _initial_count_within_scaling(self) -> EndpointSettings:
+        scaling = self.autoscaling
+        if not scaling.min_capacity <= self.initial_instance_count <= scaling.max_capacity:
+            raise ValueError(
+                f"initialInstanceCount ({self.initial_instance_count}) must lie within "
+                f"autoscaling [{scaling.min_capacity}, {scaling.max_capacity}]"
+            )
+        return self
+
+
+class TextGenerationEndpoint(EndpointSettings):
+    """The standard llama.cpp endpoint: the DLC image as published, chat completions."""
+
+    endpoint_name: EndpointName = "decision-models-text-generation"
+    instance_type: InstanceType = "ml.c6i.2xlarge"
+    image: Literal["cpu", "cuda"] = "cpu"
+    # llama-server flags; the DLC turns each into SM_LLAMA_CPP_<FLAG> (true: bare flag).
+    llama_server_args: dict[str, str | int | bool] = Field(
+        default_factory=lambda: {"ctx-size": 8192, "threads": 8, "parallel": 2}
+    )
+    # Only applied to the cuda image: its CUDA 13 needs a recent driver.
+    inference_ami_version: AmiVersion = "al2-ami-sagemaker-inference-gpu-3-1"
+
+    @model_validator(mode="after")
+    def _image_fits_instance(self) -> TextGenerationEndpoint:
+        for flag in self.llama_server_args:
+            if not _LLAMA_FLAG.match(flag):
+                raise ValueError(f"{flag!r} is not a llama-server flag name such as 'ctx-size'")
+        gpu = self.instance_type.startswith(_GPU_FAMILIES)
+        if gpu != (self.image == "cuda"):
+            raise ValueError(
+                f"image {self.image!r} does not fit instance type {self.instance_type!r}: "
+                "use 'cuda' on ml.g*/ml.p* and 'cpu' elsewhere"
+            )
+        return self
+
+
+class DecisionCpuEndpoint(EndpointSettings):
+    """The decision endpoint on one fixed CPU instance type."""
+
+    endpoint_name: EndpointName = "decision-models-decision-cpu"
+    instance_type: InstanceType = "ml.c6i.2xlarge"
+    n_threads: int = Field(8, ge=1, le=192)
+    n_ctx: int = Field(4096, ge=256, le=262_144)
+
+    @model_validator(mode="after")
+    def _cpu_instance(self) -> DecisionCpuEndpoint:
+        if self.instance_type.startswith(_GPU_FAMILIES):
+            raise ValueError(f"{self.instance_type!r} is a GPU type; use decisionGpuEndpoint")
+        return self
+
+
+class DecisionGpuEndpoint(EndpointSettings):
+    """The decision endpoint on an ordered pool of GPU types (first available wins)."""
+
+    endpoint_name: EndpointName = "decision-models-decision-gpu"
+    instance_pool: list[InstanceType] = Field(
+        default_factory=lambda: ["ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge", "ml.g4dn.2xlarge"],
+        min_length=1,
+        max_length=5,
+    )
+    # VariantInstanceProvisionTimeoutInSeconds: 300..3600.
+    provision_timeout_seconds: int = Field(900, ge=300, le=3600)
+    # The CUDA DLC needs a driver for CUDA 13; g4dn/g5 default to an older one.
+    inference_ami_version: AmiVersion = "al2-ami-sagemaker-inference-gpu-3-1"
+    n_threads: int = Field(4, ge=1, le=192)
+    n_ctx: int = Field(4096, ge=256, le=262_144)
+    n_gpu_layers: int = Field(-1, ge=-1, description="-1 offloads every layer")
+
+    @model_validator(mode="after")
+    def _gpu_pool(self) -> DecisionGpuEndpoint:
+        duplicates = sorted({t for t in self.instance_pool if self.instance_pool.count(t) > 1})
+        if duplicates:
+            raise ValueError(f"instancePool lists {', '.join(duplicates)} more than once")
+        not_gpu = [t for t in self.instance_pool if not t.startswith(_GPU_FAMILIES)]
+        if not_gpu:
+            raise ValueError(f"instancePool holds non-GPU types: {', '.join(not_gpu)}")
+        return self
+
+
+class AppConfig(_Config):
+    """Everything the app reads from context. Build outputs (`modelDataUri`, `decision*Image`) are
+    absent until the builds ran; without `modelDataUri` the app synthesizes the stateful stack only."""
+
+    stack_prefix: str = Field("DecisionModels", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,80}$")
+    retain_artifacts: bool = True
+    dlc: DlcImages = DlcImages()
+    builds: Builds = Builds()
+    model_data_uri: ModelDataUri | None = None
+    decision_cpu_image: EcrImage | None = None
+    decision_gpu_image: EcrImage | None = None
+    text_generation_endpoint: TextGenerationEndpoint = TextGenerationEndpoint()
+    decision_cpu_endpoint: DecisionCpuEndpoint = DecisionCpuEndpoint()
+    decision_gpu_endpoint: DecisionGpuEndpoint = DecisionGpuEndpoint()
+    invoker_role_arns: list[
+        Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$")]
+    ] = Field(default_factory=list)
+
+    @field_validator(
+        "dlc",
+        "builds",
+        "text_generation_endpoint",
+        "decision_cpu_endpoint",
+        "decision_gpu_endpoint",
+        "invoker_role_arns",
+        mode="before",
+    )
+    @classmethod
+    def _json_from_command_line(cls, value: Any) -> Any:
+        """`-c key=value` gives strings; accept JSON there for objects and lists."""
+        if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+            return json.loads(value)
+        return value
+
+    @model_validator(mode="after")
+    def _release_complete(self) -> AppConfig:
+        if self.model_data_uri is None:
+            return self
+        for endpoint, image, build in (
+            (self.decision_cpu_endpoint, self.decision_cpu_image, "cpu-image"),
+            (self.decision_gpu_endpoint, self.decision_gpu_image, "gpu-image"),
+        ):
+            if endpoint.enabled and image is None:
+                key = "decisionCpuImage" if build == "cpu-image" else "decisionGpuImage"
+                raise ValueError(
+                    f"{key} is required while {endpoint.endpoint_name} is enabled: run "
+                    f"`python -m ops build {build}` and pass -c {key}=<printed URI>, or disable "
+                    "the endpoint with enabled=false"
+                )
+        endpoints = [self.text_generation_endpoint, self.decision_cpu_endpoint, self.decision_gpu_endpoint]
+        names = [e.endpoint_name for e in endpoints if e.enabled]
+        if len(names) != len(set(names)):
+            raise ValueError(f"endpoint names must differ: {names}")
+        return self
+
+    @property
+    def deploys_endpoints(self) -> bool:
+        return self.model_data_uri is not None
+
+    @classmethod
+    def from_context(cls, context: Callable[[str], Any] | Mapping[str, Any]) -> AppConfig:
+        """Read each field's camelCase key; `context` is `node.try_get_context` or a mapping."""
+        get = context.get if isinstance(context, Mapping) else context
+        values = {
+            field.alias: value
+            for name, field in cls.model_fields.items()
+            if (value := get(field.alias or name)) is not None
+        }
+        return cls.model_validate(values)

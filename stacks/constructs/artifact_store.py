@@ -1,0 +1,88 @@
+"""The S3 bucket that holds model archives, with a second bucket for its access logs."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from stacks.constructs import nag
+
+
+class ArtifactStore(Construct):
+    """Encrypted, versioned, TLS-only, never public; model archives live under `model_prefix`."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, model_prefix: str, retain: bool
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.model_prefix = model_prefix.strip("/")
+        removal = (
+            {"removal_policy": RemovalPolicy.RETAIN}
+            if retain
+            # Without retention, `cdk destroy` empties the buckets first, so deletion succeeds.
+            else {"removal_policy": RemovalPolicy.DESTROY, "auto_delete_objects": True}
+        )
+        common = {
+            "encryption": s3.BucketEncryption.S3_MANAGED,
+            "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
+            "enforce_ssl": True,
+            "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            **removal,
+        }
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
+            **common,
+        )
+        nag.acknowledge(
+            self.access_logs,
+            "S1",
+            "This bucket receives the artifact bucket's server access logs; logging it in turn "
+            "would only log the logging.",
+        )
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            versioned=True,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="artifact-bucket/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    noncurrent_version_expiration=Duration.days(90),
+                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                )
+            ],
+            **common,
+        )
+
+    @property
+    def models_uri(self) -> str:
+        return f"s3://{self.bucket.bucket_name}/{self.model_prefix}/"
+
+    def grant_publish_models(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Write (and check for) archives under the model prefix; nothing else in the bucket."""
+        objects = self.bucket.arn_for_objects(f"{self.model_prefix}/*")
+        grant = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+            resource_arns=[objects],
+        ).combine(
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=["s3:ListBucket"],
+                resource_arns=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{self.model_prefix}/*"]}},
+            )
+        )
+        principal = grantee.grant_principal
+        if isinstance(principal, Construct):
+            nag.acknowledge_wildcard_resource(
+                principal,
+                objects,
+                f"Model archives have content-addressed keys under {self.model_prefix}/, so the "
+                "grant covers that prefix and nothing else in the bucket.",
+            )
+        return grant

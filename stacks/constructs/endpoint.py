@@ -1,0 +1,248 @@
+"""One SageMaker real-time endpoint: execution role, model, endpoint config, endpoint, scaling, alarms.
+
+Model and endpoint config get generated names: every property of both is create-only, so a new
+image or model archive replaces them, and the endpoint (which keeps its name) moves to the new
+config blue/green.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from stacks.config import Alarms, Autoscaling
+from stacks.constructs import nag
+from stacks.constructs.artifacts import ContainerImage, ModelArchive
+
+VARIANT_NAME = "AllTraffic"
+
+
+@dataclass(frozen=True)
+class Instances:
+    """Where the variant runs: one instance type, or an ordered pool SageMaker tries in turn."""
+
+    instance_types: tuple[str, ...]
+    provision_timeout: Duration | None = None
+
+    @classmethod
+    def fixed(cls, instance_type: str) -> Instances:
+        return cls(instance_types=(instance_type,))
+
+    @classmethod
+    def pool(cls, instance_types: Sequence[str], *, provision_timeout: Duration) -> Instances:
+        if not 1 <= len(instance_types) <= 5 or len(set(instance_types)) != len(instance_types):
+            raise ValueError(f"an instance pool holds 1-5 distinct types, not {instance_types}")
+        return cls(instance_types=tuple(instance_types), provision_timeout=provision_timeout)
+
+    @property
+    def is_pool(self) -> bool:
+        return self.provision_timeout is not None
+
+    def variant_properties(self) -> dict[str, object]:
+        # With pools the API rejects InstanceType; neither CloudFormation nor cfn-lint says so.
+        if not self.is_pool:
+            return {"instance_type": self.instance_types[0]}
+        return {
+            "instance_pools": [
+                sagemaker.CfnEndpointConfig.InstancePoolProperty(instance_type=t, priority=rank)
+                for rank, t in enumerate(self.instance_types, start=1)
+            ],
+            "variant_instance_provision_timeout_in_seconds": self.provision_timeout.to_seconds(),
+        }
+
+
+class SageMakerEndpoint(Construct):
+    """A single-variant real-time endpoint serving one image and one model archive."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        endpoint_name: str,
+        image: ContainerImage,
+        model_archive: ModelArchive,
+        environment: Mapping[str, str],
+        instances: Instances,
+        initial_instance_count: int,
+        autoscaling: Autoscaling,
+        alarms: Alarms,
+        container_startup_timeout: Duration,
+        model_data_download_timeout: Duration,
+        network_isolation: bool = True,
+        inference_ami_version: str | None = None,
+        least_outstanding_requests: bool = False,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=f"Runs the model of SageMaker endpoint {endpoint_name}",
+        )
+        image.grant_pull(self.role)
+        model_archive.grant_read(self.role)
+        self._grant_logs(endpoint_name)
+
+        self.model = sagemaker.CfnModel(
+            self,
+            "Model",
+            execution_role_arn=self.role.role_arn,
+            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+                image=image.image_uri,
+                model_data_url=model_archive.uri,
+                environment=dict(environment) or None,
+            ),
+            enable_network_isolation=network_isolation,
+        )
+        # CreateModel checks the role's rights at once: wait for its policy, not just the role
+        # (the role itself is already a dependency through ExecutionRoleArn).
+        self.model.node.add_dependency(self.role.node.find_child("DefaultPolicy"))
+
+        self.endpoint_config = sagemaker.CfnEndpointConfig(
+            self,
+            "Config",
+            production_variants=[
+                sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                    variant_name=VARIANT_NAME,
+                    model_name=self.model.attr_model_name,
+                    initial_instance_count=initial_instance_count,
+                    initial_variant_weight=1,
+                    container_startup_health_check_timeout_in_seconds=(
+                        container_startup_timeout.to_seconds()
+                    ),
+                    model_data_download_timeout_in_seconds=model_data_download_timeout.to_seconds(),
+                    inference_ami_version=inference_ami_version,
+                    routing_config=(
+                        sagemaker.CfnEndpointConfig.RoutingConfigProperty(
+                            routing_strategy="LEAST_OUTSTANDING_REQUESTS"
+                        )
+                        if least_outstanding_requests
+                        else None
+                    ),
+                    **instances.variant_properties(),
+                )
+            ],
+        )
+        self.endpoint = sagemaker.CfnEndpoint(
+            self,
+            "Endpoint",
+            endpoint_name=endpoint_name,
+            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+        )
+        self.endpoint_name = self.endpoint.attr_endpoint_name
+        self.endpoint_arn = self.endpoint.ref
+
+        self.scalable_target = self._autoscale(autoscaling)
+        self.alarms = self._alarm(alarms)
+
+    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"],
+            resource_arns=[self.endpoint_arn],
+        )
+
+    def metric(self, metric_name: str, *, statistic: str) -> cloudwatch.Metric:
+        return cloudwatch.Metric(
+            namespace="AWS/SageMaker",
+            metric_name=metric_name,
+            dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT_NAME},
+            statistic=statistic,
+            period=Duration.minutes(5),
+        )
+
+    def _grant_logs(self, endpoint_name: str) -> None:
+        log_group_arn = Stack.of(self).format_arn(
+            service="logs",
+            resource="log-group",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            resource_name=f"/aws/sagemaker/Endpoints/{endpoint_name}",
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "logs:DescribeLogStreams",
+                ],
+                resources=[log_group_arn, f"{log_group_arn}:*"],
+            )
+        )
+        nag.acknowledge_wildcard_resource(
+            self.role,
+            f"{log_group_arn}:*",
+            "Log streams of this endpoint's own log group; SageMaker names them per instance.",
+        )
+
+    def _autoscale(self, autoscaling: Autoscaling) -> appscaling.ScalableTarget:
+        # Application Auto Scaling acts for SageMaker through its service-linked role, which
+        # CloudFormation creates when the target names it.
+        scaling_role = iam.Role.from_role_arn(
+            self,
+            "ScalingRole",
+            Stack.of(self).format_arn(
+                service="iam",
+                region="",
+                resource="role",
+                resource_name=(
+                    "aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
+                    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+                ),
+            ),
+            mutable=False,
+        )
+        target = appscaling.ScalableTarget(
+            self,
+            "Scaling",
+            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}",
+            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+            min_capacity=autoscaling.min_capacity,
+            max_capacity=autoscaling.max_capacity,
+            role=scaling_role,
+        )
+        target.scale_to_track_metric(
+            "InvocationsPerInstance",
+            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
+            target_value=autoscaling.invocations_per_instance,
+            scale_in_cooldown=Duration.seconds(autoscaling.scale_in_cooldown_seconds),
+            scale_out_cooldown=Duration.seconds(autoscaling.scale_out_cooldown_seconds),
+        )
+        return target
+
+    def _alarm(self, alarms: Alarms) -> list[cloudwatch.Alarm]:
+        server_errors = self.metric("Invocation5XXErrors", statistic="Sum").create_alarm(
+            self,
+            "ServerErrorsAlarm",
+            alarm_description="The model container answered with 5xx errors.",
+            threshold=alarms.server_errors_per_5_minutes,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=alarms.evaluation_periods,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        # ModelLatency is reported in microseconds.
+        latency = self.metric("ModelLatency", statistic="p90").create_alarm(
+            self,
+            "ModelLatencyAlarm",
+            alarm_description=f"p90 model latency above {alarms.model_latency_p90_ms} ms.",
+            threshold=alarms.model_latency_p90_ms * 1000,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=alarms.evaluation_periods,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        if alarms.topic_arn is not None:
+            topic = sns.Topic.from_topic_arn(self, "AlarmTopic", alarms.topic_arn)
+            for alarm in (server_errors, latency):
+                alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
+        return [server_errors, latency]

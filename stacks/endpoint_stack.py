@@ -1,0 +1,104 @@
+"""The stateless side: the three SageMaker endpoints of one release (model archive + images)."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from stacks.config import AppConfig, EndpointSettings
+from stacks.constructs.artifacts import ContainerImage, ModelArchive
+from stacks.constructs.endpoint import Instances, SageMakerEndpoint
+
+
+class EndpointStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        if config.model_data_uri is None:
+            raise ValueError("the endpoint stack needs modelDataUri (`python -m ops build model`)")
+        model_archive = ModelArchive.from_s3_uri(config.model_data_uri)
+        self.endpoints: dict[str, SageMakerEndpoint] = {}
+
+        text = config.text_generation_endpoint
+        if text.enabled:
+            cuda = text.image == "cuda"
+            digest = config.dlc.cuda_digest if cuda else config.dlc.cpu_digest
+            self._add(
+                "TextGeneration",
+                text,
+                image=ContainerImage.from_dlc(self, repository_name=config.dlc.repository, digest=digest),
+                model_archive=model_archive,
+                # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value.
+                environment={
+                    "SM_LLAMA_CPP_" + flag.upper().replace("-", "_"): _flag_value(value)
+                    for flag, value in text.llama_server_args.items()
+                },
+                instances=Instances.fixed(text.instance_type),
+                inference_ami_version=text.inference_ami_version if cuda else None,
+            )
+
+        cpu = config.decision_cpu_endpoint
+        if cpu.enabled:
+            assert config.decision_cpu_image is not None  # the config requires it
+            self._add(
+                "DecisionCpu",
+                cpu,
+                image=ContainerImage.from_ecr_uri(config.decision_cpu_image),
+                model_archive=model_archive,
+                environment=_decision_environment(n_threads=cpu.n_threads, n_ctx=cpu.n_ctx, n_gpu_layers=0),
+                instances=Instances.fixed(cpu.instance_type),
+            )
+
+        gpu = config.decision_gpu_endpoint
+        if gpu.enabled:
+            assert config.decision_gpu_image is not None  # the config requires it
+            self._add(
+                "DecisionGpu",
+                gpu,
+                image=ContainerImage.from_ecr_uri(config.decision_gpu_image),
+                model_archive=model_archive,
+                environment=_decision_environment(
+                    n_threads=gpu.n_threads, n_ctx=gpu.n_ctx, n_gpu_layers=gpu.n_gpu_layers
+                ),
+                instances=Instances.pool(
+                    gpu.instance_pool, provision_timeout=Duration.seconds(gpu.provision_timeout_seconds)
+                ),
+                inference_ami_version=gpu.inference_ami_version,
+                # A pool may mix instance speeds: send work to whoever has the least of it.
+                least_outstanding_requests=True,
+            )
+
+        for index, role_arn in enumerate(config.invoker_role_arns):
+            invoker = iam.Role.from_role_arn(self, f"Invoker{index}", role_arn)
+            for endpoint in self.endpoints.values():
+                endpoint.grant_invoke(invoker)
+
+    def _add(self, construct_id: str, settings: EndpointSettings, **props) -> None:
+        endpoint = SageMakerEndpoint(
+            self,
+            construct_id,
+            endpoint_name=settings.endpoint_name,
+            initial_instance_count=settings.initial_instance_count,
+            autoscaling=settings.autoscaling,
+            alarms=settings.alarms,
+            container_startup_timeout=Duration.seconds(settings.container_startup_timeout_seconds),
+            model_data_download_timeout=Duration.seconds(settings.model_data_download_timeout_seconds),
+            network_isolation=True,
+            **props,
+        )
+        self.endpoints[construct_id] = endpoint
+        CfnOutput(self, f"{construct_id}EndpointName", value=endpoint.endpoint_name)
+
+
+def _decision_environment(*, n_threads: int, n_ctx: int, n_gpu_layers: int) -> dict[str, str]:
+    return {
+        "DECISION_N_THREADS": str(n_threads),
+        "DECISION_N_CTX": str(n_ctx),
+        "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
+    }
+
+
+def _flag_value(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

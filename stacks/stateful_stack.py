@@ -1,0 +1,123 @@
+"""What outlives a release: the artifact bucket, the image repository and the builds that fill them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from stacks.config import AppConfig
+from stacks.constructs.artifact_store import ArtifactStore
+from stacks.constructs.artifacts import ContainerImage
+from stacks.constructs.build_project import BuildProject, BuildSource
+
+_RETENTION = {
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+}
+
+
+class StatefulStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: AppConfig,
+        repository_root: Path,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        builds = config.builds
+        removal = RemovalPolicy.RETAIN if config.retain_artifacts else RemovalPolicy.DESTROY
+
+        artifacts = ArtifactStore(
+            self, "Artifacts", model_prefix=builds.artifact_prefix, retain=config.retain_artifacts
+        )
+        repository = ecr.Repository(
+            self,
+            "Images",
+            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+            image_scan_on_push=True,
+            encryption=ecr.RepositoryEncryption.AES_256,
+            lifecycle_rules=[
+                ecr.LifecycleRule(
+                    description="Drop untagged layers left by failed or superseded pushes",
+                    tag_status=ecr.TagStatus.UNTAGGED,
+                    max_image_age=Duration.days(14),
+                ),
+                ecr.LifecycleRule(
+                    description="Keep the newest 50 images; endpoints pin theirs by digest",
+                    tag_status=ecr.TagStatus.ANY,
+                    max_image_count=50,
+                ),
+            ],
+            removal_policy=removal,
+            empty_on_delete=not config.retain_artifacts,
+        )
+
+        source = BuildSource(self, "BuildSource", repository_root=repository_root)
+        common = {
+            "source": source,
+            "timeout": Duration.minutes(builds.timeout_minutes),
+            "log_retention": _RETENTION[builds.log_retention_days],
+        }
+        model_build = BuildProject(
+            self,
+            "ModelBuild",
+            description="Packages the pinned model into model.tar.gz and uploads it",
+            buildspec="model_packaging/buildspec.yml",
+            environment_variables={
+                "ARTIFACT_BUCKET": artifacts.bucket.bucket_name,
+                "ARTIFACT_PREFIX": artifacts.model_prefix,
+                "MODEL_SPEC": builds.model_spec,
+            },
+            **common,
+        )
+        artifacts.grant_publish_models(model_build.project)
+
+        image_builds = {}
+        for flavour, dockerfile, digest, tag in (
+            ("Cpu", "container/Dockerfile", config.dlc.cpu_digest, builds.cpu_image_tag),
+            ("Gpu", "container/Dockerfile.gpu", config.dlc.cuda_digest, builds.gpu_image_tag),
+        ):
+            base_image = ContainerImage.from_dlc(
+                self, repository_name=config.dlc.repository, digest=digest
+            )
+            build = BuildProject(
+                self,
+                f"{flavour}ImageBuild",
+                description=f"Builds the {flavour.upper()} decision image FROM the llama.cpp DLC",
+                buildspec="container/buildspec.yml",
+                environment_variables={
+                    "IMAGE_REPO_URI": repository.repository_uri,
+                    "DOCKERFILE": dockerfile,
+                    "BASE_IMAGE": base_image.image_uri,
+                    "IMAGE_TAG": tag,
+                },
+                docker=True,
+                compute_type=codebuild.ComputeType.LARGE,
+                **common,
+            )
+            repository.grant_pull_push(build.project)
+            base_image.grant_pull(build.project)
+            image_builds[flavour] = build
+
+        for name, value in {
+            "ArtifactBucketName": artifacts.bucket.bucket_name,
+            "ModelArtifactsUri": artifacts.models_uri,
+            "ImageRepositoryUri": repository.repository_uri,
+            "ModelBuildProject": model_build.project.project_name,
+            "CpuImageBuildProject": image_builds["Cpu"].project.project_name,
+            "GpuImageBuildProject": image_builds["Gpu"].project.project_name,
+        }.items():
+            CfnOutput(self, name, value=value)
