@@ -51,7 +51,9 @@ def write_model_archive(
     output.parent.mkdir(parents=True, exist_ok=True)
     created_at = clock()
     # The temporary file lives next to the target so the final rename stays on one filesystem.
-    fd, temp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial")
+    fd, temp_name = tempfile.mkstemp(
+        dir=output.parent, prefix=f".{output.name}.", suffix=".partial"
+    )
     temp_path = Path(temp_name)
     try:
         with os.fdopen(fd, "wb") as raw:
@@ -105,7 +107,9 @@ def _tar_info(name: str, size: int, created_at: datetime) -> tarfile.TarInfo:
     return info
 
 
-def _add_verified_file(tar: tarfile.TarFile, file: SourceFile, created_at: datetime) -> ManifestFile:
+def _add_verified_file(
+    tar: tarfile.TarFile, file: SourceFile, created_at: datetime
+) -> ManifestFile:
     size = file.path.stat().st_size
     # A wrong size is known before reading a byte; fail fast on multi-GB files.
     if file.expected_bytes is not None and size != file.expected_bytes:

@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {DEFAULT_SPEC_NAME})",
     )
     parser.add_argument(
-        "--output", help=f"archive path, or a directory (existing or ending in '/') for {ARCHIVE_NAME}"
+        "--output",
+        help=f"archive path, or a directory (existing or ending in '/') for {ARCHIVE_NAME}",
     )
     parser.add_argument("--upload", metavar="s3://BUCKET/PREFIX", help="upload the archive to S3")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing archive")
@@ -41,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, *, fetcher: HubFetcher | None = None, s3_client=None) -> int:
+def main(
+    argv: list[str] | None = None, *, fetcher: HubFetcher | None = None, s3_client=None
+) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -138,9 +138,7 @@ def verify_files(manifest: Manifest, model_dir: str | Path) -> None:
             raise ManifestError(f"{entry.path} has {size} bytes, manifest says {entry.bytes}")
         actual = sha256_of_file(file_path)
         if actual != entry.sha256:
-            raise ManifestError(
-                f"{entry.path} has sha256 {actual}, manifest says {entry.sha256}"
-            )
+            raise ManifestError(f"{entry.path} has sha256 {actual}, manifest says {entry.sha256}")
 
 
 def now_utc() -> datetime:

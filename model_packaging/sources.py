@@ -69,7 +69,9 @@ def _hub_gguf(gguf: HuggingFaceGguf, hub: HubFetcher) -> SourceFile:
         archive_name=PurePosixPath(gguf.file).name,
         path=path,
         role="gguf",
-        source=FileSource(kind="huggingface", repo=gguf.repo, revision=gguf.revision, file=gguf.file),
+        source=FileSource(
+            kind="huggingface", repo=gguf.repo, revision=gguf.revision, file=gguf.file
+        ),
         expected_sha256=gguf.sha256,
         expected_bytes=gguf.bytes,
     )

@@ -27,10 +27,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = commands.add_parser("build", help="run a CodeBuild project and print what it produced")
     build.add_argument("target", choices=sorted(TARGETS))
-    build.add_argument("--project", help="CodeBuild project (default: from " + ", ".join(
-        f"{t.project_env} for {name}" for name, t in sorted(TARGETS.items())) + ")")
-    build.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                       help="environment override for this build, e.g. MODEL_SPEC=gemma3-270m")
+    build.add_argument(
+        "--project",
+        help="CodeBuild project (default: from "
+        + ", ".join(f"{t.project_env} for {name}" for name, t in sorted(TARGETS.items()))
+        + ")",
+    )
+    build.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment override for this build, e.g. MODEL_SPEC=gemma3-270m",
+    )
     build.add_argument("--poll-seconds", type=float, default=10.0)
     build.add_argument("--timeout-minutes", type=float, default=180.0)
 
@@ -39,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--endpoint", help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)")
     where.add_argument("--url", help="adapter base URL, e.g. http://127.0.0.1:8080")
     invoke.add_argument("body", nargs="?", default="-", help="JSON file, or - for stdin (default)")
-    invoke.add_argument("--path", default="/invocations", help="path for --url (default: /invocations)")
+    invoke.add_argument(
+        "--path", default="/invocations", help="path for --url (default: /invocations)"
+    )
     invoke.add_argument("--json", action="store_true", help="print the answer as JSON")
     invoke.add_argument("--max-attempts", type=int, default=Backoff.max_attempts)
     invoke.add_argument("--custom-attributes", help="X-Amzn-SageMaker-Custom-Attributes value")
@@ -80,8 +91,11 @@ def _boto3_clients(region: str | None) -> ClientFactory:
         from botocore.config import Config
 
         # One retry layer only (ours, for invoke); SageMaker invocations may take up to 60 s.
-        config = Config(retries={"total_max_attempts": 1}, read_timeout=70) \
-            if service == "sagemaker-runtime" else None
+        config = (
+            Config(retries={"total_max_attempts": 1}, read_timeout=70)
+            if service == "sagemaker-runtime"
+            else None
+        )
         return boto3.session.Session(region_name=region).client(service, config=config)
 
     return make
@@ -89,7 +103,12 @@ def _boto3_clients(region: str | None) -> ClientFactory:
 
 def _build(args, make_client: ClientFactory, sleep) -> int:
     from ops.codebuild import (
-        TARGETS, BuildFailed, BuildTimedOut, build_outputs, start_build, wait_for_build,
+        TARGETS,
+        BuildFailed,
+        BuildTimedOut,
+        build_outputs,
+        start_build,
+        wait_for_build,
     )
 
     target = TARGETS[args.target]
@@ -101,8 +120,14 @@ def _build(args, make_client: ClientFactory, sleep) -> int:
     build_id = start_build(client, project, overrides)
     _info(f"started {build_id}")
     try:
-        build = wait_for_build(client, build_id, poll_seconds=args.poll_seconds,
-                               timeout_seconds=args.timeout_minutes * 60, report=_info, sleep=sleep)
+        build = wait_for_build(
+            client,
+            build_id,
+            poll_seconds=args.poll_seconds,
+            timeout_seconds=args.timeout_minutes * 60,
+            report=_info,
+            sleep=sleep,
+        )
         outputs = build_outputs(build, target)
     except (BuildFailed, BuildTimedOut) as exc:
         _error(str(exc))
@@ -135,13 +160,16 @@ def _invoke(args, make_client: ClientFactory, sleep, rng) -> int:
 
     body = _read_body(args.body)
     if args.url:
-        transport = HttpTransport(args.url, path=args.path, custom_attributes=args.custom_attributes)
+        transport = HttpTransport(
+            args.url, path=args.path, custom_attributes=args.custom_attributes
+        )
     else:
         endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
         if not endpoint:
             raise UsageError("pass --endpoint NAME, --url URL, or set OPS_ENDPOINT_NAME")
-        transport = SageMakerTransport(make_client("sagemaker-runtime"), endpoint,
-                                       custom_attributes=args.custom_attributes)
+        transport = SageMakerTransport(
+            make_client("sagemaker-runtime"), endpoint, custom_attributes=args.custom_attributes
+        )
     if args.max_attempts < 1:
         raise UsageError("--max-attempts must be at least 1")
     backoff = Backoff(max_attempts=args.max_attempts)
@@ -150,8 +178,9 @@ def _invoke(args, make_client: ClientFactory, sleep, rng) -> int:
         _info(f"attempt {attempt}: {refusal}; retrying in {delay:.2f}s")
 
     try:
-        reply = call_with_retries(lambda: transport.send(body), backoff, sleep=sleep, rng=rng,
-                                  on_retry=announce)
+        reply = call_with_retries(
+            lambda: transport.send(body), backoff, sleep=sleep, rng=rng, on_retry=announce
+        )
     except RetriesExhausted as exc:
         _error(str(exc))
         return EXIT_FAILED
@@ -163,7 +192,9 @@ def _invoke(args, make_client: ClientFactory, sleep, rng) -> int:
     except ValueError:
         sys.stdout.write(reply.body.decode("utf-8", "replace") + "\n")
         return 0
-    print(json.dumps(payload, indent=2, ensure_ascii=False) if args.json else render_response(payload))
+    print(
+        json.dumps(payload, indent=2, ensure_ascii=False) if args.json else render_response(payload)
+    )
     return 0
 
 

@@ -45,7 +45,10 @@ def _variant(summary: dict, configured: dict) -> dict[str, Any]:
         "current_instances": summary.get("CurrentInstanceCount"),
         "desired_instances": summary.get("DesiredInstanceCount"),
         "pools": pools,
-        "images": [i.get("ResolvedImage") or i.get("SpecifiedImage") for i in summary.get("DeployedImages", [])],
+        "images": [
+            i.get("ResolvedImage") or i.get("SpecifiedImage")
+            for i in summary.get("DeployedImages", [])
+        ],
         "in_progress": [s.get("Status") for s in summary.get("VariantStatus", [])],
     }
 
@@ -63,7 +66,8 @@ def render_status(status: dict[str, Any]) -> str:
         )
         for pool in variant["pools"]:
             lines.append(
-                f"    pool priority {pool['priority']}: {pool['instance_type']}, {pool['running']} running"
+                f"    pool priority {pool['priority']}: {pool['instance_type']}, "
+                f"{pool['running']} running"
             )
         for image in variant["images"]:
             lines.append(f"    image {image}")

@@ -27,8 +27,10 @@ def _bar(probability: float) -> str:
 
 def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return ["  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip()
-            for row in [header, *rows]]
+    return [
+        "  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
 
 
 def render_decision(result: dict) -> str:
@@ -41,14 +43,16 @@ def render_decision(result: dict) -> str:
         lines[0] += f": {option_ids[best]} (p={probabilities[best]:.3f})"
     rows = [
         (option, f"{p:.4f}", "" if logit is None else f"{logit:.3f}", _bar(p))
-        for option, p, logit in zip(option_ids, probabilities, logits)
+        for option, p, logit in zip(option_ids, probabilities, logits, strict=False)
     ]
     lines += _table(rows, ("option", "probability", "logit", ""))
     facts = [
         f"{label} {result[key]}"
-        for key, label in (("input_tokens", "input tokens"),
-                           ("allowed_token_mass", "allowed token mass"),
-                           ("prompt_version", "prompt"))
+        for key, label in (
+            ("input_tokens", "input tokens"),
+            ("allowed_token_mass", "allowed token mass"),
+            ("prompt_version", "prompt"),
+        )
         if key in result
     ]
     if facts:
@@ -86,7 +90,5 @@ def render_systemone(payload: dict) -> str:
 
 
 def render_chat(payload: dict) -> str:
-    contents = [
-        (choice.get("message") or {}).get("content") or "" for choice in payload["choices"]
-    ]
+    contents = [(choice.get("message") or {}).get("content") or "" for choice in payload["choices"]]
     return "\n---\n".join(contents)

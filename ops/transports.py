@@ -72,14 +72,22 @@ def _classify_client_error(exc: ClientError) -> Exception:
     if code in RETRYABLE_AWS_CODES:
         return Retryable(f"SageMaker: {code}", retry_after)
     message = response.get("Error", {}).get("Message", "")
-    return InvokeFailed(f"SageMaker: {code}: {message}", response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
+    return InvokeFailed(
+        f"SageMaker: {code}: {message}", response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    )
 
 
 class HttpTransport:
     """POST to a running adapter, e.g. http://127.0.0.1:8080 (make run) or a port-forward."""
 
-    def __init__(self, base_url: str, *, path: str = "/invocations", timeout_seconds: float = 65.0,
-                 custom_attributes: str | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        path: str = "/invocations",
+        timeout_seconds: float = 65.0,
+        custom_attributes: str | None = None,
+    ):
         self._url = base_url.rstrip("/") + "/" + path.lstrip("/")
         self._timeout = timeout_seconds
         self._custom_attributes = custom_attributes
@@ -95,7 +103,9 @@ class HttpTransport:
         except urllib.error.HTTPError as err:
             text = err.read().decode("utf-8", "replace")
             if err.code in RETRYABLE_STATUS:
-                raise Retryable(f"HTTP {err.code}", parse_retry_after(err.headers.get("Retry-After"))) from err
+                raise Retryable(
+                    f"HTTP {err.code}", parse_retry_after(err.headers.get("Retry-After"))
+                ) from err
             raise InvokeFailed(f"HTTP {err.code}", err.code, text) from err
         except urllib.error.URLError as err:
             raise InvokeFailed(f"cannot reach {self._url}: {err.reason}") from err

@@ -12,8 +12,10 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = {
-    "Dockerfile": "server-sagemaker-cpu-v1@sha256:1f19c220f5f169228f20cdddca00f4838be22a3a1ce9002bc444006adc3d6d43",
-    "Dockerfile.gpu": "server-sagemaker-cuda-v1@sha256:9f2eb2d9cbdc3172c2046117c4a43401bc95dbabdc3e2aeaa35daa11565c8b36",
+    "Dockerfile": "server-sagemaker-cpu-v1@sha256:"
+    "1f19c220f5f169228f20cdddca00f4838be22a3a1ce9002bc444006adc3d6d43",
+    "Dockerfile.gpu": "server-sagemaker-cuda-v1@sha256:"
+    "9f2eb2d9cbdc3172c2046117c4a43401bc95dbabdc3e2aeaa35daa11565c8b36",
 }
 DLC_REPOSITORY = "public.ecr.aws/deep-learning-containers/llama-cpp"
 
@@ -40,7 +42,10 @@ def env_values(text: str) -> dict[str, str]:
 def test_hadolint_reports_nothing(name):
     completed = subprocess.run(
         [hadolint_binary(), "--no-color", "--failure-threshold", "style", f"container/{name}"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert completed.returncode == 0 and completed.stdout == "", completed.stdout + completed.stderr
 
@@ -83,8 +88,10 @@ def test_build_context_ignore_file_admits_only_what_the_image_copies(name):
     admitted = {line[1:] for line in lines if line.startswith("!")}
     assert lines[lines.index("*")] == "*"
     assert admitted == {
-        "container/decision_adapter/", "container/requirements.txt",
-        "model_packaging/__init__.py", "model_packaging/manifest.py",
+        "container/decision_adapter/",
+        "container/requirements.txt",
+        "model_packaging/__init__.py",
+        "model_packaging/manifest.py",
     }
 
 
@@ -102,7 +109,10 @@ def test_image_buildspec_builds_pushes_and_exports_the_digest_pinned_uri():
     spec = load_buildspec("container/buildspec.yml")
     commands = "\n".join(all_commands(spec))
     assert "docker login" in commands and "aws ecr get-login-password" in commands
-    assert 'docker build -f "$DOCKERFILE"' in commands and '-t "$IMAGE_REPO_URI:$IMAGE_TAG"' in commands
+    assert (
+        'docker build -f "$DOCKERFILE"' in commands
+        and '-t "$IMAGE_REPO_URI:$IMAGE_TAG"' in commands
+    )
     assert 'docker push "$IMAGE_REPO_URI:$IMAGE_TAG"' in commands
     assert "image-uri.txt" in commands
     assert spec["env"]["exported-variables"] == ["IMAGE_URI"]
@@ -116,7 +126,11 @@ def test_model_buildspec_runs_the_packaging_cli_and_exports_uri_and_checksums():
     assert '--spec "$MODEL_SPEC"' in commands
     assert '--upload "s3://${ARTIFACT_BUCKET}/${ARTIFACT_PREFIX}"' in commands
     assert "> model-uri.txt" in commands and 'echo "MODEL_URI=${MODEL_URI}"' in commands
-    assert spec["env"]["exported-variables"] == ["MODEL_URI", "MODEL_ARCHIVE_SHA256", "MODEL_GGUF_SHA256"]
+    assert spec["env"]["exported-variables"] == [
+        "MODEL_URI",
+        "MODEL_ARCHIVE_SHA256",
+        "MODEL_GGUF_SHA256",
+    ]
     assert "model-uri.txt" in spec["artifacts"]["files"]
 
 
@@ -137,10 +151,16 @@ cat > /dev/null
 }
 
 
-@pytest.mark.parametrize("dockerfile, base_image", [
-    ("container/Dockerfile", ""),
-    ("container/Dockerfile.gpu", "763104351884.dkr.ecr.eu-west-1.amazonaws.com/llama-cpp@sha256:" + "d" * 64),
-])
+@pytest.mark.parametrize(
+    "dockerfile, base_image",
+    [
+        ("container/Dockerfile", ""),
+        (
+            "container/Dockerfile.gpu",
+            "763104351884.dkr.ecr.eu-west-1.amazonaws.com/llama-cpp@sha256:" + "d" * 64,
+        ),
+    ],
+)
 def test_image_buildspec_commands_write_the_pushed_digest(tmp_path, dockerfile, base_image):
     """Runs the buildspec's commands in bash with aws and docker replaced by recorders."""
     bin_dir = tmp_path / "bin"
@@ -152,13 +172,19 @@ def test_image_buildspec_commands_write_the_pushed_digest(tmp_path, dockerfile, 
     script = "set -e\n" + "\n".join(all_commands(spec)) + "\n"
     repo = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter"
     env = {
-        **os.environ, **{k: str(v) for k, v in spec["env"]["variables"].items()},
-        "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls"),
-        "IMAGE_REPO_URI": repo, "DOCKERFILE": dockerfile, "BASE_IMAGE": base_image,
-        "AWS_REGION": "eu-west-1", "CODEBUILD_BUILD_NUMBER": "7",
+        **os.environ,
+        **{k: str(v) for k, v in spec["env"]["variables"].items()},
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CALLS": str(tmp_path / "calls"),
+        "IMAGE_REPO_URI": repo,
+        "DOCKERFILE": dockerfile,
+        "BASE_IMAGE": base_image,
+        "AWS_REGION": "eu-west-1",
+        "CODEBUILD_BUILD_NUMBER": "7",
     }
-    completed = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env,
-                               capture_output=True, text=True, timeout=60)
+    completed = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert completed.returncode == 0, completed.stderr
 
     assert (tmp_path / "image-uri.txt").read_text() == f"{repo}@{FAKE_DIGEST}\n"
@@ -168,8 +194,10 @@ def test_image_buildspec_commands_write_the_pushed_digest(tmp_path, dockerfile, 
     assert build.startswith(f"docker build -f {dockerfile}") and build.endswith(" .")
     assert (f"--build-arg BASE_IMAGE={base_image}" in build) == bool(base_image)
     assert any(c.startswith(f"docker push {repo}:") for c in calls)
-    assert any("--repository-name decision-adapter" in c and "--registry-id 123456789012" in c
-               for c in calls)
+    assert any(
+        "--repository-name decision-adapter" in c and "--registry-id 123456789012" in c
+        for c in calls
+    )
     logins = [c for c in calls if c.startswith("docker login")]
     assert any(c.endswith("123456789012.dkr.ecr.eu-west-1.amazonaws.com") for c in logins)
     if base_image:

@@ -182,7 +182,9 @@ def hub_spec_file(tmp_path: Path, gguf_sha256: str, tokenizer_files: list[str]) 
 @pytest.fixture
 def hub(tmp_path) -> DirectoryHub:
     hub = DirectoryHub(tmp_path / "hub")
-    hub.add("bartowski/Qwen_Qwen3.5-4B-GGUF", QWEN_REVISION, "Qwen_Qwen3.5-4B-Q4_K_M.gguf", FAKE_GGUF)
+    hub.add(
+        "bartowski/Qwen_Qwen3.5-4B-GGUF", QWEN_REVISION, "Qwen_Qwen3.5-4B-Q4_K_M.gguf", FAKE_GGUF
+    )
     for name in ("tokenizer.json", "tokenizer_config.json", "merges.txt", ".gitattributes"):
         hub.add("Qwen/Qwen3.5-4B", TOKENIZER_REVISION, name, f"{name} body".encode())
     hub.add("Qwen/Qwen3.5-4B", TOKENIZER_REVISION, "model.safetensors", b"weights")
@@ -197,8 +199,13 @@ def test_hugging_face_spec_packages_pinned_gguf_and_matching_tokenizer_files(tmp
 
     members = archive_members(out)
     assert sorted(members) == sorted(
-        [MANIFEST_FILENAME, "Qwen_Qwen3.5-4B-Q4_K_M.gguf", "tokenizer.json",
-         "tokenizer_config.json", "merges.txt"]
+        [
+            MANIFEST_FILENAME,
+            "Qwen_Qwen3.5-4B-Q4_K_M.gguf",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "merges.txt",
+        ]
     )
     manifest = Manifest.model_validate_json(members[MANIFEST_FILENAME])
     by_path = {f.path: f for f in manifest.files}
@@ -207,7 +214,10 @@ def test_hugging_face_spec_packages_pinned_gguf_and_matching_tokenizer_files(tmp
     assert by_path["merges.txt"].source.revision == TOKENIZER_REVISION
     gguf_source = by_path["Qwen_Qwen3.5-4B-Q4_K_M.gguf"].source
     assert (gguf_source.kind, gguf_source.repo, gguf_source.revision) == (
-        "huggingface", "bartowski/Qwen_Qwen3.5-4B-GGUF", QWEN_REVISION)
+        "huggingface",
+        "bartowski/Qwen_Qwen3.5-4B-GGUF",
+        QWEN_REVISION,
+    )
     # Every download asked for the pinned commit, never a branch.
     assert {rev for _, rev, _ in hub.downloads} == {QWEN_REVISION, TOKENIZER_REVISION}
 
@@ -243,3 +253,11 @@ def test_summary_file_records_archive_and_gguf_checksums(tmp_path, fake_gguf):
     assert recorded["archive_bytes"] == out.stat().st_size
     assert recorded["gguf_sha256"] == sha256(FAKE_GGUF)
     assert recorded["model_uri"] is None
+
+
+def test_hub_fetcher_without_huggingface_hub_refuses_clearly(tmp_path, monkeypatch, capsys):
+    # Blocks the import even where huggingface_hub is installed; nothing reaches the network.
+    monkeypatch.setitem(__import__("sys").modules, "huggingface_hub", None)
+    spec = hub_spec_file(tmp_path, sha256(FAKE_GGUF), ["tokenizer.json"])
+    assert main(["--spec", str(spec), "--output", str(tmp_path / "m.tar.gz")]) == 1
+    assert "huggingface_hub is not installed" in capsys.readouterr().err

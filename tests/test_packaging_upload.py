@@ -47,14 +47,19 @@ def test_new_archive_is_uploaded_under_its_checksum(tmp_path, s3):
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(b"archive bytes")
     key = f"models/{ARCHIVE_SHA}/model.tar.gz"
-    stubber.add_client_error("head_object", "404", http_status_code=404,
-                             expected_params={"Bucket": "bucket", "Key": key})
+    stubber.add_client_error(
+        "head_object", "404", http_status_code=404, expected_params={"Bucket": "bucket", "Key": key}
+    )
     stubber.add_response(
         "put_object",
         {"ETag": '"etag"'},
         expected_params={
-            "Bucket": "bucket", "Key": key, "Body": ANY, "ContentType": "application/gzip",
-            "Metadata": {"sha256": ARCHIVE_SHA}, "ChecksumAlgorithm": ANY,
+            "Bucket": "bucket",
+            "Key": key,
+            "Body": ANY,
+            "ContentType": "application/gzip",
+            "Metadata": {"sha256": ARCHIVE_SHA},
+            "ChecksumAlgorithm": ANY,
         },
     )
     uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/models", single_threaded())
@@ -65,8 +70,11 @@ def test_archive_already_present_is_not_uploaded_again(tmp_path, s3):
     client, stubber = s3
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(b"archive bytes")
-    stubber.add_response("head_object", {"ContentLength": 13},
-                         expected_params={"Bucket": "bucket", "Key": f"{ARCHIVE_SHA}/model.tar.gz"})
+    stubber.add_response(
+        "head_object",
+        {"ContentLength": 13},
+        expected_params={"Bucket": "bucket", "Key": f"{ARCHIVE_SHA}/model.tar.gz"},
+    )
     # No put_object stubbed: an upload attempt would fail the test.
     uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket", single_threaded())
     assert uri == f"s3://bucket/{ARCHIVE_SHA}/model.tar.gz"
@@ -88,17 +96,27 @@ def test_cli_upload_prints_the_model_uri(tmp_path, s3, capsys):
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF tiny")
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({
-        "name": "tiny", "model_name": "Tiny",
-        "gguf": {"kind": "local", "path": str(gguf),
-                 "sha256": hashlib.sha256(b"GGUF tiny").hexdigest()},
-    }))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "tiny",
+                "model_name": "Tiny",
+                "gguf": {
+                    "kind": "local",
+                    "path": str(gguf),
+                    "sha256": hashlib.sha256(b"GGUF tiny").hexdigest(),
+                },
+            }
+        )
+    )
     out = tmp_path / "model.tar.gz"
     stubber.add_client_error("head_object", "404", http_status_code=404)
     stubber.add_response("put_object", {"ETag": '"etag"'})
 
-    code = main(["--spec", str(spec), "--output", str(out), "--upload", "s3://bucket/models"],
-                s3_client=client)
+    code = main(
+        ["--spec", str(spec), "--output", str(out), "--upload", "s3://bucket/models"],
+        s3_client=client,
+    )
 
     archive_sha = hashlib.sha256(out.read_bytes()).hexdigest()
     assert code == 0

@@ -1,0 +1,194 @@
+"""ops build: CodeBuild through botocore's Stubber; polling with an injected sleep."""
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from ops.cli import main
+
+BUILD_ID = "decision-image-build:1234"
+IMAGE_URI = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" + "e" * 64
+
+
+@pytest.fixture
+def codebuild():
+    client = boto3.client(
+        "codebuild", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test"
+    )
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+def build(phase, complete=False, status="IN_PROGRESS", **extra):
+    return {
+        "builds": [
+            {
+                "id": BUILD_ID,
+                "currentPhase": phase,
+                "buildComplete": complete,
+                "buildStatus": status,
+                **extra,
+            }
+        ]
+    }
+
+
+def poll(stubber, response):
+    stubber.add_response("batch_get_builds", response, expected_params={"ids": [BUILD_ID]})
+
+
+def run(argv, client, sleeps):
+    return main(argv, clients=lambda service: client, sleep=sleeps.append)
+
+
+def test_image_build_reports_phases_and_prints_the_digest_pinned_uri(codebuild, capsys):
+    client, stubber = codebuild
+    stubber.add_response(
+        "start_build",
+        {"build": {"id": BUILD_ID}},
+        expected_params={
+            "projectName": "gpu-project",
+            "environmentVariablesOverride": [
+                {"name": "DOCKERFILE", "value": "container/Dockerfile.gpu", "type": "PLAINTEXT"}
+            ],
+        },
+    )
+    poll(stubber, build("PROVISIONING"))
+    poll(stubber, build("BUILD"))
+    poll(stubber, build("BUILD"))
+    poll(
+        stubber,
+        build(
+            "COMPLETED",
+            complete=True,
+            status="SUCCEEDED",
+            exportedEnvironmentVariables=[{"name": "IMAGE_URI", "value": IMAGE_URI}],
+        ),
+    )
+    sleeps = []
+
+    code = run(
+        [
+            "build",
+            "gpu-image",
+            "--project",
+            "gpu-project",
+            "--poll-seconds",
+            "5",
+            "--env",
+            "DOCKERFILE=container/Dockerfile.gpu",
+        ],
+        client,
+        sleeps,
+    )
+
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert out == f"IMAGE_URI={IMAGE_URI}\n"
+    assert sleeps == [5.0, 5.0, 5.0]
+    phases = [line.split()[-1] for line in err.splitlines() if line.startswith("[")]
+    assert phases == ["PROVISIONING", "BUILD", "COMPLETED"]  # each phase reported once
+
+
+def test_model_build_prints_uri_and_checksums_from_project_in_env(codebuild, monkeypatch, capsys):
+    client, stubber = codebuild
+    monkeypatch.setenv("OPS_MODEL_BUILD_PROJECT", "model-project")
+    stubber.add_response(
+        "start_build", {"build": {"id": BUILD_ID}}, expected_params={"projectName": "model-project"}
+    )
+    exported = [
+        {"name": "MODEL_URI", "value": "s3://bucket/models/" + "a" * 64 + "/model.tar.gz"},
+        {"name": "MODEL_ARCHIVE_SHA256", "value": "a" * 64},
+        {"name": "MODEL_GGUF_SHA256", "value": "b" * 64},
+    ]
+    poll(
+        stubber,
+        build(
+            "COMPLETED", complete=True, status="SUCCEEDED", exportedEnvironmentVariables=exported
+        ),
+    )
+
+    assert run(["build", "model"], client, []) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{v['name']}={v['value']}" for v in exported]
+
+
+def test_failed_build_names_the_failing_phase_and_its_message(codebuild, capsys):
+    client, stubber = codebuild
+    stubber.add_response("start_build", {"build": {"id": BUILD_ID}})
+    poll(
+        stubber,
+        build(
+            "COMPLETED",
+            complete=True,
+            status="FAILED",
+            phases=[
+                {"phaseType": "PRE_BUILD", "phaseStatus": "SUCCEEDED"},
+                {
+                    "phaseType": "BUILD",
+                    "phaseStatus": "FAILED",
+                    "contexts": [
+                        {
+                            "statusCode": "COMMAND_EXECUTION_ERROR",
+                            "message": "Error while executing command: docker build",
+                        }
+                    ],
+                },
+            ],
+            logs={"deepLink": "https://console.example/logs"},
+        ),
+    )
+
+    assert run(["build", "cpu-image", "--project", "p"], client, []) == 1
+    err = capsys.readouterr().err
+    assert "FAILED" in err and "BUILD FAILED: Error while executing command: docker build" in err
+    assert "https://console.example/logs" in err
+
+
+def test_successful_build_without_the_exported_uri_is_an_error(codebuild, capsys):
+    client, stubber = codebuild
+    stubber.add_response("start_build", {"build": {"id": BUILD_ID}})
+    poll(stubber, build("COMPLETED", complete=True, status="SUCCEEDED"))
+    assert run(["build", "cpu-image", "--project", "p"], client, []) == 1
+    assert "did not export IMAGE_URI" in capsys.readouterr().err
+
+
+def test_waiting_stops_at_the_timeout(codebuild):
+    from ops.codebuild import BuildTimedOut, wait_for_build
+
+    client, stubber = codebuild
+    for _ in range(3):  # polls at 0 s, 60 s and 120 s
+        poll(stubber, build("BUILD"))
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    with pytest.raises(BuildTimedOut, match="still running after 120s"):
+        wait_for_build(
+            client,
+            BUILD_ID,
+            poll_seconds=60,
+            timeout_seconds=120,
+            report=lambda line: None,
+            sleep=sleep,
+            clock=lambda: now[0],
+        )
+
+
+def test_missing_project_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.delenv("OPS_CPU_IMAGE_BUILD_PROJECT", raising=False)
+    assert main(["build", "cpu-image"], clients=lambda s: pytest.fail("no AWS call expected")) == 2
+    assert "OPS_CPU_IMAGE_BUILD_PROJECT" in capsys.readouterr().err
+
+
+def test_malformed_env_override_is_a_usage_error(capsys):
+    assert (
+        main(
+            ["build", "model", "--project", "p", "--env", "NOEQUALS"],
+            clients=lambda s: pytest.fail("no AWS call expected"),
+        )
+        == 2
+    )
+    assert "NAME=VALUE" in capsys.readouterr().err

@@ -1,0 +1,284 @@
+"""ops invoke: SageMaker through botocore's Stubber, a local URL through a tiny HTTP server."""
+
+import io
+import json
+import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+
+from ops.cli import main
+
+DECISION_BODY = {
+    "decision": {
+        "id": "route",
+        "state": "Ticket: refund request",
+        "question": "Which team?",
+        "options": [
+            {"id": "billing", "description": "Billing"},
+            {"id": "tech", "description": "Tech"},
+        ],
+    }
+}
+DECISION_ANSWER = {
+    "result": {
+        "id": "route",
+        "option_ids": ["billing", "tech"],
+        "probabilities": [0.8125, 0.1875],
+        "option_logits": [1.5, 0.0335],
+        "input_tokens": 71,
+        "allowed_token_mass": 0.97,
+        "prompt_version": "v1",
+    }
+}
+
+
+def streaming(payload: dict) -> StreamingBody:
+    data = json.dumps(payload).encode()
+    return StreamingBody(io.BytesIO(data), len(data))
+
+
+@pytest.fixture
+def runtime():
+    client = boto3.client(
+        "sagemaker-runtime",
+        region_name="eu-west-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+@pytest.fixture
+def body_file(tmp_path):
+    path = tmp_path / "decision.json"
+    path.write_text(json.dumps(DECISION_BODY))
+    return path
+
+
+def invoke_params(endpoint="decisions"):
+    return {
+        "EndpointName": endpoint,
+        "Body": json.dumps(DECISION_BODY, separators=(",", ":")).encode(),
+        "ContentType": "application/json",
+        "Accept": "application/json",
+    }
+
+
+def busy(stubber, status=503, **meta):
+    stubber.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelError",
+        service_message="busy",
+        http_status_code=424,
+        modeled_fields={
+            "OriginalStatusCode": status,
+            "OriginalMessage": '{"error": "busy", "retryable": true}',
+        },
+        response_meta=meta or None,
+    )
+
+
+def run(argv, client, sleeps):
+    return main(argv, clients=lambda service: client, sleep=sleeps.append, rng=random.Random(3))
+
+
+def test_endpoint_503_is_retried_then_the_decision_table_is_printed(runtime, body_file, capsys):
+    client, stubber = runtime
+    busy(stubber)
+    busy(stubber, HTTPHeaders={"retry-after": "4"})
+    stubber.add_response(
+        "invoke_endpoint",
+        {"Body": streaming(DECISION_ANSWER), "ContentType": "application/json"},
+        expected_params=invoke_params(),
+    )
+    sleeps = []
+
+    code = run(["invoke", "--endpoint", "decisions", str(body_file)], client, sleeps)
+
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert len(sleeps) == 2 and sleeps[1] >= 4.0  # Retry-After honoured on the second refusal
+    assert err.count("retrying in") == 2
+    assert "decision route: billing (p=0.812)" in out
+    billing_row = next(line for line in out.splitlines() if line.strip().startswith("billing"))
+    assert "0.8125" in billing_row and "1.500" in billing_row and "#" in billing_row
+    assert "allowed token mass 0.97" in out
+
+
+def test_throttling_is_retried(runtime, body_file, capsys):
+    client, stubber = runtime
+    stubber.add_client_error(
+        "invoke_endpoint", service_error_code="ThrottlingException", http_status_code=400
+    )
+    stubber.add_response("invoke_endpoint", {"Body": streaming(DECISION_ANSWER)})
+    sleeps = []
+    assert run(["invoke", "--endpoint", "decisions", str(body_file)], client, sleeps) == 0
+    assert len(sleeps) == 1
+
+
+def test_container_4xx_is_reported_without_retry(runtime, body_file, capsys):
+    client, stubber = runtime
+    busy(stubber, status=422)
+    sleeps = []
+    code = run(["invoke", "--endpoint", "decisions", str(body_file)], client, sleeps)
+    assert code == 1 and sleeps == []
+    assert "container answered 422" in capsys.readouterr().err
+
+
+def test_persistent_503_gives_up_after_max_attempts(runtime, body_file, capsys):
+    client, stubber = runtime
+    for _ in range(3):
+        busy(stubber)
+    sleeps = []
+    code = run(
+        ["invoke", "--endpoint", "decisions", "--max-attempts", "3", str(body_file)], client, sleeps
+    )
+    assert code == 1 and len(sleeps) == 2
+    assert "gave up after 3 attempts" in capsys.readouterr().err
+
+
+def test_json_flag_prints_the_answer_as_json_from_stdin(runtime, monkeypatch, capsys):
+    client, stubber = runtime
+    stubber.add_response(
+        "invoke_endpoint",
+        {"Body": streaming(DECISION_ANSWER)},
+        expected_params={**invoke_params("other"), "CustomAttributes": "trace=1"},
+    )
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(DECISION_BODY)))
+    code = run(
+        ["invoke", "--endpoint", "other", "--custom-attributes", "trace=1", "--json"], client, []
+    )
+    assert code == 0
+    assert json.loads(capsys.readouterr().out) == DECISION_ANSWER
+
+
+def test_endpoint_name_can_come_from_the_environment(runtime, body_file, monkeypatch, capsys):
+    client, stubber = runtime
+    stubber.add_response(
+        "invoke_endpoint",
+        {"Body": streaming(DECISION_ANSWER)},
+        expected_params=invoke_params("from-env"),
+    )
+    monkeypatch.setenv("OPS_ENDPOINT_NAME", "from-env")
+    assert run(["invoke", str(body_file)], client, []) == 0
+
+
+def test_body_that_is_not_json_is_a_usage_error(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["invoke", "--url", "http://127.0.0.1:9", str(bad)]) == 2
+    assert "cannot read a JSON body" in capsys.readouterr().err
+
+
+class FlakyAdapter(BaseHTTPRequestHandler):
+    """Answers 503 twice (the second time with Retry-After), then 200."""
+
+    answers: list = []
+    received: list = []
+
+    def do_POST(self):
+        length = int(self.headers["Content-Length"])
+        type(self).received.append(
+            (self.path, self.headers["Content-Type"], json.loads(self.rfile.read(length)))
+        )
+        status, headers, payload = type(self).answers.pop(0)
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def flaky_adapter():
+    busy_answer = {"error": "all slots busy", "retryable": True}
+    FlakyAdapter.answers = [(503, {}, busy_answer), (503, {"Retry-After": "2"}, busy_answer)]
+    FlakyAdapter.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyAdapter)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    yield server, FlakyAdapter
+    server.shutdown()
+    server.server_close()
+
+
+def test_local_url_503_twice_then_200(flaky_adapter, tmp_path, capsys):
+    server, handler = flaky_adapter
+    systemone = {
+        "model": "jev-latest",
+        "answers": {
+            "urgent": {"type": "noul", "noul": 0.25},
+            "team": {
+                "type": "choice",
+                "choice": "billing",
+                "confidence": 0.5,
+                "probabilities": {"billing": 0.75, "tech": 0.25},
+            },
+        },
+        "usage": {"input_tokens": 80, "output_tokens": 0},
+    }
+    handler.answers.append((200, {}, systemone))
+    request = {"model": "jev-latest", "state": "s", "questions": {"urgent": {"type": "noul"}}}
+    body = tmp_path / "systemone.json"
+    body.write_text(json.dumps(request))
+    sleeps = []
+
+    code = main(
+        ["invoke", "--url", f"http://127.0.0.1:{server.server_port}", str(body)],
+        sleep=sleeps.append,
+        rng=random.Random(0),
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert [r[0] for r in handler.received] == ["/invocations"] * 3
+    assert all(r[1] == "application/json" and r[2] == request for r in handler.received)
+    assert len(sleeps) == 2 and sleeps[1] >= 2.0
+    assert "urgent (noul): P(true)=0.2500" in out
+    assert "team (choice): billing, confidence 0.500" in out
+    assert "input tokens 80" in out
+
+
+def test_local_url_client_error_is_not_retried(flaky_adapter, tmp_path, capsys):
+    server, handler = flaky_adapter
+    handler.answers[:] = [(422, {}, {"detail": [{"msg": "field required"}]})]
+    body = tmp_path / "b.json"
+    body.write_text("{}")
+    sleeps = []
+    code = main(
+        [
+            "invoke",
+            "--url",
+            f"http://127.0.0.1:{server.server_port}",
+            "--path",
+            "/v1/systemone",
+            str(body),
+        ],
+        sleep=sleeps.append,
+    )
+    assert code == 1 and sleeps == []
+    assert handler.received[0][0] == "/v1/systemone"
+    assert "HTTP 422" in capsys.readouterr().err
+
+
+def test_chat_answer_prints_the_message_content(runtime, body_file, capsys):
+    client, stubber = runtime
+    chat = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Billing."}}]}
+    stubber.add_response("invoke_endpoint", {"Body": streaming(chat)})
+    assert run(["invoke", "--endpoint", "decisions", str(body_file)], client, []) == 0
+    assert capsys.readouterr().out.strip() == "Billing."

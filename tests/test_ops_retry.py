@@ -1,0 +1,97 @@
+"""Backoff policy: capped exponential, full jitter, Retry-After honoured; sleep injected."""
+
+import random
+from email.utils import formatdate
+
+import pytest
+
+from ops.retry import Backoff, RetriesExhausted, Retryable, call_with_retries, parse_retry_after
+
+
+class MaxRandom(random.Random):
+    """Always draws the top of the range, exposing the ceiling the policy allows."""
+
+    def uniform(self, a, b):
+        return b
+
+
+def test_ceiling_doubles_then_stays_at_the_cap():
+    backoff = Backoff(base_seconds=0.5, cap_seconds=4.0)
+    ceilings = [backoff.delay(n, None, MaxRandom()) for n in range(6)]
+    assert ceilings == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_full_jitter_draws_between_zero_and_the_ceiling():
+    backoff = Backoff(base_seconds=1.0, cap_seconds=8.0)
+    rng = random.Random(7)
+    delays = [backoff.delay(3, None, rng) for _ in range(500)]
+    assert all(0.0 <= d <= 8.0 for d in delays)
+    assert min(delays) < 1.0 and max(delays) > 7.0  # spread over the whole range
+
+
+def test_retry_after_sets_a_floor_but_is_itself_capped():
+    backoff = Backoff(base_seconds=0.1, cap_seconds=1.0, max_retry_after_seconds=30.0)
+    rng = random.Random(1)
+    assert backoff.delay(0, 5.0, rng) == 5.0
+    assert backoff.delay(0, 3600.0, rng) == 30.0
+
+
+def test_retries_until_success_sleeping_between_attempts():
+    outcomes = [Retryable("503"), Retryable("503", retry_after=2.0), "answer"]
+    sleeps, retries = [], []
+
+    def operation():
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    result = call_with_retries(
+        operation,
+        Backoff(max_attempts=5, base_seconds=0.5, cap_seconds=4.0),
+        sleep=sleeps.append,
+        rng=MaxRandom(),
+        on_retry=lambda n, d, e: retries.append(n),
+    )
+    assert result == "answer"
+    assert sleeps == [0.5, 2.0]  # second wait: the Retry-After floor beats the 1.0 ceiling
+    assert retries == [1, 2]
+
+
+def test_gives_up_after_max_attempts_without_a_final_sleep():
+    sleeps = []
+    calls = []
+
+    def always_busy():
+        calls.append(1)
+        raise Retryable("HTTP 503")
+
+    with pytest.raises(RetriesExhausted, match="3 attempts: HTTP 503"):
+        call_with_retries(
+            always_busy, Backoff(max_attempts=3), sleep=sleeps.append, rng=random.Random(0)
+        )
+    assert len(calls) == 3 and len(sleeps) == 2
+
+
+def test_other_exceptions_are_not_retried():
+    sleeps = []
+
+    def broken():
+        raise ValueError("bad request")
+
+    with pytest.raises(ValueError):
+        call_with_retries(broken, Backoff(), sleep=sleeps.append)
+    assert sleeps == []
+
+
+@pytest.mark.parametrize(
+    "value, expected", [("3", 3.0), ("0", 0.0), (None, None), ("", None), ("soon", None)]
+)
+def test_parse_retry_after_seconds(value, expected):
+    assert parse_retry_after(value) == expected
+
+
+def test_parse_retry_after_http_date():
+    now = 1_700_000_000.0
+    assert parse_retry_after(formatdate(now + 12, usegmt=True), now=now) == pytest.approx(12.0)
+    assert parse_retry_after(formatdate(now - 12, usegmt=True), now=now) == 0.0

@@ -1,0 +1,136 @@
+"""ops status: describe_endpoint and describe_endpoint_config through botocore's Stubber."""
+
+import json
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from ops.cli import main
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+ARN = "arn:aws:sagemaker:eu-west-1:123456789012:endpoint/decisions"
+IMAGE = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" + "f" * 64
+
+
+@pytest.fixture
+def sagemaker():
+    client = boto3.client(
+        "sagemaker", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test"
+    )
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+def endpoint(status="InService", variants=None, **extra):
+    return {
+        "EndpointName": "decisions",
+        "EndpointArn": ARN,
+        "EndpointConfigName": "config-1",
+        "EndpointStatus": status,
+        "CreationTime": NOW,
+        "LastModifiedTime": NOW,
+        "ProductionVariants": variants or [],
+        **extra,
+    }
+
+
+def config(variants):
+    return {
+        "EndpointConfigName": "config-1",
+        "EndpointConfigArn": ARN + "-config",
+        "ProductionVariants": variants,
+        "CreationTime": NOW,
+    }
+
+
+def stub_pool_endpoint(stubber, status="InService", **extra):
+    stubber.add_response(
+        "describe_endpoint",
+        endpoint(
+            status,
+            [
+                {
+                    "VariantName": "gpu",
+                    "CurrentInstanceCount": 1,
+                    "DesiredInstanceCount": 1,
+                    "InstancePools": [
+                        {"InstanceType": "ml.g5.xlarge", "CurrentInstanceCount": 0},
+                        {"InstanceType": "ml.g6e.xlarge", "CurrentInstanceCount": 1},
+                    ],
+                    "DeployedImages": [{"SpecifiedImage": "repo:tag", "ResolvedImage": IMAGE}],
+                }
+            ],
+            **extra,
+        ),
+        expected_params={"EndpointName": "decisions"},
+    )
+    stubber.add_response(
+        "describe_endpoint_config",
+        config(
+            [
+                {
+                    "VariantName": "gpu",
+                    "ModelName": "model-1",
+                    "InstancePools": [
+                        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
+                        {"InstanceType": "ml.g5.xlarge", "Priority": 2},
+                    ],
+                }
+            ]
+        ),
+        expected_params={"EndpointConfigName": "config-1"},
+    )
+
+
+def test_status_shows_the_instance_type_placed_from_the_pool(sagemaker, capsys):
+    client, stubber = sagemaker
+    stub_pool_endpoint(stubber)
+    assert main(["status", "--endpoint", "decisions"], clients=lambda s: client) == 0
+    out = capsys.readouterr().out
+    assert "endpoint decisions: InService" in out
+    assert "variant gpu: 1/1 instances on ml.g6e.xlarge" in out
+    pool_lines = [line.strip() for line in out.splitlines() if "pool priority" in line]
+    assert pool_lines == [
+        "pool priority 1: ml.g6e.xlarge, 1 running",
+        "pool priority 2: ml.g5.xlarge, 0 running",
+    ]
+    assert f"image {IMAGE}" in out
+
+
+def test_status_json_for_a_variant_without_pool(sagemaker, capsys):
+    client, stubber = sagemaker
+    stubber.add_response(
+        "describe_endpoint",
+        endpoint(
+            "Updating",
+            [
+                {
+                    "VariantName": "cpu",
+                    "CurrentInstanceCount": 1,
+                    "DesiredInstanceCount": 2,
+                    "VariantStatus": [{"Status": "Creating", "StartTime": NOW}],
+                }
+            ],
+        ),
+    )
+    stubber.add_response(
+        "describe_endpoint_config",
+        config([{"VariantName": "cpu", "ModelName": "model-1", "InstanceType": "ml.c6i.8xlarge"}]),
+    )
+    assert main(["status", "--endpoint", "decisions", "--json"], clients=lambda s: client) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["status"] == "Updating"
+    [variant] = status["variants"]
+    assert variant["running_on"] == ["ml.c6i.8xlarge"]
+    assert (variant["current_instances"], variant["desired_instances"]) == (1, 2)
+    assert variant["in_progress"] == ["Creating"]
+
+
+def test_failed_endpoint_exits_non_zero_with_the_reason(sagemaker, capsys):
+    client, stubber = sagemaker
+    stub_pool_endpoint(stubber, status="Failed", FailureReason="no capacity for any pool type")
+    assert main(["status", "--endpoint", "decisions"], clients=lambda s: client) == 1
+    assert "failure: no capacity for any pool type" in capsys.readouterr().out
