@@ -29,9 +29,14 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("target", choices=sorted(TARGETS))
     build.add_argument(
         "--project",
-        help="CodeBuild project (default: from "
-        + ", ".join(f"{t.project_env} for {name}" for name, t in sorted(TARGETS.items()))
-        + ")",
+        help="CodeBuild project (default: "
+        + ", ".join(f"${t.project_env} for {name}" for name, t in sorted(TARGETS.items()))
+        + "; else the --stack output)",
+    )
+    build.add_argument(
+        "--stack",
+        default=os.environ.get("OPS_STATEFUL_STACK"),
+        help="stateful stack whose outputs name the build projects (default: $OPS_STATEFUL_STACK)",
     )
     build.add_argument(
         "--env",
@@ -107,14 +112,19 @@ def _build(args, make_client: ClientFactory, sleep) -> int:
         BuildFailed,
         BuildTimedOut,
         build_outputs,
+        project_from_stack,
         start_build,
         wait_for_build,
     )
 
     target = TARGETS[args.target]
     project = args.project or os.environ.get(target.project_env)
+    if not project and args.stack:
+        project = project_from_stack(make_client("cloudformation"), args.stack, target)
     if not project:
-        raise UsageError(f"no CodeBuild project: pass --project or set {target.project_env}")
+        raise UsageError(
+            f"no CodeBuild project: pass --project or --stack, or set {target.project_env}"
+        )
     overrides = dict(_name_value(item) for item in args.env)
     client = make_client("codebuild")
     build_id = start_build(client, project, overrides)

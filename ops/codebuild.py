@@ -10,16 +10,19 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class BuildTarget:
     project_env: str
+    stack_output: str  # the CloudFormation output of the stateful stack naming the project
     outputs: tuple[str, ...]
 
 
 # The buildspecs export these variables (env: exported-variables).
 TARGETS: dict[str, BuildTarget] = {
     "model": BuildTarget(
-        "OPS_MODEL_BUILD_PROJECT", ("MODEL_URI", "MODEL_ARCHIVE_SHA256", "MODEL_GGUF_SHA256")
+        "OPS_MODEL_BUILD_PROJECT",
+        "ModelBuildProject",
+        ("MODEL_URI", "MODEL_ARCHIVE_SHA256", "MODEL_GGUF_SHA256"),
     ),
-    "cpu-image": BuildTarget("OPS_CPU_IMAGE_BUILD_PROJECT", ("IMAGE_URI",)),
-    "gpu-image": BuildTarget("OPS_GPU_IMAGE_BUILD_PROJECT", ("IMAGE_URI",)),
+    "cpu-image": BuildTarget("OPS_CPU_IMAGE_BUILD_PROJECT", "CpuImageBuildProject", ("IMAGE_URI",)),
+    "gpu-image": BuildTarget("OPS_GPU_IMAGE_BUILD_PROJECT", "GpuImageBuildProject", ("IMAGE_URI",)),
 }
 
 
@@ -31,6 +34,12 @@ class BuildFailed(Exception):
 
 class BuildTimedOut(Exception):
     pass
+
+
+def project_from_stack(cloudformation, stack_name: str, target: BuildTarget) -> str | None:
+    stacks = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    return outputs.get(target.stack_output)
 
 
 def start_build(client, project: str, overrides: dict[str, str]) -> str:

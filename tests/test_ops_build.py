@@ -179,6 +179,7 @@ def test_waiting_stops_at_the_timeout(codebuild):
 
 def test_missing_project_is_a_usage_error(monkeypatch, capsys):
     monkeypatch.delenv("OPS_CPU_IMAGE_BUILD_PROJECT", raising=False)
+    monkeypatch.delenv("OPS_STATEFUL_STACK", raising=False)
     assert main(["build", "cpu-image"], clients=lambda s: pytest.fail("no AWS call expected")) == 2
     assert "OPS_CPU_IMAGE_BUILD_PROJECT" in capsys.readouterr().err
 
@@ -192,3 +193,55 @@ def test_malformed_env_override_is_a_usage_error(capsys):
         == 2
     )
     assert "NAME=VALUE" in capsys.readouterr().err
+
+
+def test_project_name_is_read_from_the_stateful_stack_outputs(codebuild, monkeypatch, capsys):
+    client, stubber = codebuild
+    monkeypatch.delenv("OPS_GPU_IMAGE_BUILD_PROJECT", raising=False)
+    cloudformation = boto3.client(
+        "cloudformation",
+        region_name="eu-west-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    with Stubber(cloudformation) as cfn:
+        cfn.add_response(
+            "describe_stacks",
+            {
+                "Stacks": [
+                    {
+                        "StackName": "Stateful",
+                        "CreationTime": "2026-01-01T00:00:00Z",
+                        "StackStatus": "UPDATE_COMPLETE",
+                        "Outputs": [
+                            {"OutputKey": "CpuImageBuildProject", "OutputValue": "cpu-proj"},
+                            {"OutputKey": "GpuImageBuildProject", "OutputValue": "gpu-proj"},
+                        ],
+                    }
+                ]
+            },
+            expected_params={"StackName": "Stateful"},
+        )
+        stubber.add_response(
+            "start_build", {"build": {"id": BUILD_ID}}, expected_params={"projectName": "gpu-proj"}
+        )
+        poll(
+            stubber,
+            build(
+                "COMPLETED",
+                complete=True,
+                status="SUCCEEDED",
+                exportedEnvironmentVariables=[{"name": "IMAGE_URI", "value": IMAGE_URI}],
+            ),
+        )
+        services = {"cloudformation": cloudformation, "codebuild": client}
+
+        code = main(
+            ["build", "gpu-image", "--stack", "Stateful"],
+            clients=services.__getitem__,
+            sleep=lambda s: None,
+        )
+
+        cfn.assert_no_pending_responses()
+    assert code == 0
+    assert capsys.readouterr().out == f"IMAGE_URI={IMAGE_URI}\n"
