@@ -69,6 +69,8 @@ class PromptRenderer:
             self._compiled = environment.from_string(self.template)
         # The answer follows "Answer:" in a plain prompt and opens the assistant turn otherwise.
         self.label_prefix = "" if self.template else " "
+        # Without a template the model would write the next "User:" turn itself.
+        self.chat_stops = [] if self.template else ["\nUser:"]
 
     @property
     def mode(self) -> str:

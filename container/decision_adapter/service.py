@@ -154,7 +154,8 @@ class DecisionService:
             top_p=request.top_p, top_k=request.top_k,
             seed=request.seed if request.seed is not None else time.time_ns() & 0xFFFFFFFF,
         )
-        return text_deltas(sampled, self.engine.piece, request.stop or [], max_tokens, result)
+        stops = request.stop or self.renderer.chat_stops
+        return text_deltas(sampled, self.engine.piece, stops, max_tokens, result)
 
     async def chat(self, request: ChatRequest) -> tuple[str, GenerationResult, int]:
         tokens, max_tokens = self.prepare_chat(request)

