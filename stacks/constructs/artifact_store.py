@@ -37,12 +37,6 @@ class ArtifactStore(Construct):
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
             **common,
         )
-        nag.acknowledge(
-            self.access_logs,
-            "S1",
-            "This bucket receives the artifact bucket's server access logs; logging it in turn "
-            "would only log the logging.",
-        )
         self.bucket = s3.Bucket(
             self,
             "Bucket",

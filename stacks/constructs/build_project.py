@@ -78,9 +78,9 @@ class BuildProject(Construct):
                 cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)
             ),
         )
-        self._acknowledge_findings(docker=docker)
+        self._acknowledge_findings()
 
-    def _acknowledge_findings(self, *, docker: bool) -> None:
+    def _acknowledge_findings(self) -> None:
         project = self.project
         nag.acknowledge(
             project,
@@ -89,19 +89,13 @@ class BuildProject(Construct):
             "the encrypted artifact bucket or the ECR repository, so there is nothing for a "
             "customer-managed key to protect.",
         )
-        if docker:
-            nag.acknowledge(
-                project,
-                "CB3",
-                "Privileged mode is what lets the build run the Docker daemon that builds and "
-                "pushes the child image; the build runs only this repository's buildspec.",
-            )
         role = project.role
         assert role is not None
         nag.acknowledge_wildcard_actions(
             role,
             ["s3:GetObject*", "s3:GetBucket*", "s3:List*"],
-            "CDK's read grant on the source asset: read-only, on the bootstrap asset bucket.",
+            "CDK's read grant on the one source zip in the bootstrap asset bucket: the wildcards "
+            "are in read-only action families, the resources name the bucket and that object.",
         )
         # CodeBuild's own grants: its default log group and the report groups of this project.
         stack = Stack.of(self)

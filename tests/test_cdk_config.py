@@ -1,0 +1,218 @@
+"""The CDK app's configuration: what cdk.json and `-c` may say, and what they may not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from stacks.config import (
+    DEFAULT_DLC_CPU_DIGEST,
+    DEFAULT_DLC_CUDA_DIGEST,
+    AppConfig,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGEST = "sha256:" + "ab" * 32
+CPU_IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@{DIGEST}"
+GPU_IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha256:{'cd' * 32}"
+MODEL = "s3://artifacts-bucket/models/3f2a/model.tar.gz"
+RELEASE = {"modelDataUri": MODEL, "decisionCpuImage": CPU_IMAGE, "decisionGpuImage": GPU_IMAGE}
+
+
+def cdk_json_context() -> dict:
+    return json.loads((ROOT / "cdk.json").read_text())["context"]
+
+
+def config(**context) -> AppConfig:
+    return AppConfig.from_context({**cdk_json_context(), **context})
+
+
+def rejected(**context) -> str:
+    with pytest.raises(ValidationError) as raised:
+        config(**context)
+    return str(raised.value)
+
+
+def test_cdk_json_holds_the_documented_defaults():
+    parsed = config()
+    assert parsed == AppConfig()
+    assert parsed.dlc.cpu_digest == DEFAULT_DLC_CPU_DIGEST
+    assert parsed.dlc.cuda_digest == DEFAULT_DLC_CUDA_DIGEST
+    assert parsed.decision_cpu_endpoint.instance_type == "ml.c6i.2xlarge"
+    assert parsed.decision_gpu_endpoint.instance_pool == [
+        "ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge", "ml.g4dn.2xlarge"
+    ]
+    assert parsed.decision_gpu_endpoint.n_gpu_layers == -1
+    # No build has run yet: the app deploys the stateful stack only.
+    assert not parsed.deploys_endpoints
+
+
+def test_release_values_make_the_endpoints_deployable():
+    parsed = config(**RELEASE)
+    assert parsed.deploys_endpoints
+    assert parsed.model_data_uri == MODEL
+    assert parsed.decision_gpu_image == GPU_IMAGE
+
+
+def test_command_line_json_replaces_a_section_and_defaults_fill_the_rest():
+    parsed = config(**RELEASE, decisionGpuEndpoint='{"enabled": false}', invokerRoleArns="[]")
+    assert parsed.decision_gpu_endpoint.enabled is False
+    assert parsed.decision_gpu_endpoint.instance_pool[0] == "ml.g6e.xlarge"
+    # `-c` gives strings; booleans and numbers in plain values still parse.
+    assert config(retainArtifacts="false").retain_artifacts is False
+
+
+@pytest.mark.parametrize(
+    "key, image",
+    [
+        ("decisionCpuImage", "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models:latest"),
+        ("decisionGpuImage", "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models"),
+    ],
+)
+def test_an_image_tag_fails_and_says_how_to_get_the_digest(key, image):
+    message = rejected(**{**RELEASE, key: image})
+    assert "not pinned by digest" in message
+    assert "aws ecr describe-images" in message
+    assert "--repository-name decision-models" in message
+    assert "python -m ops build" in message
+
+
+def test_a_dlc_tag_instead_of_a_digest_fails_with_the_describe_images_command():
+    message = rejected(dlc={"cpuDigest": "server-sagemaker-cpu-v1"})
+    assert "dlc.cpuDigest" in message
+    assert "--repository-name llama-cpp --image-ids imageTag=server-sagemaker-cpu-v1" in message
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        f"public.ecr.aws/deep-learning-containers/llama-cpp@{DIGEST}",  # SageMaker pulls private ECR
+        f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha256:{'ab' * 31}",
+        f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha512:{'ab' * 32}",
+    ],
+)
+def test_images_must_be_private_ecr_with_a_full_sha256_digest(image):
+    assert "private ECR image pinned by digest" in rejected(**{**RELEASE, "decisionCpuImage": image})
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://artifacts-bucket/models/model.zip",
+        "s3://artifacts-bucket/",
+        "s3://Bad_Bucket/models/model.tar.gz",
+        "https://artifacts-bucket.s3.amazonaws.com/models/model.tar.gz",
+        "artifacts-bucket/models/model.tar.gz",
+    ],
+)
+def test_model_data_must_be_an_s3_tar_gz_uri(uri):
+    message = rejected(**{**RELEASE, "modelDataUri": uri})
+    assert "not a model archive URI" in message
+    assert "python -m ops build model" in message
+
+
+def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
+    message = rejected(modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE)
+    assert "decisionGpuImage is required" in message
+    assert "python -m ops build gpu-image" in message
+    # Switching the endpoint off is the other way out.
+    assert config(
+        modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE, decisionGpuEndpoint={"enabled": False}
+    ).deploys_endpoints
+
+
+@pytest.mark.parametrize(
+    "pool, complaint",
+    [
+        ([], "at least 1 item"),
+        ([f"ml.g5.{n}xlarge" for n in (2, 4, 8, 12, 16, 24)], "at most 5 items"),
+        (["ml.g5.2xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge"], "ml.g5.2xlarge more than once"),
+        (["ml.g5.2xlarge", "ml.c6i.2xlarge"], "non-GPU types: ml.c6i.2xlarge"),
+        (["g5.2xlarge"], "not a SageMaker instance type"),
+    ],
+)
+def test_instance_pools_hold_one_to_five_distinct_gpu_types(pool, complaint):
+    assert complaint in rejected(**RELEASE, decisionGpuEndpoint={"instancePool": pool})
+
+
+def test_a_pool_of_five_distinct_types_is_accepted():
+    pool = ["ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge", "ml.g4dn.2xlarge", "ml.p4d.24xlarge"]
+    assert config(**RELEASE, decisionGpuEndpoint={"instancePool": pool}).decision_gpu_endpoint.instance_pool == pool
+
+
+@pytest.mark.parametrize(
+    "section, field, value",
+    [
+        ("decisionGpuEndpoint", "provisionTimeoutSeconds", 299),
+        ("decisionGpuEndpoint", "provisionTimeoutSeconds", 3601),
+        ("decisionCpuEndpoint", "containerStartupTimeoutSeconds", 59),
+        ("decisionCpuEndpoint", "containerStartupTimeoutSeconds", 3601),
+        ("textGenerationEndpoint", "modelDataDownloadTimeoutSeconds", 30),
+        ("textGenerationEndpoint", "modelDataDownloadTimeoutSeconds", 7200),
+    ],
+)
+def test_timeouts_outside_the_api_ranges_fail(section, field, value):
+    message = rejected(**RELEASE, **{section: {field: value}})
+    assert f"{section}.{field}" in message
+
+
+@pytest.mark.parametrize("minutes", [4, 2161])
+def test_build_timeouts_outside_codebuilds_range_fail(minutes):
+    assert "builds.timeoutMinutes" in rejected(builds={"timeoutMinutes": minutes})
+
+
+def test_boundary_timeouts_are_accepted():
+    parsed = config(
+        **RELEASE,
+        decisionGpuEndpoint={"provisionTimeoutSeconds": 300, "containerStartupTimeoutSeconds": 3600},
+        builds={"timeoutMinutes": 2160},
+    )
+    assert parsed.decision_gpu_endpoint.provision_timeout_seconds == 300
+
+
+def test_autoscaling_bounds_must_be_ordered_and_contain_the_initial_count():
+    assert "below minCapacity" in rejected(
+        decisionCpuEndpoint={"autoscaling": {"minCapacity": 3, "maxCapacity": 2}}
+    )
+    assert "must lie within autoscaling" in rejected(
+        decisionCpuEndpoint={"initialInstanceCount": 3, "autoscaling": {"maxCapacity": 2}}
+    )
+    assert "minCapacity" in rejected(decisionCpuEndpoint={"autoscaling": {"minCapacity": 0}})
+
+
+def test_instance_types_must_fit_their_endpoint():
+    assert "GPU type" in rejected(decisionCpuEndpoint={"instanceType": "ml.g5.2xlarge"})
+    assert "does not fit instance type" in rejected(
+        textGenerationEndpoint={"instanceType": "ml.g5.2xlarge", "image": "cpu"}
+    )
+    assert "does not fit instance type" in rejected(
+        textGenerationEndpoint={"instanceType": "ml.c6i.2xlarge", "image": "cuda"}
+    )
+
+
+def test_llama_server_args_are_flag_names():
+    assert "not a llama-server flag name" in rejected(
+        textGenerationEndpoint={"llamaServerArgs": {"SM_LLAMA_CPP_CTX_SIZE": 4096}}
+    )
+
+
+def test_unknown_keys_in_a_section_fail_rather_than_being_ignored():
+    assert "Extra inputs are not permitted" in rejected(decisionGpuEndpoint={"instancePools": []})
+
+
+def test_endpoint_names_must_be_valid_and_distinct():
+    assert "not a SageMaker endpoint name" in rejected(
+        decisionCpuEndpoint={"endpointName": "decision_cpu"}
+    )
+    assert "endpoint names must differ" in rejected(
+        **RELEASE, decisionGpuEndpoint={"endpointName": "decision-models-decision-cpu"}
+    )
+
+
+def test_invoker_roles_must_be_role_arns():
+    assert "invokerRoleArns.0" in rejected(invokerRoleArns=["arn:aws:iam::123456789012:user/bob"])
+    parsed = config(invokerRoleArns='["arn:aws:iam::123456789012:role/app"]')
+    assert parsed.invoker_role_arns == ["arn:aws:iam::123456789012:role/app"]

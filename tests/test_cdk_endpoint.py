@@ -1,0 +1,294 @@
+"""The SageMakerEndpoint construct, built alone in a bare stack."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Match, Template
+
+from stacks.config import Alarms, Autoscaling
+from stacks.constructs.artifacts import ContainerImage, ModelArchive
+from stacks.constructs.endpoint import Instances, SageMakerEndpoint
+
+DIGEST = "sha256:" + "ab" * 32
+DLC_DIGEST = "sha256:" + "cd" * 32
+IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@{DIGEST}"
+MODEL = "s3://artifacts-bucket/models/3f2a/model.tar.gz"
+POOL = ("ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge")
+TOPIC = "arn:aws:sns:eu-west-1:123456789012:oncall"
+
+
+@pytest.fixture(scope="module")
+def template() -> Template:
+    """A fixed-instance endpoint on our image and a pooled one on the DLC, plus an invoker."""
+    stack = cdk.Stack(cdk.App(), "Bare")
+    archive = ModelArchive.from_s3_uri(MODEL)
+    cpu = SageMakerEndpoint(
+        stack,
+        "Cpu",
+        endpoint_name="decision-cpu",
+        image=ContainerImage.from_ecr_uri(IMAGE),
+        model_archive=archive,
+        environment={"DECISION_N_THREADS": "8", "DECISION_N_GPU_LAYERS": "0"},
+        instances=Instances.fixed("ml.c6i.2xlarge"),
+        initial_instance_count=1,
+        autoscaling=Autoscaling(min_capacity=1, max_capacity=3, invocations_per_instance=40),
+        alarms=Alarms(server_errors_per_5_minutes=5, model_latency_p90_ms=2500, topic_arn=TOPIC),
+        container_startup_timeout=cdk.Duration.minutes(10),
+        model_data_download_timeout=cdk.Duration.minutes(15),
+    )
+    SageMakerEndpoint(
+        stack,
+        "Gpu",
+        endpoint_name="decision-gpu",
+        image=ContainerImage.from_dlc(stack, repository_name="llama-cpp", digest=DLC_DIGEST),
+        model_archive=archive,
+        environment={"SM_LLAMA_CPP_N_GPU_LAYERS": "999"},
+        instances=Instances.pool(POOL, provision_timeout=cdk.Duration.minutes(20)),
+        initial_instance_count=2,
+        autoscaling=Autoscaling(min_capacity=2, max_capacity=4),
+        alarms=Alarms(),
+        container_startup_timeout=cdk.Duration.minutes(10),
+        model_data_download_timeout=cdk.Duration.minutes(10),
+        inference_ami_version="al2-ami-sagemaker-inference-gpu-3-1",
+        least_outstanding_requests=True,
+    )
+    invoker = iam.Role(stack, "Invoker", assumed_by=iam.AccountRootPrincipal())
+    cpu.grant_invoke(invoker)
+    return Template.from_stack(stack)
+
+
+def only(template: Template, resource_type: str, props: dict) -> tuple[str, dict]:
+    found = template.find_resources(resource_type, {"Properties": props})
+    assert len(found) == 1, found
+    return next(iter(found.items()))
+
+
+def variant(template: Template, instance_key: str, value) -> dict:
+    _, config = only(
+        template,
+        "AWS::SageMaker::EndpointConfig",
+        {"ProductionVariants": [Match.object_like({instance_key: value})]},
+    )
+    return config["Properties"]["ProductionVariants"][0]
+
+
+def test_each_endpoint_has_one_of_everything(template):
+    for resource_type, count in {
+        "AWS::SageMaker::Model": 2,
+        "AWS::SageMaker::EndpointConfig": 2,
+        "AWS::SageMaker::Endpoint": 2,
+        "AWS::ApplicationAutoScaling::ScalableTarget": 2,
+        "AWS::ApplicationAutoScaling::ScalingPolicy": 2,
+        "AWS::CloudWatch::Alarm": 4,
+        "AWS::IAM::Role": 3,  # two execution roles and the invoker
+    }.items():
+        template.resource_count_is(resource_type, count)
+
+
+def test_models_are_network_isolated_and_pinned_by_digest(template):
+    models = template.find_resources("AWS::SageMaker::Model")
+    for model in models.values():
+        props = model["Properties"]
+        assert props["EnableNetworkIsolation"] is True
+        assert props["PrimaryContainer"]["ModelDataUrl"] == MODEL
+        assert "ModelName" not in props  # generated, so a new image or archive can replace it
+        assert re.search(r'@sha256:[0-9a-f]{64}"', json.dumps(props["PrimaryContainer"]["Image"]))
+    only(
+        template,
+        "AWS::SageMaker::Model",
+        {
+            "PrimaryContainer": {
+                "Image": IMAGE,
+                "ModelDataUrl": MODEL,
+                "Environment": {"DECISION_N_THREADS": "8", "DECISION_N_GPU_LAYERS": "0"},
+            }
+        },
+    )
+
+
+def test_the_dlc_image_resolves_its_registry_account_from_the_regional_fact(template):
+    _, model = only(
+        template,
+        "AWS::SageMaker::Model",
+        {"PrimaryContainer": Match.object_like({"Environment": {"SM_LLAMA_CPP_N_GPU_LAYERS": "999"}})},
+    )
+    image = model["Properties"]["PrimaryContainer"]["Image"]
+    parts = image["Fn::Join"][1]
+    assert {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "value"]} in parts
+    assert parts[-1].endswith(f"/llama-cpp@{DLC_DIGEST}")
+    accounts = template.to_json()["Mappings"]["DlcRepositoryAccountMap"]
+    assert accounts["us-east-1"] == {"value": "763104351884"}
+
+
+def test_models_wait_for_their_roles_policy(template):
+    for logical_id, model in template.find_resources("AWS::SageMaker::Model").items():
+        owner = logical_id.split("Model")[0]
+        assert any(dep.startswith(f"{owner}ExecutionRoleDefaultPolicy") for dep in model["DependsOn"])
+
+
+def test_a_fixed_variant_names_its_instance_type_and_nothing_of_pools(template):
+    fixed = variant(template, "InstanceType", "ml.c6i.2xlarge")
+    assert fixed["InitialInstanceCount"] == 1
+    assert fixed["ContainerStartupHealthCheckTimeoutInSeconds"] == 600
+    assert fixed["ModelDataDownloadTimeoutInSeconds"] == 900
+    for absent in ("InstancePools", "VariantInstanceProvisionTimeoutInSeconds", "RoutingConfig",
+                   "InferenceAmiVersion"):
+        assert absent not in fixed
+
+
+def test_a_pooled_variant_ranks_its_types_and_names_no_instance_type(template):
+    pooled = variant(template, "InstancePools", Match.any_value())
+    assert "InstanceType" not in pooled  # the API rejects both together
+    assert pooled["InstancePools"] == [
+        {"InstanceType": t, "Priority": rank} for rank, t in enumerate(POOL, start=1)
+    ]
+    assert pooled["VariantInstanceProvisionTimeoutInSeconds"] == 1200
+    assert pooled["InferenceAmiVersion"] == "al2-ami-sagemaker-inference-gpu-3-1"
+    assert pooled["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    assert pooled["InitialInstanceCount"] == 2
+
+
+def test_configs_have_generated_names_and_endpoints_fixed_ones(template):
+    for config in template.find_resources("AWS::SageMaker::EndpointConfig").values():
+        assert "EndpointConfigName" not in config["Properties"]
+        assert config["Properties"]["ProductionVariants"][0]["ModelName"]["Fn::GetAtt"][1] == "ModelName"
+    names = {
+        endpoint["Properties"]["EndpointName"]: endpoint["Properties"]["EndpointConfigName"]
+        for endpoint in template.find_resources("AWS::SageMaker::Endpoint").values()
+    }
+    assert set(names) == {"decision-cpu", "decision-gpu"}
+    assert all(ref["Fn::GetAtt"][1] == "EndpointConfigName" for ref in names.values())
+
+
+def test_pool_validation_rejects_empty_oversized_and_repeated_pools():
+    for pool in ([], ["ml.g5.xlarge"] * 2, [f"ml.g5.{n}xlarge" for n in (2, 4, 8, 12, 16, 24)]):
+        with pytest.raises(ValueError, match="1-5 distinct types"):
+            Instances.pool(pool, provision_timeout=cdk.Duration.minutes(10))
+
+
+def test_autoscaling_tracks_invocations_per_instance_within_configured_bounds(template):
+    target_id, _ = only(
+        template,
+        "AWS::ApplicationAutoScaling::ScalableTarget",
+        {
+            "MinCapacity": 1,
+            "MaxCapacity": 3,
+            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+            "ServiceNamespace": "sagemaker",
+            "ResourceId": {
+                "Fn::Join": ["", ["endpoint/", {"Fn::GetAtt": [Match.string_like_regexp("^Cpu"), "EndpointName"]},
+                                  "/variant/AllTraffic"]]
+            },
+            "RoleARN": {
+                "Fn::Join": ["", Match.array_with([Match.string_like_regexp(
+                    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint$")])]
+            },
+        },
+    )
+    only(
+        template,
+        "AWS::ApplicationAutoScaling::ScalingPolicy",
+        {
+            "ScalingTargetId": {"Ref": target_id},
+            "PolicyType": "TargetTrackingScaling",
+            "TargetTrackingScalingPolicyConfiguration": {
+                "PredefinedMetricSpecification": {
+                    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+                },
+                "TargetValue": 40,
+                "ScaleInCooldown": 300,
+                "ScaleOutCooldown": 60,
+            },
+        },
+    )
+    only(template, "AWS::ApplicationAutoScaling::ScalableTarget", {"MinCapacity": 2, "MaxCapacity": 4})
+
+
+def test_every_endpoint_alarms_on_5xx_errors_and_model_latency(template):
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    by_metric: dict[str, list[dict]] = {}
+    for alarm in alarms.values():
+        props = alarm["Properties"]
+        assert props["Namespace"] == "AWS/SageMaker"
+        dimensions = {d["Name"]: d["Value"] for d in props["Dimensions"]}
+        assert dimensions["VariantName"] == "AllTraffic"
+        assert dimensions["EndpointName"]["Fn::GetAtt"][1] == "EndpointName"
+        by_metric.setdefault(props["MetricName"], []).append(props)
+    assert sorted(by_metric) == ["Invocation5XXErrors", "ModelLatency"]
+    assert len(by_metric["Invocation5XXErrors"]) == len(by_metric["ModelLatency"]) == 2
+    cpu_errors = next(p for p in by_metric["Invocation5XXErrors"] if p["Threshold"] == 5)
+    assert cpu_errors["Statistic"] == "Sum"
+    assert cpu_errors["AlarmActions"] == [TOPIC]
+    cpu_latency = next(p for p in by_metric["ModelLatency"] if "AlarmActions" in p)
+    assert cpu_latency["ExtendedStatistic"] == "p90"
+    assert cpu_latency["Threshold"] == 2_500_000  # ModelLatency is in microseconds
+    assert all("AlarmActions" not in p for p in by_metric["ModelLatency"] if p is not cpu_latency)
+
+
+def statements(template: Template, role_prefix: str) -> list[dict]:
+    policies = [
+        p for p in template.find_resources("AWS::IAM::Policy").values()
+        if p["Properties"]["Roles"][0]["Ref"].startswith(role_prefix)
+    ]
+    assert len(policies) == 1
+    return policies[0]["Properties"]["PolicyDocument"]["Statement"]
+
+
+def arn_text(value) -> str:
+    """An ARN as text, intrinsics written as <...>, for readable comparisons."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        return "".join(arn_text(part) for part in value["Fn::Join"][1])
+    if "Ref" in value:
+        return f"<{value['Ref']}>"
+    if "Fn::FindInMap" in value:
+        return f"<{value['Fn::FindInMap'][0]}>"
+    if "Fn::GetAtt" in value:
+        return f"<{'.'.join(value['Fn::GetAtt'])}>"
+    raise AssertionError(value)
+
+
+def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):
+    roles = template.find_resources("AWS::IAM::Role")
+    cpu_role = next(r for k, r in roles.items() if k.startswith("CpuExecutionRole"))
+    trust = cpu_role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust == [{"Action": "sts:AssumeRole", "Effect": "Allow",
+                      "Principal": {"Service": "sagemaker.amazonaws.com"}}]
+    granted = {
+        tuple(sorted([s["Action"]] if isinstance(s["Action"], str) else s["Action"])): sorted(
+            arn_text(r) for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        )
+        for s in statements(template, "CpuExecutionRole")
+    }
+    assert granted == {
+        ("ecr:GetAuthorizationToken",): ["*"],  # no resource-level permissions exist for it
+        ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"): [
+            "arn:<AWS::Partition>:ecr:eu-west-1:123456789012:repository/decision-models"
+        ],
+        ("s3:GetObject",): ["arn:<AWS::Partition>:s3:::artifacts-bucket/models/3f2a/model.tar.gz"],
+        ("logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"): [
+            "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints/decision-cpu",
+            "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints/decision-cpu:*",
+        ],
+    }
+
+
+def test_dlc_pull_rights_name_the_regional_dlc_repository(template):
+    pull = next(s for s in statements(template, "GpuExecutionRole") if "ecr:BatchGetImage" in s["Action"])
+    assert arn_text(pull["Resource"]) == (
+        "arn:<AWS::Partition>:ecr:<AWS::Region>:<DlcRepositoryAccountMap>:repository/llama-cpp"
+    )
+
+
+def test_grant_invoke_allows_invoking_exactly_that_endpoint(template):
+    (statement,) = statements(template, "Invoker")
+    assert statement["Action"] == [
+        "sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"
+    ]
+    assert statement["Resource"]["Ref"].startswith("CpuEndpoint")
