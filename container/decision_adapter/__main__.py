@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 import uvicorn
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         app, host=settings.host, port=settings.port, log_config=None, access_log=False,
         timeout_graceful_shutdown=settings.graceful_shutdown_s, lifespan="on",
     ))
+    # uvicorn drains on SIGTERM, then re-raises the signal through the handler it found in
+    # place; a drained shutdown is a clean one, so that handler does nothing and we exit 0.
+    signal.signal(signal.SIGTERM, lambda *_: None)
     server.run()
     if failure:
         print(f"decision_adapter: cannot serve: {failure[0]}", file=sys.stderr)

@@ -2,38 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from model_packaging.manifest import (
+    MANIFEST_FILENAME,
+    Manifest,
+    ManifestError,
+    read_manifest,
+    sha256_of_file,
+)
 
 from .settings import Settings
-
-MANIFEST_NAME = "model-manifest.json"
 
 
 class ModelFileError(RuntimeError):
     """The model cannot be served; the message says which file and why."""
-
-
-class ManifestFile(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    path: str
-    sha256: str
-    bytes: int | None = None
-
-
-class Manifest(BaseModel):
-    """The part of `model-manifest.json` (written by model_packaging) that the adapter relies on."""
-
-    model_config = ConfigDict(extra="ignore")
-    manifest_version: int = 1
-    spec: str | None = None
-    model: dict[str, str] = {}
-    files: list[ManifestFile]
-    tool: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -45,14 +29,6 @@ class ModelFile:
     sha256: str
     source: str  # how it was found: which variable, the model directory, or the bundled model
     manifest: Manifest | None
-
-
-def sha256_of(path: Path, chunk_bytes: int = 8 * 1024 * 1024) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while block := stream.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def discover_gguf(settings: Settings) -> tuple[Path, str]:
@@ -86,42 +62,38 @@ def discover_gguf(settings: Settings) -> tuple[Path, str]:
     )
 
 
-def read_manifest(gguf: Path) -> Manifest | None:
+def manifest_beside(gguf: Path) -> Manifest | None:
     """The manifest beside the GGUF (or one directory up, for */*.gguf layouts), if any."""
     for directory in (gguf.parent, gguf.parent.parent):
-        path = directory / MANIFEST_NAME
-        if path.is_file():
+        if (directory / MANIFEST_FILENAME).is_file():
             try:
-                return Manifest.model_validate(json.loads(path.read_text()))
-            except (ValueError, ValidationError) as error:
-                raise ModelFileError(f"{path} is not a valid model manifest: {error}") from None
+                return read_manifest(directory)
+            except ManifestError as error:
+                raise ModelFileError(str(error)) from None
     return None
-
-
-def _manifest_entry(manifest: Manifest, gguf: Path) -> ManifestFile:
-    for entry in manifest.files:
-        if Path(entry.path).name == gguf.name:
-            return entry
-    raise ModelFileError(f"{MANIFEST_NAME} lists no entry for {gguf.name}")
 
 
 def load_model_file(settings: Settings) -> ModelFile:
     """Locate the GGUF and verify it against its manifest before anything is served."""
     path, source = discover_gguf(settings)
-    manifest = read_manifest(path)
+    manifest = manifest_beside(path)
     try:
         size = path.stat().st_size
-        digest = sha256_of(path)
+        digest = sha256_of_file(path, chunk_bytes=8 << 20)
     except OSError as error:
         raise ModelFileError(f"cannot read {path}: {error}") from None
     if manifest is not None:
-        entry = _manifest_entry(manifest, path)
-        if entry.sha256.lower() != digest:
+        entry = manifest.gguf_file
+        if entry.path != path.name:
+            raise ModelFileError(
+                f"{MANIFEST_FILENAME} describes {entry.path}, but the GGUF found is {path.name}"
+            )
+        if entry.sha256 != digest:
             raise ModelFileError(
                 f"checksum mismatch for {path}: manifest says sha256 {entry.sha256}, "
                 f"file has {digest}; refusing to serve"
             )
-        if entry.bytes is not None and entry.bytes != size:
+        if entry.bytes != size:
             raise ModelFileError(
                 f"size mismatch for {path}: manifest says {entry.bytes} bytes, file has {size}"
             )

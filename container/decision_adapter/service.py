@@ -64,8 +64,8 @@ class DecisionService:
     # --- identity ----------------------------------------------------------------------
     def _model_name(self) -> str:
         manifest = self.model_file.manifest
-        if manifest is not None and manifest.model.get("name"):
-            return manifest.model["name"]
+        if manifest is not None:
+            return manifest.model.name
         return self.model_file.path.stem
 
     def _model_info(self) -> dict[str, Any]:
@@ -87,8 +87,9 @@ class DecisionService:
             "manifest": None if manifest is None else {
                 "spec": manifest.spec,
                 "manifest_version": manifest.manifest_version,
-                "model": manifest.model,
-                "tool": manifest.tool,
+                "model": manifest.model.model_dump(),
+                "tool": manifest.tool.model_dump(),
+                "created_at": manifest.created_at.isoformat(),
             },
             "llama_cpp_python_version": importlib.metadata.version("llama-cpp-python"),
             "adapter_version": __version__,

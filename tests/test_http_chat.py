@@ -1,0 +1,93 @@
+"""OpenAI-compatible chat through the official `openai` client, on the real model."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+
+@pytest.fixture(scope="module")
+def client(adapter):
+    return openai.OpenAI(base_url=adapter.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_chat_completion(client):
+    completion = client.chat.completions.create(
+        model="gemma", messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8,
+        temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert choice.finish_reason in {"stop", "length"}
+    assert completion.usage.prompt_tokens > 3
+    assert 1 <= completion.usage.completion_tokens <= 8
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
+
+
+def test_max_tokens_ends_with_length(client):
+    completion = client.chat.completions.create(
+        model="gemma", messages=[{"role": "user", "content": "Count from 1 to 100: 1, 2, 3,"}],
+        max_tokens=5, temperature=0, stop=["@@@"],
+    )
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 5
+
+
+def test_streaming_matches_the_non_streamed_answer(client):
+    request = dict(model="gemma", messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
+                   max_tokens=10, temperature=0, stop=["@@@"])
+    whole = client.chat.completions.create(**request).choices[0].message.content
+    chunks = list(client.chat.completions.create(stream=True, **request))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == whole and len(chunks) > 3
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_stop_strings_end_the_answer(client):
+    request = dict(model="gemma", messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
+                   max_tokens=20, temperature=0)
+    free = client.chat.completions.create(stop=["@@@"], **request).choices[0].message.content
+    assert "5" in free, free  # the greedy continuation counts on
+    stopped = client.chat.completions.create(stop=["5"], **request)
+    assert stopped.choices[0].message.content == free[: free.index("5")]
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_invocations_with_messages_is_chat(adapter):
+    body = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}
+    response = httpx.post(adapter.url + "/invocations", json=body, timeout=60)
+    assert response.status_code == 200
+    assert response.json()["object"] == "chat.completion"
+
+
+def test_invocations_streams_server_sent_events(adapter):
+    body = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "stream": True}
+    with httpx.stream("POST", adapter.url + "/invocations", json=body, timeout=60) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    assert json.loads(lines[0][6:])["object"] == "chat.completion.chunk"
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+])
+def test_bad_chat_requests_name_the_field(adapter, body, field):
+    response = httpx.post(adapter.url + "/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 422 and response.json()["field"] == field
+
+
+def test_each_request_logs_one_json_line_with_its_id(adapter):
+    response = httpx.post(adapter.url + "/v1/chat/completions", timeout=60,
+                          json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    request_id = response.headers["x-request-id"]
+    lines = [json.loads(line) for line in adapter.log().splitlines() if request_id in line]
+    assert len(lines) == 1
+    assert lines[0]["status"] == 200 and lines[0]["path"] == "/v1/chat/completions"
+    assert lines[0]["duration_ms"] > 0 and lines[0]["completion_tokens"] >= 1

@@ -1,0 +1,162 @@
+"""Decision scoring over HTTP against the live adapter on the real bundled model."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+STATE = "The customer cannot receive a password reset email."
+
+
+def decision(id="support-route", state=STATE, question="Which queue should handle this request?",
+             options=None):
+    return {
+        "id": id, "state": state, "question": question,
+        "options": options or [
+            {"id": "account_access", "description": "Account access support."},
+            {"id": "billing", "description": "Billing support."},
+        ],
+    }
+
+
+def post(adapter, body, path="/invocations", **kwargs):
+    return httpx.post(adapter.url + path, json=body, timeout=120, **kwargs)
+
+
+def test_ping_answers_once_the_model_is_loaded(adapter):
+    response = httpx.get(adapter.url + "/ping")
+    assert response.status_code == 200 and response.json()["model"] == "gemma-3-270m-q4_k_m"
+
+
+def test_single_decision_returns_probabilities_in_request_order(adapter):
+    response = post(adapter, {"decision": decision()})
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    assert result["id"] == "support-route"
+    assert result["option_ids"] == ["account_access", "billing"]
+    assert sum(result["probabilities"]) == pytest.approx(1.0)
+    assert len(result["option_logits"]) == 2 and result["readout_mode"] == "single-token"
+    assert 0 < result["allowed_token_mass"] <= 1
+    assert result["input_tokens"] > 20 and len(result["prompt_sha256"]) == 64
+    assert "no tokens generated" in result["readout"]
+    model = result["model"]
+    assert model["gguf_file"] == "gemma-3-270m-q4_k_m.gguf" and model["quantization"] == "Q4_K_M"
+    assert len(model["gguf_sha256"]) == 64 and model["gguf_bytes"] > 100_000_000
+    assert model["context_tokens"] == 8192 and model["threads"] == 2 and model["gpu_layers"] == 0
+    assert model["llama_cpp_python_version"] == "0.3.36"
+    assert result["timing"]["total_ms"] > 0 and result["timing"]["prefill_ms"] > 0
+
+
+def test_same_prompt_same_hash_and_answer(adapter):
+    first = post(adapter, {"decision": decision()}).json()["result"]
+    again = post(adapter, {"decision": decision(id="other-id")}).json()["result"]
+    changed = post(adapter, {"decision": decision(question="Which team?")}).json()["result"]
+    assert first["prompt_sha256"] == again["prompt_sha256"] != changed["prompt_sha256"]
+    assert first["probabilities"] == again["probabilities"]
+
+
+def test_shared_state_matches_single_decisions(adapter):
+    questions = [
+        decision(id="route"),
+        decision(id="urgency", question="How urgent is it?",
+                 options=[{"id": "low"}, {"id": "medium"}, {"id": "high"}]),
+        decision(id="angry", question="Is the customer angry?", options=[{"id": "yes"}, {"id": "no"}]),
+    ]
+    shared = post(adapter, {"decisions": questions})
+    assert shared.status_code == 200, shared.text
+    body = shared.json()
+    assert [r["id"] for r in body["results"]] == ["route", "urgency", "angry"]
+    assert body["timing"]["prefix_tokens"] > 0
+    for item, result in zip(questions, body["results"]):
+        alone = post(adapter, {"decision": item}).json()["result"]
+        assert result["probabilities"] == pytest.approx(alone["probabilities"], abs=1e-3)
+        assert result["input_tokens"] == alone["input_tokens"]
+
+
+def test_shared_budget_counts_the_state_once(adapter):
+    """A long state shared by six questions: an even split of the 8,192-token budget (1,365
+    each) would reject it, counting the prefix once accepts it."""
+    long_state = "Ticket history: the customer reported that login fails after a reset. " * 110
+    questions = [decision(id=f"q{i}", state=long_state, question=f"Question {i}: which queue?")
+                 for i in range(6)]
+    response = post(adapter, {"decisions": questions})
+    assert response.status_code == 200, response.text
+    timing = response.json()["timing"]
+    assert timing["prefix_tokens"] > 1365
+    assert timing["request_tokens"] < 8192 < 6 * timing["prefix_tokens"]
+
+
+def test_prompt_over_the_limit_is_rejected_with_limit_and_count(adapter):
+    huge = "word " * 9000
+    response = post(adapter, {"decision": decision(state=huge)})
+    assert response.status_code == 413
+    body = response.json()
+    assert body["field"] == "decision" and "8192" in body["error"]
+    needed = int(body["error"].split("needs ")[1].split(" ")[0])
+    assert needed > 8192
+
+
+def test_255_options_are_scored_and_256_refused(adapter):
+    options = [{"id": f"option_{i}"} for i in range(255)]
+    response = post(adapter, {"decision": decision(question="Pick one", options=options)})
+    assert response.status_code == 200, response.text
+    assert len(response.json()["result"]["probabilities"]) == 255
+    too_many = post(adapter, {"decision": decision(options=options + [{"id": "one_more"}])})
+    assert too_many.status_code == 422 and too_many.json()["field"] == "decision.options"
+
+
+BAD_BODIES = [
+    ({"decision": {**decision(), "options": [{"id": "only"}]}}, 422, "decision.options"),
+    ({"decision": {**decision(), "question": 42}}, 422, "decision.question"),
+    ({"decision": {**decision(), "question": "   "}}, 422, "decision.question"),
+    ({"decision": {k: v for k, v in decision().items() if k != "state"}}, 422, "decision.state"),
+    ({"decision": decision(options=[{"id": "a"}, {"id": "a"}])}, 422, "decision.options"),
+    ({"decisions": [decision(id="x"), decision(id="x")]}, 422, "decisions"),
+    ({"decisions": [decision(id="x"), decision(id="y", state="another state")]}, 422, "decisions"),
+    ({"decisions": []}, 422, "decisions"),
+    ({"decision": decision(), "decisions": [decision()]}, 422, "body"),
+    ({"decision": {**decision(), "colour": "red"}}, 422, "decision.colour"),
+    ({"something": "else"}, 422, "body"),
+    ([1, 2, 3], 422, "body"),
+]
+
+
+@pytest.mark.parametrize("body,status,field", BAD_BODIES)
+def test_bad_bodies_get_4xx_naming_the_field(adapter, body, status, field):
+    response = post(adapter, body)
+    assert response.status_code == status, response.text
+    payload = response.json()
+    assert payload["field"] == field and payload["retryable"] is False
+    assert field.split(".")[-1].split("[")[0] in payload["error"] or field == "body"
+
+
+@pytest.mark.parametrize("raw,headers,status,field", [
+    (b'{"decision": ', {"content-type": "application/json"}, 400, "body"),
+    (b'{"decision": NaN}', {"content-type": "application/json"}, 400, "body"),
+    (b'{"decision": {}, "decision": {}}', {"content-type": "application/json"}, 400, "body"),
+    (b"", {"content-type": "application/json"}, 400, "body"),
+    (b"decision=1", {"content-type": "application/x-www-form-urlencoded"}, 415, "Content-Type"),
+    (b"{" + b" " * 2_000_000 + b"}", {"content-type": "application/json"}, 413, "body"),
+])
+def test_malformed_requests_get_4xx(adapter, raw, headers, status, field):
+    response = httpx.post(adapter.url + "/invocations", content=raw, headers=headers, timeout=60)
+    assert response.status_code == status, response.text
+    assert response.json()["field"] == field
+
+
+def test_busy_model_answers_503_retryable_with_retry_after(adapter):
+    long_chat = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
+                 "max_tokens": 400, "temperature": 0, "stop": ["@@@"]}
+    finished = {}
+    worker = threading.Thread(target=lambda: finished.update(r=post(adapter, long_chat)))
+    worker.start()
+    time.sleep(1.0)
+    busy = post(adapter, {"decision": decision()})
+    worker.join()
+    assert finished["r"].status_code == 200
+    assert busy.status_code == 503
+    assert busy.json()["retryable"] is True and int(busy.headers["retry-after"]) >= 1
+    assert post(adapter, {"decision": decision()}).status_code == 200  # and free again

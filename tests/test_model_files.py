@@ -1,0 +1,77 @@
+"""GGUF discovery order and manifest verification (file logic: small stand-in files suffice)."""
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from decision_adapter.model_files import ModelFileError, discover_gguf, load_model_file
+from decision_adapter.settings import Settings
+from model_packaging.manifest import sha256_of_file
+
+
+def _settings(**values) -> Settings:
+    return Settings(allow_bundled_model=False, **values)
+
+
+def _gguf(path: Path, data: bytes = b"GGUF-test") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def _manifest(directory: Path, gguf: Path, sha256: str | None = None) -> None:
+    entry = {"path": gguf.name, "role": "gguf", "bytes": gguf.stat().st_size,
+             "sha256": sha256 or sha256_of_file(gguf),
+             "source": {"kind": "local", "file": str(gguf)}}
+    (directory / "model-manifest.json").write_text(json.dumps({
+        "manifest_version": 1, "tool": {"name": "model_packaging", "version": "1"}, "spec": "test",
+        "model": {"name": "Test", "gguf": gguf.name}, "files": [entry],
+        "created_at": datetime.now(timezone.utc).isoformat(),
+    }))
+
+
+def test_explicit_path_comes_first(tmp_path):
+    explicit = _gguf(tmp_path / "explicit.gguf")
+    _gguf(tmp_path / "dir" / "other.gguf")
+    path, source = discover_gguf(_settings(model_path=explicit, model_dir=tmp_path / "dir"))
+    assert path == explicit and "MODEL" in source
+
+
+def test_one_gguf_in_the_directory_or_one_level_down(tmp_path):
+    nested = _gguf(tmp_path / "sub" / "model.gguf")
+    assert discover_gguf(_settings(model_dir=tmp_path))[0] == nested
+
+
+@pytest.mark.parametrize("files,expected", [
+    ([], "no \\*.gguf files"),
+    (["a.gguf", "sub/b.gguf"], "a.gguf, sub/b.gguf"),
+])
+def test_zero_or_several_candidates_refuse_and_name_what_was_found(tmp_path, files, expected):
+    for name in files:
+        _gguf(tmp_path / name)
+    with pytest.raises(ModelFileError, match=expected):
+        discover_gguf(_settings(model_dir=tmp_path))
+
+
+def test_missing_directory_without_bundled_model_is_refused(tmp_path):
+    with pytest.raises(ModelFileError, match="does not exist"):
+        discover_gguf(_settings(model_dir=tmp_path / "absent"))
+
+
+def test_manifest_checksum_is_verified(tmp_path):
+    gguf = _gguf(tmp_path / "model.gguf")
+    _manifest(tmp_path, gguf)
+    loaded = load_model_file(_settings(model_dir=tmp_path))
+    assert loaded.sha256 == sha256_of_file(gguf) and loaded.manifest.model.name == "Test"
+    _manifest(tmp_path, gguf, sha256="0" * 64)
+    with pytest.raises(ModelFileError, match="checksum mismatch"):
+        load_model_file(_settings(model_dir=tmp_path))
+
+
+def test_a_corrupt_manifest_is_refused(tmp_path):
+    _gguf(tmp_path / "model.gguf")
+    (tmp_path / "model-manifest.json").write_text("{not json")
+    with pytest.raises(ModelFileError, match="model-manifest.json"):
+        load_model_file(_settings(model_dir=tmp_path))

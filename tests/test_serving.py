@@ -1,0 +1,63 @@
+"""Process-level behaviour: refusing to start, the `serve` argument, draining on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import httpx
+
+from model_packaging.manifest import sha256_of_file
+from tests.adapter_process import run_adapter_until_exit, running_adapter
+
+
+def test_gpu_layers_without_a_gpu_backend_refuse_to_start():
+    finished = run_adapter_until_exit({"DECISION_N_GPU_LAYERS": "-1"})
+    assert finished.returncode != 0
+    assert "no GPU backend" in finished.stderr
+
+
+def test_impossible_configuration_exits_with_one_line():
+    finished = run_adapter_until_exit({"DECISION_N_CTX": "ten"})
+    assert finished.returncode == 2
+    assert "DECISION_N_CTX" in finished.stderr and "Traceback" not in finished.stderr
+
+
+def test_manifest_mismatch_refuses_to_start(tmp_path, gemma_gguf):
+    (tmp_path / gemma_gguf.name).symlink_to(gemma_gguf)
+    manifest = {
+        "manifest_version": 1, "tool": {"name": "model_packaging", "version": "1"}, "spec": "t",
+        "model": {"name": "gemma", "gguf": gemma_gguf.name},
+        "files": [{"path": gemma_gguf.name, "role": "gguf", "bytes": gemma_gguf.stat().st_size,
+                   "sha256": "f" * 64, "source": {"kind": "local", "file": "x"}}],
+        "created_at": "2026-01-01T00:00:00+00:00",
+    }
+    (tmp_path / "model-manifest.json").write_text(json.dumps(manifest))
+    finished = run_adapter_until_exit({"DECISION_MODEL_DIR": str(tmp_path)})
+    assert finished.returncode == 1
+    assert "checksum mismatch" in finished.stderr and gemma_gguf.name in finished.stderr
+
+    manifest["files"][0]["sha256"] = sha256_of_file(gemma_gguf)
+    (tmp_path / "model-manifest.json").write_text(json.dumps(manifest))
+    with running_adapter(tmp_path, DECISION_MODEL_DIR=str(tmp_path)) as adapter:
+        info = httpx.get(adapter.url + "/ping").json()
+        assert info["model"] == "gemma"  # the manifest's identity names the model
+
+
+def test_sigterm_lets_an_in_flight_request_finish(tmp_path):
+    with running_adapter(tmp_path) as adapter:
+        body = {"messages": [{"role": "user", "content": "Count: 1, 2, 3,"}],
+                "max_tokens": 60, "temperature": 0, "stop": ["@@@"]}
+        outcome = {}
+        worker = threading.Thread(
+            target=lambda: outcome.update(r=httpx.post(adapter.url + "/v1/chat/completions",
+                                                       json=body, timeout=60)))
+        worker.start()
+        time.sleep(0.7)
+        adapter.process.send_signal(signal.SIGTERM)
+        worker.join()
+        assert outcome["r"].status_code == 200
+        assert outcome["r"].json()["usage"]["completion_tokens"] == 60
+        assert adapter.process.wait(timeout=30) == 0
