@@ -89,7 +89,8 @@ InstanceType = Annotated[
     str, AfterValidator(_matches(_INSTANCE_TYPE, "a SageMaker instance type (ml.<family>.<size>)"))
 ]
 EndpointName = Annotated[
-    str, AfterValidator(_matches(_ENDPOINT_NAME, "a SageMaker endpoint name (1-63 of [a-zA-Z0-9-])"))
+    str,
+    AfterValidator(_matches(_ENDPOINT_NAME, "a SageMaker endpoint name (1-63 of [a-zA-Z0-9-])")),
 ]
 # Both ContainerStartupHealthCheckTimeoutInSeconds and ModelDataDownloadTimeoutInSeconds.
 ContainerTimeout = Annotated[int, Field(ge=60, le=3600)]
@@ -130,11 +131,11 @@ class Builds(_Config):
     """The CodeBuild projects of the stateful stack."""
 
     model_spec: str = Field("qwen3.5-4b-q4_k_m", min_length=1)
-    artifact_prefix: str = Field("models", pattern=r"^[a-zA-Z0-9!_.*'()-]+(/[a-zA-Z0-9!_.*'()-]+)*$")
-    cpu_image_tag: str = Field("decision-cpu", pattern=r"^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,100}$")
-    gpu_image_tag: str = Field("decision-gpu", pattern=r"^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,100}$")
+    artifact_prefix: str = Field(
+        "models", pattern=r"^[a-zA-Z0-9!_.*'()-]+(/[a-zA-Z0-9!_.*'()-]+)*$"
+    )
     # CodeBuild accepts 5..2160 minutes; compiling llama.cpp for CUDA takes the longest.
-    timeout_minutes: int = Field(120, ge=5, le=2160)
+    timeout_minutes: int = Field(180, ge=5, le=2160)
     log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365] = 30
 
 
@@ -155,10 +156,14 @@ class Autoscaling(_Config):
 
 
 class Alarms(_Config):
-    server_errors_per_5_minutes: int = Field(1, ge=1, description="Invocation5XXErrors alarm threshold")
+    server_errors_per_5_minutes: int = Field(
+        1, ge=1, description="Invocation5XXErrors alarm threshold"
+    )
     model_latency_p90_ms: int = Field(10_000, ge=1, le=3_600_000)
     evaluation_periods: int = Field(2, ge=1, le=100)
-    topic_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+    topic_arn: str | None = Field(
+        None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$"
+    )
 
 
 class EndpointSettings(_Config):
@@ -228,7 +233,12 @@ class DecisionGpuEndpoint(EndpointSettings):
 
     endpoint_name: EndpointName = "decision-models-decision-gpu"
     instance_pool: list[InstanceType] = Field(
-        default_factory=lambda: ["ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge", "ml.g4dn.2xlarge"],
+        default_factory=lambda: [
+            "ml.g6e.xlarge",
+            "ml.g6.2xlarge",
+            "ml.g5.2xlarge",
+            "ml.g4dn.2xlarge",
+        ],
         min_length=1,
         max_length=5,
     )
@@ -252,8 +262,11 @@ class DecisionGpuEndpoint(EndpointSettings):
 
 
 class AppConfig(_Config):
-    """Everything the app reads from context. Build outputs (`modelDataUri`, `decision*Image`) are
-    absent until the builds ran; without `modelDataUri` the app synthesizes the stateful stack only."""
+    """Everything the app reads from context.
+
+    Build outputs (`modelDataUri`, `decision*Image`) are absent until the builds ran; without
+    `modelDataUri` the app synthesizes the stateful stack only.
+    """
 
     stack_prefix: str = Field("DecisionModels", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,80}$")
     retain_artifacts: bool = True
@@ -287,23 +300,33 @@ class AppConfig(_Config):
 
     @model_validator(mode="after")
     def _release_complete(self) -> AppConfig:
+        endpoints = (
+            self.text_generation_endpoint,
+            self.decision_cpu_endpoint,
+            self.decision_gpu_endpoint,
+        )
+        names = [e.endpoint_name for e in endpoints if e.enabled]
+        if len(names) != len(set(names)):
+            raise ValueError(f"endpoint names must differ: {names}")
+        images = (
+            (self.decision_cpu_endpoint, self.decision_cpu_image, "decisionCpuImage", "cpu-image"),
+            (self.decision_gpu_endpoint, self.decision_gpu_image, "decisionGpuImage", "gpu-image"),
+        )
         if self.model_data_uri is None:
+            given = [key for _, image, key, _ in images if image is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} given without modelDataUri: run `python -m ops build "
+                    "model` and pass -c modelDataUri=<printed URI> (the endpoints need both)"
+                )
             return self
-        for endpoint, image, build in (
-            (self.decision_cpu_endpoint, self.decision_cpu_image, "cpu-image"),
-            (self.decision_gpu_endpoint, self.decision_gpu_image, "gpu-image"),
-        ):
+        for endpoint, image, key, build in images:
             if endpoint.enabled and image is None:
-                key = "decisionCpuImage" if build == "cpu-image" else "decisionGpuImage"
                 raise ValueError(
                     f"{key} is required while {endpoint.endpoint_name} is enabled: run "
                     f"`python -m ops build {build}` and pass -c {key}=<printed URI>, or disable "
                     "the endpoint with enabled=false"
                 )
-        endpoints = [self.text_generation_endpoint, self.decision_cpu_endpoint, self.decision_gpu_endpoint]
-        names = [e.endpoint_name for e in endpoints if e.enabled]
-        if len(names) != len(set(names)):
-            raise ValueError(f"endpoint names must differ: {names}")
         return self
 
     @property

@@ -26,7 +26,9 @@ class EndpointStack(Stack):
             self._add(
                 "TextGeneration",
                 text,
-                image=ContainerImage.from_dlc(self, repository_name=config.dlc.repository, digest=digest),
+                image=ContainerImage.from_dlc(
+                    self, repository_name=config.dlc.repository, digest=digest
+                ),
                 model_archive=model_archive,
                 # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value.
                 environment={
@@ -45,7 +47,9 @@ class EndpointStack(Stack):
                 cpu,
                 image=ContainerImage.from_ecr_uri(config.decision_cpu_image),
                 model_archive=model_archive,
-                environment=_decision_environment(n_threads=cpu.n_threads, n_ctx=cpu.n_ctx, n_gpu_layers=0),
+                environment=_decision_environment(
+                    n_threads=cpu.n_threads, n_ctx=cpu.n_ctx, n_gpu_layers=0
+                ),
                 instances=Instances.fixed(cpu.instance_type),
             )
 
@@ -61,7 +65,8 @@ class EndpointStack(Stack):
                     n_threads=gpu.n_threads, n_ctx=gpu.n_ctx, n_gpu_layers=gpu.n_gpu_layers
                 ),
                 instances=Instances.pool(
-                    gpu.instance_pool, provision_timeout=Duration.seconds(gpu.provision_timeout_seconds)
+                    gpu.instance_pool,
+                    provision_timeout=Duration.seconds(gpu.provision_timeout_seconds),
                 ),
                 inference_ami_version=gpu.inference_ami_version,
                 # A pool may mix instance speeds: send work to whoever has the least of it.
@@ -82,7 +87,9 @@ class EndpointStack(Stack):
             autoscaling=settings.autoscaling,
             alarms=settings.alarms,
             container_startup_timeout=Duration.seconds(settings.container_startup_timeout_seconds),
-            model_data_download_timeout=Duration.seconds(settings.model_data_download_timeout_seconds),
+            model_data_download_timeout=Duration.seconds(
+                settings.model_data_download_timeout_seconds
+            ),
             network_isolation=True,
             **props,
         )

@@ -1,4 +1,4 @@
-"""What outlives a release: the artifact bucket, the image repository and the builds that fill them."""
+"""What outlives a release: the artifact bucket, the image repository, the builds filling them."""
 
 from __future__ import annotations
 
@@ -86,9 +86,9 @@ class StatefulStack(Stack):
         artifacts.grant_publish_models(model_build.project)
 
         image_builds = {}
-        for flavour, dockerfile, digest, tag in (
-            ("Cpu", "container/Dockerfile", config.dlc.cpu_digest, builds.cpu_image_tag),
-            ("Gpu", "container/Dockerfile.gpu", config.dlc.cuda_digest, builds.gpu_image_tag),
+        for flavour, dockerfile, digest in (
+            ("Cpu", "container/Dockerfile", config.dlc.cpu_digest),
+            ("Gpu", "container/Dockerfile.gpu", config.dlc.cuda_digest),
         ):
             base_image = ContainerImage.from_dlc(
                 self, repository_name=config.dlc.repository, digest=digest
@@ -102,7 +102,8 @@ class StatefulStack(Stack):
                     "IMAGE_REPO_URI": repository.repository_uri,
                     "DOCKERFILE": dockerfile,
                     "BASE_IMAGE": base_image.image_uri,
-                    "IMAGE_TAG": tag,
+                    # No IMAGE_TAG: tags are immutable, so the buildspec derives a fresh one per
+                    # build unless `ops build --env IMAGE_TAG=...` names it.
                 },
                 docker=True,
                 compute_type=codebuild.ComputeType.LARGE,

@@ -90,7 +90,7 @@ def text(value) -> str:
         return value
     if isinstance(value, list):
         return ",".join(text(v) for v in value)
-    (intrinsic, argument), = value.items()
+    ((intrinsic, argument),) = value.items()
     if intrinsic == "Fn::Join":
         return argument[0].join(text(part) for part in argument[1])
     if intrinsic == "Ref":
@@ -119,6 +119,7 @@ def policy_statements(template: Template, role_prefix: str) -> list[dict]:
 
 def grants(template: Template, role_prefix: str) -> dict[tuple[str, ...], list[str]]:
     """{sorted actions: sorted resources as text} for one role's policy."""
+
     def listed(value):
         return value if isinstance(value, list) else [value]
 
@@ -147,15 +148,19 @@ def test_stateful_stack_resource_counts(stateful):
 
 
 def test_artifact_bucket_is_encrypted_private_versioned_logged_and_retained(stateful):
-    logical_id, bucket = one(stateful, "AWS::S3::Bucket", {"VersioningConfiguration": Match.any_value()})
+    logical_id, bucket = one(
+        stateful, "AWS::S3::Bucket", {"VersioningConfiguration": Match.any_value()}
+    )
     props = bucket["Properties"]
     assert props["VersioningConfiguration"] == {"Status": "Enabled"}
     assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"] == [
         {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
     ]
     assert props["PublicAccessBlockConfiguration"] == {
-        "BlockPublicAcls": True, "BlockPublicPolicy": True,
-        "IgnorePublicAcls": True, "RestrictPublicBuckets": True,
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
     }
     logs_bucket = props["LoggingConfiguration"]["DestinationBucketName"]["Ref"]
     assert logs_bucket.startswith("ArtifactsAccessLogs")
@@ -179,7 +184,9 @@ def test_image_repository_is_immutable_scanned_pruned_and_retained(stateful):
     assert props["ImageTagMutability"] == "IMMUTABLE"
     assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
     # AES256 is ECR's default encryption, which CloudFormation leaves implicit.
-    assert props.get("EncryptionConfiguration", {"EncryptionType": "AES256"}) == {"EncryptionType": "AES256"}
+    assert props.get("EncryptionConfiguration", {"EncryptionType": "AES256"}) == {
+        "EncryptionType": "AES256"
+    }
     rules = json.loads(props["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]
     assert [r["selection"]["tagStatus"] for r in rules] == ["untagged", "any"]
     assert rules[1]["selection"]["countType"] == "imageCountMoreThan"
@@ -192,8 +199,11 @@ def project(stateful: Template, buildspec: str, dockerfile: str | None = None) -
         (logical_id, p["Properties"])
         for logical_id, p in resources(stateful, "AWS::CodeBuild::Project").items()
         if p["Properties"]["Source"]["BuildSpec"] == buildspec
-        and (dockerfile is None or {"Name": "DOCKERFILE", "Type": "PLAINTEXT", "Value": dockerfile}
-             in p["Properties"]["Environment"]["EnvironmentVariables"])
+        and (
+            dockerfile is None
+            or {"Name": "DOCKERFILE", "Type": "PLAINTEXT", "Value": dockerfile}
+            in p["Properties"]["Environment"]["EnvironmentVariables"]
+        )
     ]
     assert len(matches) == 1
     return matches[0]
@@ -208,10 +218,12 @@ def test_build_projects_run_the_repository_buildspecs_from_the_source_asset(stat
         assert props["Environment"]["Image"] == "aws/codebuild/standard:7.0"
         assert props["Environment"]["Type"] == "LINUX_CONTAINER"
         assert props["Source"]["Type"] == "S3"
-        assert re.fullmatch(r"cdk-[a-z0-9]+-assets-<AWS::AccountId>-<AWS::Region>/[0-9a-f]{64}\.zip",
-                            text(props["Source"]["Location"]))
+        assert re.fullmatch(
+            r"cdk-[a-z0-9]+-assets-<AWS::AccountId>-<AWS::Region>/[0-9a-f]{64}\.zip",
+            text(props["Source"]["Location"]),
+        )
         assert props["Artifacts"] == {"Type": "NO_ARTIFACTS"}
-        assert props["TimeoutInMinutes"] == 120
+        assert props["TimeoutInMinutes"] == 180
         assert props["LogsConfig"]["CloudWatchLogs"]["Status"] == "ENABLED"
         assert "Name" not in props
 
@@ -236,7 +248,9 @@ def test_model_build_project(stateful):
         ("container/Dockerfile.gpu", DEFAULT_DLC_CUDA_DIGEST, "decision-gpu"),
     ],
 )
-def test_image_build_projects_build_from_the_dlc_pinned_by_digest(stateful, dockerfile, digest, tag):
+def test_image_build_projects_build_from_the_dlc_pinned_by_digest(
+    stateful, dockerfile, digest, tag
+):
     _, props = project(stateful, "container/buildspec.yml", dockerfile)
     assert props["Environment"]["PrivilegedMode"] is True  # docker build
     assert props["Environment"]["ComputeType"] == "BUILD_GENERAL1_LARGE"
@@ -246,7 +260,7 @@ def test_image_build_projects_build_from_the_dlc_pinned_by_digest(stateful, dock
         "BASE_IMAGE": (
             f"<DlcRepositoryAccountMap>.dkr.ecr.<AWS::Region>.<AWS::URLSuffix>/llama-cpp@{digest}"
         ),
-        "IMAGE_TAG": tag,
+        # IMAGE_TAG stays unset: with immutable tags a fixed one would fail the second build.
     }
     assert re.fullmatch(
         r"<(Images[0-9A-F]{8})\.Arn>\[4\]\.dkr\.ecr\.<\1\.Arn>\[3\]\.<AWS::URLSuffix>/<\1>",
@@ -268,8 +282,11 @@ def role_prefix_of(stateful: Template, buildspec: str, dockerfile: str | None = 
 def test_model_build_may_write_only_under_the_model_prefix(stateful):
     role = role_prefix_of(stateful, "model_packaging/buildspec.yml")
     granted = grants(stateful, role)
-    bucket = next(k for k, b in resources(stateful, "AWS::S3::Bucket").items()
-                  if "VersioningConfiguration" in b["Properties"])
+    bucket = next(
+        k
+        for k, b in resources(stateful, "AWS::S3::Bucket").items()
+        if "VersioningConfiguration" in b["Properties"]
+    )
     assert granted[("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject")] == [
         f"<{bucket}.Arn>/models/*"
     ]
@@ -287,7 +304,9 @@ def test_image_builds_push_to_the_repository_and_pull_only_the_dlc(stateful, doc
     repository = next(iter(resources(stateful, "AWS::ECR::Repository")))
     push = next(resources for actions, resources in granted.items() if "ecr:PutImage" in actions)
     assert push == [f"<{repository}.Arn>"]
-    pull = granted[("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")]
+    pull = granted[
+        ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")
+    ]
     assert pull == [
         "arn:<AWS::Partition>:ecr:<AWS::Region>:<DlcRepositoryAccountMap>:repository/llama-cpp"
     ]
@@ -301,15 +320,23 @@ def test_wildcard_resources_only_where_no_resource_level_permission_exists(state
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
                 if statement["Resource"] == "*" or "*" in statement.get("Resource", []):
                     assert statement["Action"] == "ecr:GetAuthorizationToken", statement
-                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                actions = (
+                    statement["Action"]
+                    if isinstance(statement["Action"], list)
+                    else [statement["Action"]]
+                )
                 assert all(a != "*" and not a.endswith(":*") for a in actions), statement
 
 
 def test_stateful_outputs_name_what_the_operator_cli_needs(stateful):
     outputs = stateful.to_json()["Outputs"]
     assert set(outputs) == {
-        "ArtifactBucketName", "ModelArtifactsUri", "ImageRepositoryUri",
-        "ModelBuildProject", "CpuImageBuildProject", "GpuImageBuildProject",
+        "ArtifactBucketName",
+        "ModelArtifactsUri",
+        "ImageRepositoryUri",
+        "ModelBuildProject",
+        "CpuImageBuildProject",
+        "GpuImageBuildProject",
     }
     assert text(outputs["ModelArtifactsUri"]["Value"]).endswith("/models/")
 
@@ -343,9 +370,9 @@ def model(endpoints: Template, endpoint_name: str) -> dict:
     (variant,) = config["ProductionVariants"]
     return {
         "variant": variant,
-        "model": resources(endpoints, "AWS::SageMaker::Model")[variant["ModelName"]["Fn::GetAtt"][0]][
-            "Properties"
-        ],
+        "model": resources(endpoints, "AWS::SageMaker::Model")[
+            variant["ModelName"]["Fn::GetAtt"][0]
+        ]["Properties"],
     }
 
 
@@ -377,7 +404,9 @@ def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
     built = model(endpoints, "decision-models-decision-cpu")
     assert built["model"]["PrimaryContainer"]["Image"] == CPU_IMAGE
     assert built["model"]["PrimaryContainer"]["Environment"] == {
-        "DECISION_N_THREADS": "8", "DECISION_N_CTX": "4096", "DECISION_N_GPU_LAYERS": "0",
+        "DECISION_N_THREADS": "8",
+        "DECISION_N_CTX": "4096",
+        "DECISION_N_GPU_LAYERS": "0",
     }
     assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
     assert "InstancePools" not in built["variant"]
@@ -421,15 +450,21 @@ def test_invoker_roles_get_invoke_on_every_endpoint(tmp_path):
     # A construct-level check would not show the wiring; reuse the disposable-style synth cheaply.
     app = cdk.App(context=cdk_json_context())
     config = AppConfig.from_context(
-        {**cdk_json_context(), **RELEASE, "invokerRoleArns": [role],
-         "textGenerationEndpoint": {"enabled": False}, "decisionGpuEndpoint": {"enabled": False}}
+        {
+            **cdk_json_context(),
+            **RELEASE,
+            "invokerRoleArns": [role],
+            "textGenerationEndpoint": {"enabled": False},
+            "decisionGpuEndpoint": {"enabled": False},
+        }
     )
     _, endpoint_stack = compose(app, config=config, repository_root=ROOT)
     synthesized = Template.from_stack(endpoint_stack)
     _, policy = one(synthesized, "AWS::IAM::Policy", {"Roles": ["decision-client"]})
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert statement["Action"] == [
-        "sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"
+        "sagemaker:InvokeEndpoint",
+        "sagemaker:InvokeEndpointWithResponseStream",
     ]
     assert statement["Resource"]["Ref"].startswith("DecisionCpuEndpoint")
 
@@ -441,7 +476,9 @@ def test_switched_off_endpoints_are_absent(disposable):
     endpoint_stack = template(disposable, ENDPOINTS)
     endpoint_stack.resource_count_is("AWS::SageMaker::Endpoint", 1)
     endpoint_stack.resource_count_is("AWS::CloudWatch::Alarm", 2)
-    one(endpoint_stack, "AWS::SageMaker::Endpoint", {"EndpointName": "decision-models-decision-cpu"})
+    one(
+        endpoint_stack, "AWS::SageMaker::Endpoint", {"EndpointName": "decision-models-decision-cpu"}
+    )
 
 
 def test_unretained_artifacts_are_emptied_and_deleted_on_destroy(disposable):
@@ -526,7 +563,9 @@ def test_app_synthesizes_offline_with_cdk_json_alone(tmp_path):
 
 
 def test_app_refuses_an_invalid_config_with_a_clear_message(tmp_path):
-    result = run_app(tmp_path, **{**RELEASE, "decisionCpuImage": CPU_IMAGE.split("@")[0] + ":latest"})
+    result = run_app(
+        tmp_path, **{**RELEASE, "decisionCpuImage": CPU_IMAGE.split("@")[0] + ":latest"}
+    )
     assert result.returncode != 0
     assert "Invalid configuration" in result.stderr
     assert "aws ecr describe-images" in result.stderr

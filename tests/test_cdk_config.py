@@ -43,7 +43,10 @@ def test_cdk_json_holds_the_documented_defaults():
     assert parsed.dlc.cuda_digest == DEFAULT_DLC_CUDA_DIGEST
     assert parsed.decision_cpu_endpoint.instance_type == "ml.c6i.2xlarge"
     assert parsed.decision_gpu_endpoint.instance_pool == [
-        "ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge", "ml.g4dn.2xlarge"
+        "ml.g6e.xlarge",
+        "ml.g6.2xlarge",
+        "ml.g5.2xlarge",
+        "ml.g4dn.2xlarge",
     ]
     assert parsed.decision_gpu_endpoint.n_gpu_layers == -1
     # No build has run yet: the app deploys the stateful stack only.
@@ -89,13 +92,16 @@ def test_a_dlc_tag_instead_of_a_digest_fails_with_the_describe_images_command():
 @pytest.mark.parametrize(
     "image",
     [
-        f"public.ecr.aws/deep-learning-containers/llama-cpp@{DIGEST}",  # SageMaker pulls private ECR
+        # SageMaker hosting pulls from private ECR only.
+        f"public.ecr.aws/deep-learning-containers/llama-cpp@{DIGEST}",
         f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha256:{'ab' * 31}",
         f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha512:{'ab' * 32}",
     ],
 )
 def test_images_must_be_private_ecr_with_a_full_sha256_digest(image):
-    assert "private ECR image pinned by digest" in rejected(**{**RELEASE, "decisionCpuImage": image})
+    assert "private ECR image pinned by digest" in rejected(
+        **{**RELEASE, "decisionCpuImage": image}
+    )
 
 
 @pytest.mark.parametrize(
@@ -124,6 +130,12 @@ def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
     ).deploys_endpoints
 
 
+def test_images_without_a_model_archive_fail_instead_of_deploying_nothing():
+    message = rejected(decisionCpuImage=CPU_IMAGE)
+    assert "decisionCpuImage given without modelDataUri" in message
+    assert "python -m ops build model" in message
+
+
 @pytest.mark.parametrize(
     "pool, complaint",
     [
@@ -140,7 +152,12 @@ def test_instance_pools_hold_one_to_five_distinct_gpu_types(pool, complaint):
 
 def test_a_pool_of_five_distinct_types_is_accepted():
     pool = ["ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge", "ml.g4dn.2xlarge", "ml.p4d.24xlarge"]
-    assert config(**RELEASE, decisionGpuEndpoint={"instancePool": pool}).decision_gpu_endpoint.instance_pool == pool
+    assert (
+        config(
+            **RELEASE, decisionGpuEndpoint={"instancePool": pool}
+        ).decision_gpu_endpoint.instance_pool
+        == pool
+    )
 
 
 @pytest.mark.parametrize(
@@ -167,7 +184,10 @@ def test_build_timeouts_outside_codebuilds_range_fail(minutes):
 def test_boundary_timeouts_are_accepted():
     parsed = config(
         **RELEASE,
-        decisionGpuEndpoint={"provisionTimeoutSeconds": 300, "containerStartupTimeoutSeconds": 3600},
+        decisionGpuEndpoint={
+            "provisionTimeoutSeconds": 300,
+            "containerStartupTimeoutSeconds": 3600,
+        },
         builds={"timeoutMinutes": 2160},
     )
     assert parsed.decision_gpu_endpoint.provision_timeout_seconds == 300
@@ -208,7 +228,11 @@ def test_endpoint_names_must_be_valid_and_distinct():
         decisionCpuEndpoint={"endpointName": "decision_cpu"}
     )
     assert "endpoint names must differ" in rejected(
-        **RELEASE, decisionGpuEndpoint={"endpointName": "decision-models-decision-cpu"}
+        decisionGpuEndpoint={"endpointName": "decision-models-decision-cpu"}
+    )
+    # A switched-off endpoint's name does not collide.
+    assert config(
+        decisionGpuEndpoint={"endpointName": "decision-models-decision-cpu", "enabled": False}
     )
 
 

@@ -115,7 +115,11 @@ def test_the_dlc_image_resolves_its_registry_account_from_the_regional_fact(temp
     _, model = only(
         template,
         "AWS::SageMaker::Model",
-        {"PrimaryContainer": Match.object_like({"Environment": {"SM_LLAMA_CPP_N_GPU_LAYERS": "999"}})},
+        {
+            "PrimaryContainer": Match.object_like(
+                {"Environment": {"SM_LLAMA_CPP_N_GPU_LAYERS": "999"}}
+            )
+        },
     )
     image = model["Properties"]["PrimaryContainer"]["Image"]
     parts = image["Fn::Join"][1]
@@ -128,7 +132,9 @@ def test_the_dlc_image_resolves_its_registry_account_from_the_regional_fact(temp
 def test_models_wait_for_their_roles_policy(template):
     for logical_id, model in template.find_resources("AWS::SageMaker::Model").items():
         owner = logical_id.split("Model")[0]
-        assert any(dep.startswith(f"{owner}ExecutionRoleDefaultPolicy") for dep in model["DependsOn"])
+        assert any(
+            dep.startswith(f"{owner}ExecutionRoleDefaultPolicy") for dep in model["DependsOn"]
+        )
 
 
 def test_a_fixed_variant_names_its_instance_type_and_nothing_of_pools(template):
@@ -136,8 +142,12 @@ def test_a_fixed_variant_names_its_instance_type_and_nothing_of_pools(template):
     assert fixed["InitialInstanceCount"] == 1
     assert fixed["ContainerStartupHealthCheckTimeoutInSeconds"] == 600
     assert fixed["ModelDataDownloadTimeoutInSeconds"] == 900
-    for absent in ("InstancePools", "VariantInstanceProvisionTimeoutInSeconds", "RoutingConfig",
-                   "InferenceAmiVersion"):
+    for absent in (
+        "InstancePools",
+        "VariantInstanceProvisionTimeoutInSeconds",
+        "RoutingConfig",
+        "InferenceAmiVersion",
+    ):
         assert absent not in fixed
 
 
@@ -156,7 +166,10 @@ def test_a_pooled_variant_ranks_its_types_and_names_no_instance_type(template):
 def test_configs_have_generated_names_and_endpoints_fixed_ones(template):
     for config in template.find_resources("AWS::SageMaker::EndpointConfig").values():
         assert "EndpointConfigName" not in config["Properties"]
-        assert config["Properties"]["ProductionVariants"][0]["ModelName"]["Fn::GetAtt"][1] == "ModelName"
+        assert (
+            config["Properties"]["ProductionVariants"][0]["ModelName"]["Fn::GetAtt"][1]
+            == "ModelName"
+        )
     names = {
         endpoint["Properties"]["EndpointName"]: endpoint["Properties"]["EndpointConfigName"]
         for endpoint in template.find_resources("AWS::SageMaker::Endpoint").values()
@@ -181,12 +194,26 @@ def test_autoscaling_tracks_invocations_per_instance_within_configured_bounds(te
             "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
             "ServiceNamespace": "sagemaker",
             "ResourceId": {
-                "Fn::Join": ["", ["endpoint/", {"Fn::GetAtt": [Match.string_like_regexp("^Cpu"), "EndpointName"]},
-                                  "/variant/AllTraffic"]]
+                "Fn::Join": [
+                    "",
+                    [
+                        "endpoint/",
+                        {"Fn::GetAtt": [Match.string_like_regexp("^Cpu"), "EndpointName"]},
+                        "/variant/AllTraffic",
+                    ],
+                ]
             },
             "RoleARN": {
-                "Fn::Join": ["", Match.array_with([Match.string_like_regexp(
-                    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint$")])]
+                "Fn::Join": [
+                    "",
+                    Match.array_with(
+                        [
+                            Match.string_like_regexp(
+                                "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint$"
+                            )
+                        ]
+                    ),
+                ]
             },
         },
     )
@@ -206,7 +233,11 @@ def test_autoscaling_tracks_invocations_per_instance_within_configured_bounds(te
             },
         },
     )
-    only(template, "AWS::ApplicationAutoScaling::ScalableTarget", {"MinCapacity": 2, "MaxCapacity": 4})
+    only(
+        template,
+        "AWS::ApplicationAutoScaling::ScalableTarget",
+        {"MinCapacity": 2, "MaxCapacity": 4},
+    )
 
 
 def test_every_endpoint_alarms_on_5xx_errors_and_model_latency(template):
@@ -232,7 +263,8 @@ def test_every_endpoint_alarms_on_5xx_errors_and_model_latency(template):
 
 def statements(template: Template, role_prefix: str) -> list[dict]:
     policies = [
-        p for p in template.find_resources("AWS::IAM::Policy").values()
+        p
+        for p in template.find_resources("AWS::IAM::Policy").values()
         if p["Properties"]["Roles"][0]["Ref"].startswith(role_prefix)
     ]
     assert len(policies) == 1
@@ -258,11 +290,17 @@ def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):
     roles = template.find_resources("AWS::IAM::Role")
     cpu_role = next(r for k, r in roles.items() if k.startswith("CpuExecutionRole"))
     trust = cpu_role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-    assert trust == [{"Action": "sts:AssumeRole", "Effect": "Allow",
-                      "Principal": {"Service": "sagemaker.amazonaws.com"}}]
+    assert trust == [
+        {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Principal": {"Service": "sagemaker.amazonaws.com"},
+        }
+    ]
     granted = {
         tuple(sorted([s["Action"]] if isinstance(s["Action"], str) else s["Action"])): sorted(
-            arn_text(r) for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+            arn_text(r)
+            for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
         )
         for s in statements(template, "CpuExecutionRole")
     }
@@ -272,7 +310,12 @@ def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):
             "arn:<AWS::Partition>:ecr:eu-west-1:123456789012:repository/decision-models"
         ],
         ("s3:GetObject",): ["arn:<AWS::Partition>:s3:::artifacts-bucket/models/3f2a/model.tar.gz"],
-        ("logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"): [
+        (
+            "logs:CreateLogGroup",
+            "logs:CreateLogStream",
+            "logs:DescribeLogStreams",
+            "logs:PutLogEvents",
+        ): [
             "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints/decision-cpu",
             "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints/decision-cpu:*",
         ],
@@ -280,7 +323,9 @@ def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):
 
 
 def test_dlc_pull_rights_name_the_regional_dlc_repository(template):
-    pull = next(s for s in statements(template, "GpuExecutionRole") if "ecr:BatchGetImage" in s["Action"])
+    pull = next(
+        s for s in statements(template, "GpuExecutionRole") if "ecr:BatchGetImage" in s["Action"]
+    )
     assert arn_text(pull["Resource"]) == (
         "arn:<AWS::Partition>:ecr:<AWS::Region>:<DlcRepositoryAccountMap>:repository/llama-cpp"
     )
@@ -289,6 +334,7 @@ def test_dlc_pull_rights_name_the_regional_dlc_repository(template):
 def test_grant_invoke_allows_invoking_exactly_that_endpoint(template):
     (statement,) = statements(template, "Invoker")
     assert statement["Action"] == [
-        "sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"
+        "sagemaker:InvokeEndpoint",
+        "sagemaker:InvokeEndpointWithResponseStream",
     ]
     assert statement["Resource"]["Ref"].startswith("CpuEndpoint")

@@ -16,7 +16,11 @@ from constructs import Construct, IConstruct
 
 from stacks.constructs import nag
 
-_PULL_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage")
+_PULL_ACTIONS = (
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:GetDownloadUrlForLayer",
+    "ecr:BatchGetImage",
+)
 _ECR_URI = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?"
     r"/(?P<repository>[^@:]+)@sha256:[0-9a-f]{64}$"

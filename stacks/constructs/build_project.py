@@ -20,6 +20,7 @@ DEFAULT_SOURCE_PATHS = ("container", "model_packaging", "requirements.txt", "pyp
 # The CodeBuild image is pinned to a versioned curated image (Ubuntu 22.04, Docker 23),
 # never a moving "latest".
 BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
+DEFAULT_TIMEOUT = Duration.hours(2)
 
 
 class BuildSource(Construct):
@@ -52,7 +53,7 @@ class BuildProject(Construct):
         environment_variables: Mapping[str, str],
         docker: bool = False,
         compute_type: codebuild.ComputeType = codebuild.ComputeType.MEDIUM,
-        timeout: Duration = Duration.hours(2),
+        timeout: Duration = DEFAULT_TIMEOUT,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
     ) -> None:
         super().__init__(scope, construct_id)

@@ -1,4 +1,4 @@
-"""One SageMaker real-time endpoint: execution role, model, endpoint config, endpoint, scaling, alarms.
+"""One SageMaker real-time endpoint: role, model, endpoint config, endpoint, scaling, alarms.
 
 Model and endpoint config get generated names: every property of both is create-only, so a new
 image or model archive replaces them, and the endpoint (which keeps its name) moves to the new

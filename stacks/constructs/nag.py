@@ -1,4 +1,4 @@
-"""Acknowledging cdk-nag AwsSolutions findings, each with its reason, on the construct it concerns."""
+"""Acknowledging cdk-nag AwsSolutions findings, each with a reason, on the construct concerned."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ _PACK = "AwsSolutions"
 
 def acknowledge(scope: IConstruct, rule: str, reason: str) -> None:
     """Acknowledge `rule` (e.g. "CB4" or "IAM5[Resource::*]") on `scope` and its children."""
-    Validations.of(scope).acknowledge(
-        Acknowledgment(id=f"{_PACK}::{_PACK}-{rule}", reason=reason)
-    )
+    Validations.of(scope).acknowledge(Acknowledgment(id=f"{_PACK}::{_PACK}-{rule}", reason=reason))
 
 
 def acknowledge_wildcard_resource(scope: IConstruct, resource: str, reason: str) -> None:
