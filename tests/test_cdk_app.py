@@ -268,6 +268,30 @@ def test_image_build_projects_build_from_the_dlc_pinned_by_digest(
     )
 
 
+def test_each_build_logs_to_its_own_log_group_kept_30_days(stateful):
+    groups = resources(stateful, "AWS::Logs::LogGroup")
+    for group in groups.values():
+        assert group["Properties"]["RetentionInDays"] == 30
+        assert group["DeletionPolicy"] == "Delete"
+    used = {
+        p["Properties"]["LogsConfig"]["CloudWatchLogs"]["GroupName"]["Ref"]
+        for p in resources(stateful, "AWS::CodeBuild::Project").values()
+    }
+    assert used == set(groups)
+
+
+def test_build_roles_are_assumable_by_codebuild_only(stateful):
+    for role in resources(stateful, "AWS::IAM::Role").values():
+        assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
+            {
+                "Action": "sts:AssumeRole",
+                "Effect": "Allow",
+                "Principal": {"Service": "codebuild.amazonaws.com"},
+            }
+        ]
+        assert "ManagedPolicyArns" not in role["Properties"]
+
+
 def test_the_dlc_account_mapping_covers_the_regions(stateful):
     accounts = stateful.to_json()["Mappings"]["DlcRepositoryAccountMap"]
     assert accounts["us-east-1"] == accounts["eu-west-1"] == {"value": "763104351884"}
@@ -429,6 +453,46 @@ def test_decision_gpu_endpoint_uses_the_ordered_pool_with_full_offload(endpoints
     assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
 
 
+def test_execution_roles_are_assumable_by_sagemaker_only(endpoints):
+    for role in resources(endpoints, "AWS::IAM::Role").values():
+        (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+        assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_every_execution_role_reads_the_one_archive_and_pulls_its_own_image(endpoints):
+    dlc = "arn:<AWS::Partition>:ecr:<AWS::Region>:<DlcRepositoryAccountMap>:repository/llama-cpp"
+    ours = "arn:<AWS::Partition>:ecr:eu-west-1:123456789012:repository/decision-models"
+    pull = ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")
+    for prefix, repository in {
+        "TextGeneration": dlc,
+        "DecisionCpu": ours,
+        "DecisionGpu": ours,
+    }.items():
+        granted = grants(endpoints, f"{prefix}ExecutionRole")
+        assert granted[("s3:GetObject",)] == [
+            "arn:<AWS::Partition>:s3:::artifacts-bucket/models/3f2a/model.tar.gz"
+        ]
+        assert granted[pull] == [repository]
+        assert len(granted) == 4  # plus the ECR token and the endpoint's own log group
+
+
+def test_default_scaling_and_alarm_settings(endpoints):
+    for target in resources(endpoints, "AWS::ApplicationAutoScaling::ScalableTarget").values():
+        assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (1, 2)
+    for policy in resources(endpoints, "AWS::ApplicationAutoScaling::ScalingPolicy").values():
+        tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+        assert tracking["TargetValue"] == 60
+        assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == (
+            "SageMakerVariantInvocationsPerInstance"
+        )
+    thresholds = {
+        (a["Properties"]["MetricName"], a["Properties"]["Threshold"])
+        for a in resources(endpoints, "AWS::CloudWatch::Alarm").values()
+    }
+    assert thresholds == {("Invocation5XXErrors", 1), ("ModelLatency", 10_000_000)}
+
+
 def test_every_endpoint_scales_and_alarms(endpoints):
     endpoint_ids = set(resources(endpoints, "AWS::SageMaker::Endpoint"))
     scaled = {
@@ -570,3 +634,50 @@ def test_app_refuses_an_invalid_config_with_a_clear_message(tmp_path):
     assert "Invalid configuration" in result.stderr
     assert "aws ecr describe-images" in result.stderr
     assert not list(tmp_path.glob("*.template.json"))
+
+
+@pytest.mark.skipif(
+    not (ROOT / "node_modules" / ".bin" / "cdk").exists(), reason="CDK CLI not installed (npm ci)"
+)
+def test_the_pinned_cli_synthesizes_through_cdk_json(tmp_path):
+    pinned = json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+    env = {**ENV, "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    # cdk.json runs `python3 app.py`: make that this interpreter.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    version = subprocess.run(
+        [ROOT / "node_modules/.bin/cdk", "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert version.stdout.startswith(pinned)
+    result = subprocess.run(
+        [
+            ROOT / "node_modules/.bin/cdk",
+            "synth",
+            "--quiet",
+            "--no-notices",
+            "-o",
+            str(tmp_path),
+            "-c",
+            f"modelDataUri={MODEL}",
+            "-c",
+            f"decisionCpuImage={CPU_IMAGE}",
+            "-c",
+            'decisionGpuEndpoint={"enabled": false}',
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.template.json")) == [
+        f"{ENDPOINTS}.template.json",
+        f"{STATEFUL}.template.json",
+    ]
+    synthesized = template(tmp_path, ENDPOINTS)
+    synthesized.resource_count_is("AWS::SageMaker::Endpoint", 2)
