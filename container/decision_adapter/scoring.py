@@ -133,9 +133,11 @@ class ScoringTiming:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits.astype(np.float64) - logits.max()
-    return shifted - np.log(np.exp(shifted).sum())
+def _log_softmax(logits: np.ndarray, tokens: np.ndarray | list[int]) -> np.ndarray:
+    """Full-vocabulary log-probabilities of `tokens` only (the vocabulary may be 262k wide)."""
+    peak = float(logits.max())
+    log_total = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
+    return logits[tokens].astype(np.float64) - log_total
 
 
 def score(engine: Engine, plan: ScoringPlan, *, force_sequence: bool = False) -> tuple[list[QuestionScores], ScoringTiming]:
@@ -169,19 +171,19 @@ def score(engine: Engine, plan: ScoringPlan, *, force_sequence: bool = False) ->
 
 def _read_question(engine: Engine, question: QuestionPlan, last_logits: np.ndarray, question_seq: int,
                    *, first_free_seq: int, force_sequence: bool) -> QuestionScores:
-    first_log_probs = _log_softmax(last_logits)
     firsts = np.array([tokens[0] for tokens in question.label_tokens])
+    first_log_probs = _log_softmax(last_logits, firsts)
     argmax = int(np.argmax(last_logits))
     if question.single_token_labels and not force_sequence:
         return QuestionScores(
             readout="single-token",
-            option_log_probs=first_log_probs[firsts],
+            option_log_probs=first_log_probs,
             option_logits=last_logits[firsts].astype(np.float64),
             full_vocab_argmax_id=argmax,
         )
     # Multi-token labels: log p(label) = sum of each label token's log-probability, the later
     # tokens read from one branch per option off the question's sequence.
-    log_probs = first_log_probs[firsts].copy()
+    log_probs = first_log_probs.copy()
     multi = [i for i, tokens in enumerate(question.label_tokens) if len(tokens) > 1]
     capacity = engine.n_seq_max - first_free_seq
     for chunk_start in range(0, len(multi), capacity):
@@ -195,7 +197,7 @@ def _read_question(engine: Engine, question: QuestionPlan, last_logits: np.ndarr
         for option, logits in zip(chunk, branch_logits):
             tokens = question.label_tokens[option]
             for position, token in enumerate(tokens[1:]):
-                log_probs[option] += _log_softmax(logits[position])[token]
+                log_probs[option] += _log_softmax(logits[position], [token])[0]
         for offset in range(len(chunk)):
             engine.drop_sequence(first_free_seq + offset)
     return QuestionScores(

@@ -1,0 +1,1 @@
+"""Benchmarks that write JSON results to bench/results/ (run with `make bench`)."""
