@@ -6,7 +6,7 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8080
 export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 
-.PHONY: run test bench synth lint clean
+.PHONY: run test bench synth clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -27,5 +27,13 @@ test: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(PYTHON) -m bench
 
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+# CloudFormation templates into cdk.out/, offline, with the CDK CLI pinned in package.json.
+synth: $(VENV)/.runtime node_modules/.installed
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdk synth --quiet
+
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache
+	rm -rf $(VENV) cdk.out .pytest_cache node_modules
