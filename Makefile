@@ -27,13 +27,15 @@ test: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(PYTHON) -m bench
 
-node_modules/.installed: package.json package-lock.json
+node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
-	touch $@
 
 # CloudFormation templates into cdk.out/, offline, with the CDK CLI pinned in package.json.
-synth: $(VENV)/.runtime node_modules/.installed
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx cdk synth --quiet
+# Endpoints appear once build outputs are given: make synth CDK_ARGS='-c modelDataUri=...'
+synth: $(VENV)/.runtime node_modules/.package-lock.json
+	PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
+	npx --no-install cdk synth --quiet --no-notices $(CDK_ARGS)
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache node_modules
