@@ -17,14 +17,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .admission import Busy
+from .auth import authenticate
 from .engine import EngineError
 from .errors import RequestError, validation_details
-from .formats import openai_chat
+from .formats import openai_chat, systemone
 from .formats.decision import DecisionRequest
 from .generation import GenerationResult
 from .http_body import read_json
 from .logs import RequestLog
 from .model_files import ModelFileError
+from .sagemaker import EchoCustomAttributes, forced_format
 from .service import DecisionService
 from .settings import Settings
 
@@ -56,22 +58,59 @@ def _service(request: Request) -> DecisionService:
     return service
 
 
+def _shape(body: Any) -> str | None:
+    """The wire format a body's shape says it is written in."""
+    if isinstance(body, dict):
+        if "messages" in body:
+            return "chat"
+        if "decision" in body or "decisions" in body:
+            return "decision"
+        if "questions" in body:
+            return "systemone"
+    return None
+
+
 async def invocations(request: Request) -> Response:
-    """SageMaker's one route: the body's shape chooses decision scoring or chat."""
+    """SageMaker's one route: the body's shape chooses the wire format, unless the custom
+    attributes header forces one (`format=systemone|decision|chat`)."""
+    forced = forced_format(request.headers)
+    if forced == "systemone":
+        _speak_systemone(request)  # even a malformed body is answered in System One's format
     body = await read_json(request, request.app.state.settings.max_body_bytes)
-    if isinstance(body, dict) and "messages" in body:
+    wire_format = forced or _shape(body)
+    if wire_format == "chat":
         return await _chat(request, _validated(openai_chat.ChatRequest, body))
-    if isinstance(body, dict) and ("decision" in body or "decisions" in body):
+    if wire_format == "decision":
         return await _decide(request, _validated(DecisionRequest, body))
+    if wire_format == "systemone":
+        _speak_systemone(request)
+        return await _system_one(request, _validated(systemone.SystemOneRequest, body))
     raise RequestError(
-        422, "body: expected one of `decision`, `decisions` (decision scoring) or `messages` (chat)",
-        field="body",
+        422, "body: expected one of `decision`, `decisions` (decision scoring), `questions` "
+        "(System One) or `messages` (chat)", field="body",
     )
 
 
 async def chat_completions(request: Request) -> Response:
     body = await read_json(request, request.app.state.settings.max_body_bytes)
     return await _chat(request, _validated(openai_chat.ChatRequest, body))
+
+
+async def system_one(request: Request) -> Response:
+    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    return await _system_one(request, _validated(systemone.SystemOneRequest, body))
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse(_service(request).models())
+
+
+async def _system_one(request: Request, system_one_request: systemone.SystemOneRequest) -> Response:
+    response = await _service(request).system_one(system_one_request)
+    request.scope["state"]["log_fields"].update(
+        kind="systemone", questions=len(system_one_request.questions), **response["x_timing"]
+    )
+    return JSONResponse(response)
 
 
 async def _decide(request: Request, decision_request: DecisionRequest) -> Response:
@@ -124,8 +163,24 @@ async def _chat(request: Request, chat: openai_chat.ChatRequest) -> Response:
 
 
 # --- errors ----------------------------------------------------------------------------
-def _error(status: int, message: str, *, error_type: str, field: str | None = None,
+# One place maps domain errors to responses, in the wire format the route speaks: the adapter's
+# own `{"error", "error_type", ...}`, or System One's `detail` shapes.
+SYSTEM_ONE = "systemone"
+
+
+def _speak_systemone(request: Request) -> None:
+    request.scope["state"]["wire_format"] = SYSTEM_ONE
+
+
+def _speaks_systemone(request: Request) -> bool:
+    return request.scope.get("state", {}).get("wire_format") == SYSTEM_ONE
+
+
+def _error(request: Request, status: int, message: str, *, error_type: str, field: str | None = None,
            retryable: bool = False, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
+    if _speaks_systemone(request):
+        status, body = systemone.error_body(status, error_type, message, field)
+        return JSONResponse(body, status_code=status, headers=headers)
     body: dict[str, Any] = {"error": message, "error_type": error_type, "retryable": retryable}
     if field is not None:
         body["field"] = field
@@ -135,24 +190,38 @@ def _error(status: int, message: str, *, error_type: str, field: str | None = No
 
 
 async def on_request_error(request: Request, error: RequestError) -> Response:
-    return _error(error.status, error.message, error_type=error.error_type, field=error.field)
+    return _error(request, error.status, error.message, error_type=error.error_type, field=error.field,
+                  headers=error.headers)
 
 
 async def on_validation_error(request: Request, error: ValidationError) -> Response:
+    if _speaks_systemone(request):
+        return JSONResponse(systemone.validation_error_body(error), status_code=422)
     detail = validation_details(error)
     first = detail[0]
-    return _error(422, f"{first['field'] or 'body'}: {first['message']}", error_type="validation_error",
-                  field=first["field"] or "body", detail=detail)
+    return _error(request, 422, f"{first['field'] or 'body'}: {first['message']}",
+                  error_type="validation_error", field=first["field"] or "body", detail=detail)
 
 
 async def on_busy(request: Request, error: Busy) -> Response:
-    return _error(503, str(error), error_type="overloaded", retryable=True,
+    return _error(request, 503, str(error), error_type="overloaded", retryable=True,
                   headers={"Retry-After": str(error.retry_after_s)})
 
 
 async def on_engine_error(request: Request, error: EngineError) -> Response:
     log.error("engine failure", extra={"fields": {"error": str(error)}})
-    return _error(500, f"model failure: {error}", error_type="engine_error")
+    return _error(request, 500, f"model failure: {error}", error_type="engine_error")
+
+
+def public(endpoint, *, wire_format: str | None = None):
+    """A /v1 route: errors in its wire format, and the bearer key when one is configured."""
+    async def route(request: Request) -> Response:
+        if wire_format == SYSTEM_ONE:
+            _speak_systemone(request)
+        authenticate(request, request.app.state.settings.api_key)
+        return await endpoint(request)
+
+    return route
 
 
 # --- application -----------------------------------------------------------------------
@@ -193,9 +262,11 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
         routes=[
             Route("/ping", ping, methods=["GET"]),
             Route("/invocations", invocations, methods=["POST"]),
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/chat/completions", public(chat_completions), methods=["POST"]),
+            Route("/v1/systemone", public(system_one, wire_format=SYSTEM_ONE), methods=["POST"]),
+            Route("/v1/models", public(models, wire_format=SYSTEM_ONE), methods=["GET"]),
         ],
-        middleware=[Middleware(RequestLog)],
+        middleware=[Middleware(RequestLog), Middleware(EchoCustomAttributes)],
         exception_handlers={
             RequestError: on_request_error,
             ValidationError: on_validation_error,

@@ -5,18 +5,30 @@ from __future__ import annotations
 import importlib.metadata
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from . import __version__
 from .admission import ModelRunner
 from .engine import Engine, EngineConfig
 from .errors import RequestError
+from .calibration import Calibration, load_calibration
 from .formats import decision as decision_format
+from .formats import systemone
 from .formats.openai_chat import ChatRequest
 from .generation import GenerationResult, text_deltas
 from .model_files import ModelFile, load_model_file
 from .prompts import PROMPT_VERSION, PromptRenderer
-from .scoring import BudgetError, build_plan, check_budget, score
+from .scoring import (
+    BudgetError,
+    Question,
+    QuestionScores,
+    ScoringPlan,
+    build_plan,
+    check_budget,
+    score,
+)
 from .settings import Settings
 
 # llama.cpp's `general.file_type` values for the quantizations people actually serve.
@@ -32,12 +44,22 @@ def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
 
+@dataclass
+class Scored:
+    plan: ScoringPlan
+    scores: list[QuestionScores]
+    timing: dict[str, Any]
+
+
 class DecisionService:
     """Everything a request needs after validation; owns the engine and its admission."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.model_file: ModelFile = load_model_file(settings)
+        self.calibration: Calibration = load_calibration(
+            settings.calibration_temperature, self.model_file.path, self.model_file.sha256
+        )
         self.engine = Engine(
             self.model_file.path,
             EngineConfig(
@@ -68,6 +90,15 @@ class DecisionService:
             return manifest.model.name
         return self.model_file.path.stem
 
+    @property
+    def release_date(self) -> str:
+        """When this model was packaged (its manifest), else the GGUF file's date."""
+        manifest = self.model_file.manifest
+        if manifest is not None:
+            return manifest.created_at.date().isoformat()
+        modified = self.model_file.path.stat().st_mtime
+        return datetime.fromtimestamp(modified, timezone.utc).date().isoformat()
+
     def _model_info(self) -> dict[str, Any]:
         file_type = self.engine.metadata("general.file_type")
         manifest = self.model_file.manifest
@@ -96,23 +127,22 @@ class DecisionService:
         }
 
     # --- decisions ---------------------------------------------------------------------
-    async def decide(self, request: decision_format.DecisionRequest) -> dict[str, Any]:
+    async def _score(self, state: Any, questions: list[Question], *, field: str, what: str) -> Scored:
+        """Every wire format's scoring: limits, plan, budget, admission, then the engine."""
         received = time.perf_counter()
-        decisions = request.items
-        field = "decision" if request.decision is not None else "decisions"
-        if len(decisions) > self.settings.max_decisions:
+        if len(questions) > self.settings.max_decisions:
             raise RequestError(
-                422, f"decisions: {len(decisions)} decisions, at most "
-                f"{self.settings.max_decisions} per request (DECISION_MAX_DECISIONS)", field="decisions",
+                422, f"{field}: {len(questions)} {what}, at most "
+                f"{self.settings.max_decisions} per request (DECISION_MAX_DECISIONS)", field=field,
             )
-        plan = build_plan(self.renderer, decisions[0].state, [d.as_question() for d in decisions])
+        plan = build_plan(self.renderer, state, questions)
         try:
             check_budget(plan, self.settings.request_token_limit, field)
         except BudgetError as error:
             raise RequestError(413, str(error), field=field, error_type="token_limit_exceeded") from None
         prepared_ms = _ms(received)
         (scores, timing), waited_ms = await self.runner.run(score, self.engine, plan)
-        shared_timing = {
+        return Scored(plan, scores, {
             "prepare_ms": prepared_ms,
             "admission_wait_ms": round(waited_ms, 3),
             "prefill_ms": round(timing.prefill_ms, 3),
@@ -120,18 +150,61 @@ class DecisionService:
             "total_ms": _ms(received),
             "prefix_tokens": len(plan.prefix_tokens),
             "request_tokens": plan.total_tokens,
-        }
+        })
+
+    async def decide(self, request: decision_format.DecisionRequest) -> dict[str, Any]:
+        decisions = request.items
+        field = "decision" if request.decision is not None else "decisions"
+        scored = await self._score(decisions[0].state, [d.as_question() for d in decisions],
+                                   field=field, what="decisions")
         results = [
             decision_format.encode_result(
-                d, s, plan, i,
+                d, s, scored.plan, i,
                 engine_piece=self.engine.piece, model=self.model_info,
-                timing=shared_timing, prompt_version=PROMPT_VERSION,
+                timing=scored.timing, prompt_version=PROMPT_VERSION,
+                temperature=self.calibration.temperature,
             )
-            for i, (d, s) in enumerate(zip(decisions, scores))
+            for i, (d, s) in enumerate(zip(decisions, scored.scores))
         ]
         if request.decision is not None:
             return {"result": results[0]}
-        return {"results": results, "timing": shared_timing}
+        return {"results": results, "timing": scored.timing}
+
+    async def system_one(self, request: systemone.SystemOneRequest) -> dict[str, Any]:
+        if request.model not in (self.model_name, systemone.MODEL_ALIAS):
+            raise RequestError(
+                404, f"model: {request.model!r} is not served here; use {self.model_name!r} or "
+                f"{systemone.MODEL_ALIAS!r} (GET /v1/models)", field="model", error_type="model_not_found",
+            )
+        questions = list(request.questions.values())
+        scored = await self._score(request.state, [q.as_question() for q in questions],
+                                   field="questions", what="questions")
+        temperature = self.calibration.temperature
+        answers = {
+            question_id: systemone.encode_answer(question, scores, plan, temperature=temperature)
+            for question_id, question, scores, plan
+            in zip(request.questions, questions, scored.scores, scored.plan.questions)
+        }
+        return systemone.encode_response(
+            model=self.model_name,
+            answers=answers,
+            # Every token the model read: the shared state once, each question, label branches.
+            input_tokens=scored.plan.total_tokens,
+            extensions={
+                "calibration": self.calibration.as_extension(),
+                "prompt_version": PROMPT_VERSION,
+                "timing": scored.timing,
+                "model_info": self.model_info,
+            },
+        )
+
+    def models(self) -> dict[str, Any]:
+        info = self.model_info
+        description = f"{info['description']} ({self.renderer.mode} prompt), served by llama.cpp"
+        return systemone.encode_models(
+            name=self.model_name, description=description, release_date=self.release_date,
+            extensions={"gguf_sha256": info["gguf_sha256"], "context_tokens": info["context_tokens"]},
+        )
 
     # --- chat --------------------------------------------------------------------------
     def prepare_chat(self, request: ChatRequest) -> tuple[list[int], int]:

@@ -10,7 +10,15 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 # field name -> accepted variables, first set wins.
 ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
@@ -33,6 +41,8 @@ ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
     "max_chat_tokens": ("DECISION_MAX_CHAT_TOKENS",),
     "graceful_shutdown_s": ("DECISION_GRACEFUL_SHUTDOWN_S",),
     "log_level": ("DECISION_LOG_LEVEL",),
+    "api_key": ("DECISION_API_KEY",),
+    "calibration_temperature": ("DECISION_CALIBRATION_TEMPERATURE",),
 }
 
 
@@ -67,6 +77,11 @@ class Settings(BaseModel):
     max_chat_tokens: int = Field(1024, ge=1)
     graceful_shutdown_s: float = Field(25.0, ge=0.0, le=3600.0)
     log_level: str = "INFO"
+    # Bearer key for the public /v1 routes; None leaves them open (see auth.py).
+    api_key: SecretStr | None = None
+    # Softmax temperature for decision probabilities; None: calibration.json beside the GGUF,
+    # else 1.0 (see calibration.py).
+    calibration_temperature: float | None = Field(None, gt=0.0, le=100.0)
 
     @field_validator("log_level")
     @classmethod

@@ -1,0 +1,69 @@
+"""Calibration: one softmax temperature per served model, applied before the softmax.
+
+A model's label logits rank the options well but are often over- or under-confident; dividing
+them by a temperature fitted offline on held-out decisions corrects the probabilities without
+changing which option wins. The temperature belongs to the model, so it comes with the model:
+`calibration.json` beside the GGUF (optionally naming the GGUF's sha256, so a file copied onto
+another model is refused), or `DECISION_CALIBRATION_TEMPERATURE`, which wins over the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+CALIBRATION_FILENAME = "calibration.json"
+
+
+class CalibrationError(ValueError):
+    """A calibration file the adapter cannot trust; the server refuses to start."""
+
+
+class CalibrationFile(BaseModel):
+    # A fitting tool may record its data set and metrics beside the temperature.
+    model_config = ConfigDict(extra="ignore")
+    temperature: float = Field(gt=0.0, le=100.0)
+    gguf_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    temperature: float = 1.0
+    source: str = "none"  # the variable, the file, or "none" (temperature 1: raw probabilities)
+
+    def as_extension(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "source": self.source}
+
+
+def load_calibration(temperature: float | None, gguf: Path, gguf_sha256: str) -> Calibration:
+    """The variable's temperature, else the file beside the GGUF (or one directory up, for
+    */*.gguf layouts, as with the manifest), else none."""
+    if temperature is not None:
+        return Calibration(temperature, "DECISION_CALIBRATION_TEMPERATURE")
+    for directory in (gguf.parent, gguf.parent.parent):
+        path = directory / CALIBRATION_FILENAME
+        if path.is_file():
+            return _read(path, gguf_sha256)
+    return Calibration()
+
+
+def _read(path: Path, gguf_sha256: str) -> Calibration:
+    try:
+        calibration = CalibrationFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as error:
+        if isinstance(error, ValidationError):
+            first = error.errors()[0]
+            detail = f"{'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}"
+        else:
+            detail = str(error)
+        raise CalibrationError(f"{path}: {detail}") from None
+    if calibration.gguf_sha256 is not None and calibration.gguf_sha256 != gguf_sha256:
+        raise CalibrationError(
+            f"{path} was fitted for the GGUF with sha256 {calibration.gguf_sha256}, "
+            f"but the served GGUF has {gguf_sha256}; refusing to serve"
+        )
+    return Calibration(calibration.temperature, str(path))

@@ -1,0 +1,209 @@
+"""The System One wire format (`POST /v1/systemone`), the field's common decision API.
+
+Every question type is a generic `Question` with options, so the engine scores all three the
+same way (state prefix once, each question on its own branch):
+- noul: two options, `true` and `false`, described by the criteria; the answer is P(true);
+- choice: one option per criteria name; the answer is the distribution and its argmax;
+- score: one option per level, named "0".."n-1"; the answer is the expected level.
+Confidence follows the reference formulas. Fields the format does not define carry `x_`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+
+from ..scoring import MAX_OPTIONS, Question, QuestionPlan, QuestionScores
+
+MODEL_ALIAS = "jev-latest"  # the SDKs' default model name; served by whatever model we serve
+MAX_SCORE_LEVELS = 10
+
+# Instructions, option descriptions and score levels may be text or structured JSON.
+Text = StrictStr | dict[str, Any] | list[Any]
+State = StrictStr | dict[str, Any] | list[Any]
+QuestionId = Annotated[str, Field(min_length=1)]
+
+
+def as_text(value: Text | None) -> str | None:
+    """Text verbatim, structured values as compact JSON in the order they were sent."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _instructions(value: Text | None, default: str) -> str:
+    text = as_text(value)
+    return text if text and text.strip() else default
+
+
+class NoulCriteria(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    true: Text | None = None
+    false: Text | None = None
+
+
+class NoulQuestion(BaseModel):
+    # Inside a question an unknown field is more likely a typo than a newer client's extra.
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["noul"]
+    instructions: Text | None = None
+    criteria: NoulCriteria | None = None
+
+    @property
+    def option_keys(self) -> list[str]:
+        return ["true", "false"]
+
+    def as_question(self) -> Question:
+        criteria = self.criteria or NoulCriteria()
+        return Question(
+            question=_instructions(self.instructions, "Is this true of the state?"),
+            option_ids=self.option_keys,
+            descriptions=[as_text(criteria.true), as_text(criteria.false)],
+        )
+
+    def answer(self, probabilities: np.ndarray) -> dict[str, Any]:
+        return {"type": "noul", "noul": float(probabilities[0])}
+
+
+class ChoiceQuestion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["choice"]
+    instructions: Text | None = None
+    criteria: dict[str, Text | None] = Field(min_length=2, max_length=MAX_OPTIONS)
+
+    @property
+    def option_keys(self) -> list[str]:
+        return list(self.criteria)
+
+    def as_question(self) -> Question:
+        return Question(
+            question=_instructions(self.instructions, "Which option fits the state best?"),
+            option_ids=self.option_keys,
+            descriptions=[as_text(d) for d in self.criteria.values()],
+        )
+
+    def answer(self, probabilities: np.ndarray) -> dict[str, Any]:
+        names = self.option_keys
+        return {
+            "type": "choice",
+            "choice": names[int(np.argmax(probabilities))],
+            "probabilities": dict(zip(names, probabilities.tolist())),
+            "confidence": choice_confidence(probabilities),
+        }
+
+
+class ScoreQuestion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["score"]
+    instructions: Text | None = None
+    # A list only: a map's key order would be an unreliable order of levels.
+    criteria: list[Text] = Field(min_length=2, max_length=MAX_SCORE_LEVELS)
+
+    @property
+    def option_keys(self) -> list[str]:
+        return [str(level) for level in range(len(self.criteria))]
+
+    def as_question(self) -> Question:
+        return Question(
+            question=_instructions(self.instructions, "Which level fits the state best?"),
+            option_ids=self.option_keys,
+            descriptions=[as_text(level) for level in self.criteria],
+        )
+
+    def answer(self, probabilities: np.ndarray) -> dict[str, Any]:
+        levels = np.arange(len(probabilities))
+        return {
+            "type": "score",
+            "score": float(levels @ probabilities),
+            # Structured levels come back as they were sent (the SDK accepts str, object, array).
+            "legend": dict(zip(self.option_keys, self.criteria)),
+            "probabilities": dict(zip(self.option_keys, probabilities.tolist())),
+            "confidence": score_confidence(probabilities),
+        }
+
+
+SystemOneQuestion = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
+
+
+class SystemOneRequest(BaseModel):
+    # Unknown top-level fields are ignored: clients add trace ids, seeds, assets.
+    model_config = ConfigDict(extra="ignore")
+    model: StrictStr
+    state: State
+    questions: dict[QuestionId, SystemOneQuestion] = Field(min_length=1)
+
+
+# --- confidence (the reference formulas) ------------------------------------------------
+def choice_confidence(probabilities: np.ndarray) -> float:
+    """How far the top probability is from uniform: 0 for a uniform, 1 for a one-hot answer."""
+    n = len(probabilities)
+    return _unit((float(probabilities.max()) - 1 / n) / (1 - 1 / n))
+
+
+def score_confidence(probabilities: np.ndarray) -> float:
+    """1 minus the expected distance from the mode, relative to that of a uniform distribution."""
+    n = len(probabilities)
+    levels = np.arange(n)
+    mode = int(np.argmax(probabilities))
+    spread = float(probabilities @ np.abs(levels - mode))
+    uniform_spread = float(np.abs(levels - (n - 1) / 2).sum() / n)
+    return _unit(1 - spread / uniform_spread)
+
+
+def _unit(value: float) -> float:
+    return min(1.0, max(0.0, value))  # rounding must not step outside [0, 1]
+
+
+# --- encoders ----------------------------------------------------------------------------
+def encode_answer(question: SystemOneQuestion, scores: QuestionScores, plan: QuestionPlan,
+                  *, temperature: float) -> dict[str, Any]:
+    return {
+        **question.answer(scores.probabilities(temperature)),
+        # What the softmax was taken over: raw label logits, or whole-label log-probabilities.
+        "x_logits": dict(zip(question.option_keys, scores.option_logits.tolist())),
+        "x_readout": scores.readout,
+        "x_temperature": temperature,
+        "x_prompt_sha256": plan.prompt_sha256,
+    }
+
+
+def encode_response(*, model: str, answers: dict[str, dict[str, Any]], input_tokens: int,
+                    extensions: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "model": model,
+        "answers": answers,
+        # Scoring reads logits and generates nothing, so there are no output tokens.
+        "usage": {"input_tokens": input_tokens, "output_tokens": 0},
+        **{f"x_{name}": value for name, value in extensions.items()},
+    }
+
+
+def encode_models(*, name: str, description: str, release_date: str,
+                  extensions: dict[str, Any]) -> dict[str, Any]:
+    """The served model, and `jev-latest` as its alias (both names are accepted)."""
+    extra = {f"x_{key}": value for key, value in extensions.items()}
+    return {"models": [
+        {"name": name, "description": description, "release_date": release_date, **extra},
+        {"name": MODEL_ALIAS, "description": f"alias of {name}: {description}",
+         "release_date": release_date, **extra},
+    ]}
+
+
+# --- errors (FastAPI's shapes, which the official clients parse) -------------------------
+def validation_error_body(error: ValidationError) -> dict[str, Any]:
+    return {"detail": [
+        {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+        for e in error.errors(include_url=False, include_input=False)
+    ]}
+
+
+def error_body(status: int, error_type: str, message: str, field: str | None) -> tuple[int, dict[str, Any]]:
+    """(status, body). A 422, and malformed JSON (as FastAPI answers it), get the validation
+    shape `detail[]`; every other error `detail.error_type` and `detail.message`."""
+    if status == 422 or error_type == "invalid_json":
+        loc = ["body"] if field in (None, "body") else ["body", field]
+        return 422, {"detail": [{"loc": loc, "msg": message, "type": error_type}]}
+    return status, {"detail": {"error_type": error_type, "message": message}}

@@ -1,0 +1,63 @@
+"""Calibration temperature: the variable, the file beside the GGUF, and what is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decision_adapter.calibration import Calibration, CalibrationError, load_calibration
+from decision_adapter.settings import Settings, SettingsError
+
+SHA = "a" * 64
+
+
+@pytest.fixture
+def gguf(tmp_path):
+    path = tmp_path / "model" / "m.gguf"
+    path.parent.mkdir()
+    path.write_bytes(b"GGUF")
+    return path
+
+
+def test_no_variable_and_no_file_means_raw_probabilities(gguf):
+    assert load_calibration(None, gguf, SHA) == Calibration(1.0, "none")
+
+
+def test_file_beside_the_gguf_or_one_directory_up(gguf):
+    (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7, "ece": 0.02}))
+    assert load_calibration(None, gguf, SHA) == Calibration(1.7, str(gguf.parent / "calibration.json"))
+    (gguf.parent / "calibration.json").unlink()
+    (gguf.parent.parent / "calibration.json").write_text(json.dumps({"temperature": 0.8}))
+    assert load_calibration(None, gguf, SHA).temperature == 0.8
+
+
+def test_the_variable_wins_over_the_file(gguf):
+    (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7}))
+    assert load_calibration(2.5, gguf, SHA) == Calibration(2.5, "DECISION_CALIBRATION_TEMPERATURE")
+
+
+def test_a_file_fitted_for_another_model_is_refused(gguf):
+    (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7, "gguf_sha256": "b" * 64}))
+    with pytest.raises(CalibrationError, match="refusing to serve"):
+        load_calibration(None, gguf, SHA)
+    (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7, "gguf_sha256": SHA}))
+    assert load_calibration(None, gguf, SHA).temperature == 1.7
+
+
+@pytest.mark.parametrize("content", ['{"temperature": 0}', '{"temperature": -1}', "{}", "not json",
+                                     '{"temperature": "hot"}'])
+def test_an_unusable_file_stops_the_server_naming_it(gguf, content):
+    (gguf.parent / "calibration.json").write_text(content)
+    with pytest.raises(CalibrationError, match="calibration.json"):
+        load_calibration(None, gguf, SHA)
+
+
+def test_settings_read_the_temperature_and_the_api_key():
+    settings = Settings.from_environment({"DECISION_CALIBRATION_TEMPERATURE": "1.5", "DECISION_API_KEY": "s3cret-key"})
+    assert settings.calibration_temperature == 1.5
+    assert settings.api_key.get_secret_value() == "s3cret-key" and "s3cret" not in repr(settings)
+    defaults = Settings.from_environment({})
+    assert defaults.calibration_temperature is None and defaults.api_key is None
+    with pytest.raises(SettingsError, match="DECISION_CALIBRATION_TEMPERATURE"):
+        Settings.from_environment({"DECISION_CALIBRATION_TEMPERATURE": "0"})

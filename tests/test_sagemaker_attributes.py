@@ -1,0 +1,31 @@
+"""`X-Amzn-SageMaker-Custom-Attributes`: parsing, forcing a wire format, and refusing a bad one."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.datastructures import Headers
+
+from decision_adapter.errors import RequestError
+from decision_adapter.sagemaker import custom_attributes, forced_format
+
+
+def headers(value: str) -> Headers:
+    return Headers({"X-Amzn-SageMaker-Custom-Attributes": value})
+
+
+def test_key_value_pairs_separated_by_semicolons_or_commas():
+    assert custom_attributes(headers("format=systemone; trace_id=abc,opaque ,Mode = x=y")) == {
+        "format": "systemone", "trace_id": "abc", "mode": "x=y"}
+    assert custom_attributes(Headers({})) == {}
+
+
+@pytest.mark.parametrize("value,expected", [("format=SystemOne", "systemone"), ("format=chat", "chat"),
+                                            ("accept_eula=true", None), ("", None)])
+def test_format_may_be_forced(value, expected):
+    assert forced_format(headers(value)) == expected
+
+
+def test_an_unknown_format_is_a_client_error():
+    with pytest.raises(RequestError) as error:
+        forced_format(headers("format=xml"))
+    assert error.value.status == 400 and error.value.error_type == "invalid_custom_attributes"
