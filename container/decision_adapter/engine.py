@@ -180,6 +180,18 @@ class Engine:
     def copy_sequence(self, source: int, target: int) -> None:
         llama_cpp.llama_memory_seq_cp(self.memory, source, target, -1, -1)
 
+    def save_sequence(self, seq_id: int) -> bytes:
+        """The sequence's whole memory (KV cells, or recurrent state for hybrid models)."""
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, seq_id)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, seq_id)
+        return ctypes.string_at(buffer, written)
+
+    def restore_sequence(self, seq_id: int, state: bytes) -> None:
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(self.ctx, buffer, len(state), seq_id) == 0:
+            raise EngineError(f"llama.cpp could not restore a saved state into sequence {seq_id}")
+
     def sequence_length(self, seq_id: int) -> int:
         return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id) + 1
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import string
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from .engine import Branch, Engine
 from .prompts import PromptRenderer
+from .state_cache import StateCache
 
 MAX_OPTIONS = 255
 PREFIX_SEQ = 0
@@ -130,7 +131,7 @@ class QuestionScores:
 class ScoringTiming:
     prefill_ms: float = 0.0
     branches_ms: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
+    state_cache: str = "off"  # "hit", "miss" or "off"
 
 
 def _log_softmax(logits: np.ndarray, tokens: np.ndarray | list[int]) -> np.ndarray:
@@ -140,13 +141,14 @@ def _log_softmax(logits: np.ndarray, tokens: np.ndarray | list[int]) -> np.ndarr
     return logits[tokens].astype(np.float64) - log_total
 
 
-def score(engine: Engine, plan: ScoringPlan, *, force_sequence: bool = False) -> tuple[list[QuestionScores], ScoringTiming]:
-    """Prefill the state once, branch every question from it, read the label logits."""
+def score(engine: Engine, plan: ScoringPlan, *, cache: StateCache | None = None,
+          force_sequence: bool = False) -> tuple[list[QuestionScores], ScoringTiming]:
+    """Prefill the state once (or restore it), branch every question from it, read the labels."""
     timing = ScoringTiming()
     engine.reset()
     try:
         started = time.perf_counter()
-        engine.decode_sequence(PREFIX_SEQ, plan.prefix_tokens, start=0)
+        _prefill(engine, plan.prefix_tokens, cache, timing)
         timing.prefill_ms = (time.perf_counter() - started) * 1000
 
         started = time.perf_counter()
@@ -167,6 +169,24 @@ def score(engine: Engine, plan: ScoringPlan, *, force_sequence: bool = False) ->
         return results, timing
     finally:
         engine.reset()
+
+
+def _prefill(engine: Engine, prefix_tokens: list[int], cache: StateCache | None,
+             timing: ScoringTiming) -> None:
+    """The state prefix on its own sequence, always as its own batches, so a restored prefix
+    is bit-identical to a freshly decoded one."""
+    if cache is None or not cache.enabled:
+        engine.decode_sequence(PREFIX_SEQ, prefix_tokens, start=0)
+        return
+    key = cache.key(prefix_tokens)
+    saved = cache.get(key)
+    if saved is not None:
+        engine.restore_sequence(PREFIX_SEQ, saved)
+        timing.state_cache = "hit"
+        return
+    engine.decode_sequence(PREFIX_SEQ, prefix_tokens, start=0)
+    cache.put(key, engine.save_sequence(PREFIX_SEQ))
+    timing.state_cache = "miss"
 
 
 def _read_question(engine: Engine, question: QuestionPlan, last_logits: np.ndarray, question_seq: int,

@@ -1,0 +1,95 @@
+"""The prefilled-state cache: bit-identical answers, LRU eviction within a byte budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decision_adapter.scoring import Question, build_plan, score
+from decision_adapter.state_cache import StateCache
+
+STATE = "Order 1182 arrived damaged; the customer wants a replacement, not a refund. " * 6
+QUESTIONS = [
+    Question("Which queue?", ["returns", "billing", "shipping"], ["Returns desk.", None, "Carriers."]),
+    Question("Is a refund wanted?", ["yes", "no"], [None, None]),
+    Question("Priority?", ["low", "high"], [None, None]),
+]
+
+
+def test_a_cache_hit_gives_bit_identical_answers(engine, renderer):
+    plan = build_plan(renderer, STATE, QUESTIONS)
+    uncached, _ = score(engine, plan)
+    cache = StateCache(256 << 20, model_id="gemma")
+    first, first_timing = score(engine, plan, cache=cache)
+    again, again_timing = score(engine, plan, cache=cache)
+    assert (first_timing.state_cache, again_timing.state_cache) == ("miss", "hit")
+    for a, b, c in zip(uncached, first, again):
+        assert np.array_equal(a.option_logits, b.option_logits)
+        assert np.array_equal(a.option_logits, c.option_logits)
+    assert cache.stats.hits == 1 and cache.stats.misses == 1 and cache.stats.entries == 1
+
+
+def test_a_hit_decodes_only_the_questions(engine, renderer):
+    cache = StateCache(256 << 20, model_id="gemma")
+    score(engine, build_plan(renderer, STATE, QUESTIONS[:1]), cache=cache)
+    plan = build_plan(renderer, STATE, QUESTIONS[1:2])  # a different question, same state
+    before = engine.stats.tokens_decoded
+    (single,), timing = score(engine, plan, cache=cache)
+    assert timing.state_cache == "hit"
+    assert engine.stats.tokens_decoded - before == len(plan.questions[0].suffix_tokens)
+    (fresh,), _ = score(engine, plan)
+    assert np.array_equal(single.option_logits, fresh.option_logits)
+
+
+def test_the_key_is_the_exact_prefix_and_the_model():
+    cache = StateCache(1 << 20, model_id="a")
+    assert cache.key([1, 2, 3]) == cache.key([1, 2, 3]) != cache.key([1, 2, 4])
+    assert cache.key([1, 2, 3]) != StateCache(1 << 20, model_id="b").key([1, 2, 3])
+
+
+def test_lru_eviction_never_exceeds_the_budget():
+    cache = StateCache(budget_bytes=250, model_id="m")
+    for name in "abc":
+        cache.put(name, bytes(100))
+        assert cache.stats.size_bytes <= 250
+    assert cache.get("a") is None  # evicted first
+    assert cache.get("b") is not None  # now most recent
+    cache.put("d", bytes(100))
+    assert cache.get("c") is None and cache.get("b") is not None
+    assert cache.stats.evictions == 2 and cache.stats.entries == 2
+    cache.put("huge", bytes(1000))
+    assert cache.stats.rejected_too_large == 1 and cache.stats.size_bytes == 200
+
+
+def test_real_states_under_a_tiny_budget_evict_and_stay_exact(engine, renderer):
+    plans = [build_plan(renderer, f"Ticket {i}: " + STATE, QUESTIONS[:1]) for i in range(3)]
+    probe = StateCache(1 << 30, model_id="gemma")
+    score(engine, plans[0], cache=probe)
+    one_state = probe.stats.size_bytes
+    cache = StateCache(budget_bytes=int(one_state * 1.5), model_id="gemma")
+    outcomes = [score(engine, plan, cache=cache)[1].state_cache for plan in plans + plans[:1]]
+    assert outcomes == ["miss", "miss", "miss", "miss"]  # room for one state: each evicts the last
+    assert cache.stats.evictions == 3 and cache.stats.size_bytes <= cache.stats.budget_bytes
+    (cached,), timing = score(engine, plans[0], cache=cache)
+    assert timing.state_cache == "hit"
+    (fresh,), _ = score(engine, plans[0])
+    assert np.array_equal(cached.option_logits, fresh.option_logits)
+
+
+def test_disabled_cache_stores_nothing(engine, renderer):
+    cache = StateCache(0, model_id="gemma")
+    _, timing = score(engine, build_plan(renderer, STATE, QUESTIONS[:1]), cache=cache)
+    assert timing.state_cache == "off" and cache.stats.entries == 0
+
+
+def test_a_failure_mid_request_leaves_no_entry(engine, renderer, monkeypatch):
+    cache = StateCache(1 << 30, model_id="gemma")
+    plan = build_plan(renderer, STATE + "unique", QUESTIONS[:1])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("decode failed")
+
+    monkeypatch.setattr(engine, "save_sequence", broken)
+    with pytest.raises(RuntimeError):
+        score(engine, plan, cache=cache)
+    assert cache.stats.entries == 0 and cache.stats.size_bytes == 0
