@@ -37,3 +37,15 @@ def renderer(engine):
     from decision_adapter.prompts import PromptRenderer
 
     return PromptRenderer(engine)
+
+
+API_KEY = "test-key-4f1c9a"
+CALIBRATION_TEMPERATURE = 2.0
+
+
+@pytest.fixture(scope="session")
+def secured_adapter(tmp_path_factory):
+    """A second live adapter with bearer auth on and a calibration temperature."""
+    with running_adapter(tmp_path_factory.mktemp("secured"), DECISION_API_KEY=API_KEY,
+                         DECISION_CALIBRATION_TEMPERATURE=str(CALIBRATION_TEMPERATURE)) as running:
+        yield running

@@ -22,6 +22,7 @@ from .state_cache import StateCache
 
 MAX_OPTIONS = 255
 PREFIX_SEQ = 0
+QUESTION_SEQ = 1  # every question in turn; its label branches take the sequences after it
 
 
 class BudgetError(ValueError):
@@ -152,19 +153,22 @@ def score(engine: Engine, plan: ScoringPlan, *, cache: StateCache | None = None,
         timing.prefill_ms = (time.perf_counter() - started) * 1000
 
         started = time.perf_counter()
-        first_question_seq = PREFIX_SEQ + 1
-        first_free_seq = first_question_seq + len(plan.questions)
         results = []
-        for index, question in enumerate(plan.questions):
+        for question in plan.questions:
             # Each suffix is its own batch: decoded beside other suffixes, llama.cpp's logits
             # move (measured up to ~1.0), so an answer would depend on the other questions.
             last_position = len(question.suffix_tokens) - 1
             branch = Branch(tokens=question.suffix_tokens, parent=PREFIX_SEQ, logit_positions=[last_position])
-            (logits,) = engine.decode_branches([branch], first_seq_id=first_question_seq + index)
+            (logits,) = engine.decode_branches([branch], first_seq_id=QUESTION_SEQ)
             results.append(
-                _read_question(engine, question, logits[last_position], first_question_seq + index,
-                               first_free_seq=first_free_seq, force_sequence=force_sequence)
+                _read_question(engine, question, logits[last_position], QUESTION_SEQ,
+                               first_free_seq=QUESTION_SEQ + 1, force_sequence=force_sequence)
             )
+            # Free the question's KV cells before the next one: llama.cpp then places the next
+            # suffix in the same cells, right after the prefix, as if it were asked alone.
+            # Left behind other questions' cells, a suffix lands elsewhere in the cache and its
+            # logits move (measured: 0.40 on the third of three questions).
+            engine.drop_sequence(QUESTION_SEQ)
         timing.branches_ms = (time.perf_counter() - started) * 1000
         return results, timing
     finally:
