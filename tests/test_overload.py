@@ -1,0 +1,98 @@
+"""Overload: 16x the admitted concurrency against the real adapter.
+
+Every answer must be 200 or a retryable 503 with Retry-After, /ping must answer within 2 s
+throughout (SageMaker's health check), the server must answer normally afterwards, and its
+resident memory after 5,000 requests must stay within 10% of its value after the first 500.
+OVERLOAD_SECONDS lengthens the load phase (CI default: 12 s; the issue's figure is 30 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.adapter_process import running_adapter
+
+ADMITTED = 1  # one model operation at a time, no queue (the defaults)
+CLIENTS = 16 * ADMITTED
+SECONDS = float(os.environ.get("OVERLOAD_SECONDS", "12"))
+REQUESTS_FOR_MEMORY = 5000
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+
+DECISION = {"decision": {"id": "d", "state": "Payment failed twice with card ending 4242.",
+                         "question": "Which queue?", "options": [{"id": "billing"}, {"id": "fraud"}]}}
+
+
+def resident_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+async def _load(url: str, pid: int) -> dict:
+    statuses: dict[str, int] = {}
+    bad: list[str] = []
+    ping_worst = 0.0
+    sent = 0
+    memory: dict[str, int] = {}
+    deadline = time.monotonic() + SECONDS
+
+    async with httpx.AsyncClient(base_url=url, timeout=30,
+                                 limits=httpx.Limits(max_connections=CLIENTS + 4)) as client:
+        async def worker() -> None:
+            nonlocal sent
+            while time.monotonic() < deadline or sent < REQUESTS_FOR_MEMORY:
+                response = await client.post("/invocations", json=DECISION)
+                sent += 1
+                statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
+                if response.status_code == 503:
+                    if response.json().get("retryable") is not True or "retry-after" not in response.headers:
+                        bad.append(response.text)
+                    # An impatient client: retries after 10 ms, not the advised Retry-After. Client
+                    # and server share this machine's two cores, so a zero-delay storm would
+                    # measure the test client more than the server.
+                    await asyncio.sleep(0.01)
+                elif response.status_code != 200:
+                    bad.append(f"{response.status_code} {response.text}")
+                if sent == 500 and "after_500" not in memory:
+                    memory["after_500"] = resident_kib(pid)
+
+        async def pinger() -> None:
+            nonlocal ping_worst
+            while time.monotonic() < deadline or sent < REQUESTS_FOR_MEMORY:
+                started = time.perf_counter()
+                response = await client.get("/ping", timeout=5)
+                ping_worst = max(ping_worst, time.perf_counter() - started)
+                assert response.status_code == 200
+                await asyncio.sleep(0.25)
+
+        started = time.monotonic()
+        await asyncio.gather(pinger(), *(worker() for _ in range(CLIENTS)))
+        elapsed = time.monotonic() - started
+        memory["after_all"] = resident_kib(pid)
+        after = await client.post("/invocations", json=DECISION)
+    return {"sent": sent, "seconds": round(elapsed, 1), "statuses": statuses, "bad": bad[:5],
+            "ping_worst_s": round(ping_worst, 3), "memory_kib": memory, "after_status": after.status_code}
+
+
+def test_overload_keeps_health_checks_fast_and_memory_flat(tmp_path):
+    with running_adapter(tmp_path, DECISION_N_THREADS=os.environ.get("OVERLOAD_THREADS", "2")) as adapter:
+        report = asyncio.run(_load(adapter.url, adapter.process.pid))
+    growth = report["memory_kib"]["after_all"] / report["memory_kib"]["after_500"] - 1
+    report["memory_growth"] = round(growth, 4)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "overload-latest.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    assert report["sent"] >= REQUESTS_FOR_MEMORY
+    assert not report["bad"], report["bad"]
+    assert set(report["statuses"]) <= {"200", "503"} and report["statuses"].get("200", 0) >= 5
+    assert report["statuses"].get("503", 0) > 0, "16 clients on one slot must see 503s"
+    assert report["ping_worst_s"] < 2.0
+    assert report["after_status"] == 200
+    assert abs(growth) <= 0.10, report["memory_kib"]
