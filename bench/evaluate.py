@@ -1,0 +1,281 @@
+"""python -m bench.evaluate FILE.jsonl: accuracy and calibration of a served decision model.
+
+Runs each labelled decision (or System One question) against a local adapter (--url) or a
+SageMaker endpoint (--endpoint, through boto3's sagemaker-runtime) with the operator CLI's
+transports and 503 retries, then reports accuracy, Brier score, expected calibration error
+(10 bins), negative log-likelihood, p50/p95 latency and a reliability diagram (PNG).
+
+--fit-temperature fits one softmax temperature on the file (NLL of softmax(option_logits / T))
+and writes calibration.json for the adapter (it reads `temperature` from the file beside the
+GGUF, and refuses it for another GGUF than `gguf_sha256`). --order-check sends every decision
+again with its options reversed and reports how far the probabilities move.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench import labelled, metrics
+from bench.labelled import Case, Item, LabelError
+from ops.retry import Backoff, RetriesExhausted, call_with_retries
+from ops.transports import HttpTransport, InvokeFailed, SageMakerTransport
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "evaluate"
+
+
+class Target:
+    """Where requests go: one transport per wire format, with the ops CLI's retry policy."""
+
+    def __init__(self, transports: dict[str, Any], description: str, max_attempts: int) -> None:
+        self.transports = transports
+        self.description = description
+        self.backoff = Backoff(max_attempts=max_attempts)
+        self.retries = 0
+
+    @classmethod
+    def url(cls, base_url: str, max_attempts: int, timeout_s: float) -> Target:
+        return cls({
+            "decision": HttpTransport(base_url, path="/invocations", timeout_seconds=timeout_s),
+            "systemone": HttpTransport(base_url, path="/v1/systemone", timeout_seconds=timeout_s),
+        }, base_url, max_attempts)
+
+    @classmethod
+    def endpoint(cls, name: str, region: str | None, max_attempts: int) -> Target:
+        from ops.cli import _boto3_clients  # one retry layer (ours), SageMaker's read timeout
+
+        client = _boto3_clients(region)("sagemaker-runtime")
+        return cls({
+            "decision": SageMakerTransport(client, name),
+            # /invocations picks the System One format from SageMaker's custom attributes.
+            "systemone": SageMakerTransport(client, name, custom_attributes="format=systemone"),
+        }, f"endpoint {name}", max_attempts)
+
+    def send(self, kind: str, body: dict[str, Any]) -> tuple[dict[str, Any], float, int]:
+        """(answer, seconds including retries, retries)."""
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        retries = 0
+
+        def count(*_):
+            nonlocal retries
+            retries += 1
+
+        started = time.perf_counter()
+        reply = call_with_retries(lambda: self.transports[kind].send(payload), self.backoff,
+                                  on_retry=count)
+        elapsed = time.perf_counter() - started
+        self.retries += retries
+        return json.loads(reply.body), elapsed, retries
+
+
+def run(items: list[Item], target: Target, *, order_check: bool, progress: bool
+        ) -> tuple[list[Case], list[tuple[dict[str, float], dict[str, float], str]]]:
+    """Score every item (and its reversed twin); returns the cases and the (original,
+    reversed, id) probability pairs for the order check."""
+    from tqdm import tqdm
+
+    cases: list[Case] = []
+    pairs: list[tuple[dict[str, float], dict[str, float], str]] = []
+    requests = len(items) + (sum(item.reversible for item in items) if order_check else 0)
+    with tqdm(total=requests, desc="evaluate", unit="req", disable=not progress,
+              file=sys.stderr, dynamic_ncols=True) as bar:
+        for item in items:
+            answer, seconds, retries = target.send(item.kind, item.body())
+            scored = item.cases(answer, seconds, retries)
+            cases += scored
+            bar.update()
+            if order_check and item.reversible:
+                answer, _, _ = target.send(item.kind, item.body(reverse=True))
+                again = {c.item_id: c for c in item.cases(answer, seconds, retries)}
+                for case in scored:
+                    if item.reorderable(case.item_id):
+                        pairs.append((case.by_id, again[case.item_id].by_id, case.item_id))
+                bar.update()
+            bar.set_postfix(acc=f"{sum(c.predicted == c.expected for c in cases) / len(cases):.2f}")
+    return cases, pairs
+
+
+def report(cases: list[Case], *, source: Path, target: str, fit: bool,
+           pairs: list | None) -> dict[str, Any]:
+    probabilities = [c.probabilities for c in cases]
+    expected = [c.expected_index for c in cases]
+    categories: dict[str, list[Case]] = defaultdict(list)
+    for case in cases:
+        categories[case.category].append(case)
+    model = next((c.model for c in cases if c.model), {})
+    served = {c.served_temperature for c in cases if c.served_temperature is not None}
+    result: dict[str, Any] = {
+        "file": str(source),
+        "file_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+        "target": target,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {k: model.get(k) for k in ("name", "gguf_file", "gguf_sha256") if model.get(k)},
+        "served_temperature": served.pop() if len(served) == 1 else sorted(served) or None,
+        "metrics": metrics.summary(probabilities, expected),
+        "by_category": {
+            name: {"n": len(group),
+                   "accuracy": metrics.accuracy([c.probabilities for c in group],
+                                                [c.expected_index for c in group])}
+            for name, group in sorted(categories.items())
+        },
+        "latency": metrics.latency_summary([c.latency_s for c in cases]),
+        "retries": sum(c.retries for c in cases),
+        "reliability": [b.as_dict() for b in metrics.reliability_bins(probabilities, expected)],
+        "items": [
+            {"id": c.item_id, "category": c.category, "expected": c.expected,
+             "predicted": c.predicted, "probabilities": {k: round(p, 6) for k, p in c.by_id.items()},
+             "latency_ms": round(c.latency_s * 1000, 2)}
+            for c in cases
+        ],
+    }
+    if fit:
+        with_logits = [c for c in cases if len(c.logits) == len(c.option_ids)]
+        logits = [c.logits for c in with_logits]
+        labels = [c.expected_index for c in with_logits]
+        found = metrics.fit_temperature(logits, labels)
+        calibrated = [metrics.softmax(z, found.temperature).tolist() for z in logits]
+        result["temperature_fit"] = {
+            "temperature": found.temperature, "n": len(with_logits),
+            "nll_before": found.nll_before, "nll_after": found.nll_after,
+            "bounds": list(metrics.TEMPERATURE_BOUNDS),
+            "metrics_before": metrics.summary([metrics.softmax(z).tolist() for z in logits], labels),
+            "metrics_after": metrics.summary(calibrated, labels),
+        }
+    if pairs is not None:
+        if pairs:
+            result["order_check"] = metrics.order_sensitivity([a for a, _, _ in pairs],
+                                                              [b for _, b, _ in pairs])
+            result["order_check"]["per_item"] = [
+                {"id": name, "max_abs_diff": round(max(abs(a[k] - b[k]) for k in a), 6),
+                 "argmax_changed": max(a, key=a.get) != max(a, key=b.get),
+                 "original": {k: round(v, 6) for k, v in a.items()},
+                 "reversed": {k: round(b[k], 6) for k in a}}
+                for a, b, name in pairs
+            ]
+        else:
+            result["order_check"] = {"items": 0}
+    return result
+
+
+def calibration_file(result: dict[str, Any]) -> dict[str, Any]:
+    fit = result["temperature_fit"]
+    calibration = {
+        "temperature": round(fit["temperature"], 6),
+        "fitted_on": Path(result["file"]).name,
+        "n": fit["n"],
+        "nll_before": round(fit["nll_before"], 6),
+        "nll_after": round(fit["nll_after"], 6),
+        "file_sha256": result["file_sha256"],
+        "created_at": result["date"],
+        "applies_to": "option_logits (softmax(option_logits / temperature))",
+    }
+    if result["model"].get("gguf_sha256"):
+        # The adapter refuses this file beside any other GGUF.
+        calibration["gguf_sha256"] = result["model"]["gguf_sha256"]
+    return calibration
+
+
+def render(result: dict[str, Any]) -> str:
+    m, lat = result["metrics"], result["latency"]
+    lines = [
+        f"{result['file']} against {result['target']}: {m['n']} scored questions",
+        f"  accuracy {m['accuracy']:.3f}   Brier {m['brier']:.4f}   ECE(10) {m['ece']:.4f}   "
+        f"NLL {m['nll']:.4f}",
+        f"  latency p50 {lat['p50_ms']:.1f} ms   p95 {lat['p95_ms']:.1f} ms   "
+        f"(retries after 503: {result['retries']})",
+    ]
+    for name, group in result["by_category"].items():
+        lines.append(f"  {name:<12} accuracy {group['accuracy']:.3f}  (n={group['n']})")
+    if "temperature_fit" in result:
+        fit = result["temperature_fit"]
+        lines.append(f"  temperature {fit['temperature']:.4f}: NLL {fit['nll_before']:.4f} -> "
+                     f"{fit['nll_after']:.4f}, ECE {fit['metrics_before']['ece']:.4f} -> "
+                     f"{fit['metrics_after']['ece']:.4f}")
+    if result.get("order_check", {}).get("items"):
+        oc = result["order_check"]
+        lines.append(f"  options reversed: mean |dp| {oc['mean_abs_diff']:.4f}, max |dp| "
+                     f"{oc['max_abs_diff']:.4f}, top option changed in {oc['argmax_changed']}/"
+                     f"{oc['items']} ({oc['argmax_change_rate']:.0%})")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", type=Path, help="labelled JSONL (see bench/labelled.py)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--url", help="adapter base URL, e.g. http://127.0.0.1:8080")
+    where.add_argument("--endpoint", help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)")
+    parser.add_argument("--region", help="AWS region for --endpoint")
+    parser.add_argument("--out", type=Path, help="directory for report.json and reliability.png "
+                        "(default: bench/results/evaluate/<file name>)")
+    parser.add_argument("--fit-temperature", action="store_true",
+                        help="fit one temperature on this file and write calibration.json")
+    parser.add_argument("--calibration", type=Path,
+                        help="where to write calibration.json (default: in --out)")
+    parser.add_argument("--order-check", action="store_true",
+                        help="re-run each decision with its options reversed")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N items")
+    parser.add_argument("--max-attempts", type=int, default=Backoff.max_attempts,
+                        help="attempts per request when the model answers 503")
+    parser.add_argument("--timeout", type=float, default=65.0, help="seconds per HTTP request")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        items = labelled.load(args.file)
+    except (OSError, LabelError) as error:
+        print(f"bench.evaluate: error: {error}", file=sys.stderr)
+        return 2
+    if args.limit:
+        items = items[: args.limit]
+    if args.url:
+        target = Target.url(args.url, args.max_attempts, args.timeout)
+    else:
+        endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
+        if not endpoint:
+            print("bench.evaluate: error: pass --url URL or --endpoint NAME", file=sys.stderr)
+            return 2
+        target = Target.endpoint(endpoint, args.region, args.max_attempts)
+    try:
+        cases, pairs = run(items, target, order_check=args.order_check,
+                           progress=not args.no_progress)
+    except (RetriesExhausted, InvokeFailed) as error:
+        detail = f": {error.body}" if getattr(error, "body", None) else ""
+        print(f"bench.evaluate: error: {error}{detail}", file=sys.stderr)
+        return 1
+    result = report(cases, source=args.file, target=target.description,
+                    fit=args.fit_temperature, pairs=pairs if args.order_check else None)
+
+    out = args.out or DEFAULT_OUT / args.file.stem
+    out.mkdir(parents=True, exist_ok=True)
+    from bench.charts import reliability_diagram
+
+    result["reliability_png"] = str(reliability_diagram(result, out / "reliability.png"))
+    if args.fit_temperature:
+        path = args.calibration or out / "calibration.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(calibration_file(result), indent=2) + "\n")
+        result["calibration_json"] = str(path)
+    (out / "report.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result))
+    if not args.json:
+        print(f"  report {out / 'report.json'}, diagram {result['reliability_png']}"
+              + (f", calibration {result['calibration_json']}" if args.fit_temperature else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

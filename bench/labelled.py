@@ -1,0 +1,203 @@
+"""Labelled evaluation files (JSONL): what to send, and how to read the answer into cases.
+
+One JSON object per line, blank lines and lines starting with `#` skipped. Two kinds:
+
+- a decision: the `decision` schema's fields (`id`, `state`, `question`, `options`) plus
+  `expected` (an option id) and optionally `category` (reported separately); the same with the
+  decision nested as `{"decision": {...}, "expected": ..., "category": ...}` works too;
+- a System One request: `{"systemone": {"state": ..., "questions": {...}}, "expected":
+  {"question id": answer}}` with `true`/`false` for noul, a criteria name for choice and a level
+  index for score questions; questions without an expected answer are sent but not scored.
+
+Each scored question becomes a `Case`: option ids, probabilities, raw logits, the expected id.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DECISION_FIELDS = ("id", "state", "question", "options")
+SYSTEMONE_MODEL = "jev-latest"  # the adapter's alias for whatever model it serves
+
+
+class LabelError(ValueError):
+    """A line of the labelled file that cannot be evaluated."""
+
+
+@dataclass
+class Case:
+    item_id: str
+    category: str
+    option_ids: list[str]
+    probabilities: list[float]
+    logits: list[float]
+    expected: str
+    latency_s: float
+    retries: int = 0
+    model: dict[str, Any] = field(default_factory=dict)
+    served_temperature: float | None = None
+
+    @property
+    def expected_index(self) -> int:
+        return self.option_ids.index(self.expected)
+
+    @property
+    def predicted(self) -> str:
+        return max(self.option_ids, key=lambda k: self.by_id[k])
+
+    @property
+    def by_id(self) -> dict[str, float]:
+        return dict(zip(self.option_ids, self.probabilities))
+
+
+@dataclass
+class DecisionItem:
+    decision: dict[str, Any]
+    expected: str
+    category: str
+    kind: str = "decision"
+
+    @property
+    def item_id(self) -> str:
+        return str(self.decision["id"])
+
+    def body(self, *, reverse: bool = False) -> dict[str, Any]:
+        decision = dict(self.decision)
+        if reverse:
+            decision["options"] = list(reversed(decision["options"]))
+        return {"decision": decision}
+
+    @property
+    def reversible(self) -> bool:
+        return True
+
+    def reorderable(self, case_id: str) -> bool:
+        return True
+
+    def cases(self, answer: dict[str, Any], latency_s: float, retries: int) -> list[Case]:
+        result = answer["result"]
+        return [Case(
+            item_id=self.item_id, category=self.category, option_ids=list(result["option_ids"]),
+            probabilities=[float(p) for p in result["probabilities"]],
+            logits=[float(z) for z in result["option_logits"]], expected=self.expected,
+            latency_s=latency_s, retries=retries, model=result.get("model") or {},
+            served_temperature=result.get("temperature"),
+        )]
+
+
+@dataclass
+class SystemOneItem:
+    request: dict[str, Any]
+    expected: dict[str, str]  # question id -> expected option key
+    category: str
+    item_id: str
+    kind: str = "systemone"
+
+    def body(self, *, reverse: bool = False) -> dict[str, Any]:
+        body = {"model": SYSTEMONE_MODEL, **self.request}
+        if reverse:
+            # Only a choice question's options have no meaning in their order; noul is
+            # true/false and score levels are numbered by position.
+            body["questions"] = {
+                qid: {**q, "criteria": dict(reversed(list(q["criteria"].items())))}
+                if q.get("type") == "choice" else q
+                for qid, q in body["questions"].items()
+            }
+        return body
+
+    @property
+    def reversible(self) -> bool:
+        return any(q.get("type") == "choice" for q in self.request["questions"].values())
+
+    def cases(self, answer: dict[str, Any], latency_s: float, retries: int) -> list[Case]:
+        cases = []
+        for qid, expected in self.expected.items():
+            question = self.request["questions"][qid]
+            got = answer["answers"][qid]
+            if question["type"] == "noul":
+                keys = ["true", "false"]
+                probabilities = [float(got["noul"]), 1.0 - float(got["noul"])]
+            else:
+                keys = list(got["probabilities"])
+                probabilities = [float(got["probabilities"][k]) for k in keys]
+            logits = got.get("x_logits") or {}
+            cases.append(Case(
+                item_id=f"{self.item_id}/{qid}", category=self.category, option_ids=keys,
+                probabilities=probabilities,
+                logits=[float(logits[k]) for k in keys] if logits else [],
+                expected=expected, latency_s=latency_s, retries=retries,
+                model={"gguf_sha256": (answer.get("x_model") or {}).get("gguf_sha256")},
+                served_temperature=got.get("x_temperature"),
+            ))
+        return cases
+
+    def reorderable(self, case_id: str) -> bool:
+        qid = case_id.removeprefix(f"{self.item_id}/")
+        return self.request["questions"][qid].get("type") == "choice"
+
+
+Item = DecisionItem | SystemOneItem
+
+
+def load(path: Path) -> list[Item]:
+    items: list[Item] = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                items.append(parse_line(json.loads(line), number))
+            except (json.JSONDecodeError, LabelError, KeyError, TypeError) as error:
+                raise LabelError(f"{path}:{number}: {error}") from None
+    if not items:
+        raise LabelError(f"{path}: no labelled items")
+    return items
+
+
+def parse_line(row: dict[str, Any], number: int) -> Item:
+    if not isinstance(row, dict):
+        raise LabelError("expected a JSON object")
+    category = str(row.get("category", "all"))
+    if "systemone" in row:
+        return _systemone(row, category, number)
+    decision = row["decision"] if "decision" in row else {k: row[k] for k in DECISION_FIELDS if k in row}
+    missing = [k for k in DECISION_FIELDS if k not in decision]
+    if missing:
+        raise LabelError(f"missing {', '.join(missing)}")
+    expected = row.get("expected")
+    option_ids = [o["id"] for o in decision["options"]]
+    if expected not in option_ids:
+        raise LabelError(f"expected {expected!r} is not one of the option ids {option_ids}")
+    return DecisionItem(decision=decision, expected=expected, category=category)
+
+
+def _systemone(row: dict[str, Any], category: str, number: int) -> SystemOneItem:
+    request = row["systemone"]
+    questions = request.get("questions") or {}
+    expected: dict[str, str] = {}
+    for qid, answer in (row.get("expected") or {}).items():
+        if qid not in questions:
+            raise LabelError(f"expected answer for unknown question {qid!r}")
+        kind = questions[qid].get("type")
+        if kind == "noul":
+            if str(answer).lower() not in ("true", "false"):
+                raise LabelError(f"{qid}: a noul answer is true or false, got {answer!r}")
+            expected[qid] = str(answer).lower()
+        elif kind == "choice":
+            if answer not in questions[qid].get("criteria", {}):
+                raise LabelError(f"{qid}: {answer!r} is not one of the criteria")
+            expected[qid] = answer
+        elif kind == "score":
+            levels = len(questions[qid].get("criteria", []))
+            if not isinstance(answer, int) or not 0 <= answer < levels:
+                raise LabelError(f"{qid}: a score answer is a level index below {levels}")
+            expected[qid] = str(answer)
+        else:
+            raise LabelError(f"{qid}: unknown question type {kind!r}")
+    if not expected:
+        raise LabelError("a System One line needs `expected` answers")
+    return SystemOneItem(request=request, expected=expected, category=category,
+                         item_id=str(row.get("id", f"line{number}")))

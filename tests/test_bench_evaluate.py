@@ -1,0 +1,101 @@
+"""bench.evaluate: labelled-file parsing, and the whole command against the live adapter."""
+
+import json
+
+import pytest
+
+from bench import evaluate, labelled
+
+OPTIONS = [{"id": "billing", "description": "Invoices and refunds."},
+           {"id": "shipping", "description": "Deliveries."}]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_flat_and_nested_decision_lines(tmp_path):
+    path = write_jsonl(tmp_path / "set.jsonl", [
+        {"id": "a", "state": "Refund please.", "question": "Queue?", "options": OPTIONS,
+         "expected": "billing", "category": "routing"},
+        {"decision": {"id": "b", "state": "Where is my parcel?", "question": "Queue?",
+                      "options": OPTIONS}, "expected": "shipping"},
+    ])
+    first, second = labelled.load(path)
+    assert first.body() == {"decision": {"id": "a", "state": "Refund please.",
+                                         "question": "Queue?", "options": OPTIONS}}
+    assert first.body(reverse=True)["decision"]["options"] == OPTIONS[::-1]
+    assert (first.category, second.category, second.expected) == ("routing", "all", "shipping")
+
+
+def test_a_label_outside_the_options_names_the_line(tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [
+        {"id": "a", "state": "s", "question": "q", "options": OPTIONS, "expected": "sales"}])
+    with pytest.raises(labelled.LabelError, match=r"bad.jsonl:1: expected 'sales'"):
+        labelled.load(path)
+
+
+def test_systemone_lines_become_one_case_per_expected_question():
+    item = labelled.parse_line({
+        "id": "t1",
+        "systemone": {"state": "Refund not received.", "questions": {
+            "angry": {"type": "noul"},
+            "queue": {"type": "choice", "criteria": {"billing": "Money", "shipping": "Parcels"}},
+            "urgency": {"type": "score", "criteria": ["low", "medium", "high"]}}},
+        "expected": {"angry": False, "queue": "billing", "urgency": 1},
+    }, 1)
+    assert item.expected == {"angry": "false", "queue": "billing", "urgency": "1"}
+    reversed_body = item.body(reverse=True)
+    assert list(reversed_body["questions"]["queue"]["criteria"]) == ["shipping", "billing"]
+    assert reversed_body["questions"]["urgency"] == item.request["questions"]["urgency"]
+    answer = {"answers": {
+        "angry": {"type": "noul", "noul": 0.25, "x_logits": {"true": 0.0, "false": 1.1}},
+        "queue": {"type": "choice", "probabilities": {"billing": 0.9, "shipping": 0.1},
+                  "x_logits": {"billing": 2.0, "shipping": -0.2}},
+        "urgency": {"type": "score", "probabilities": {"0": 0.2, "1": 0.5, "2": 0.3},
+                    "x_logits": {"0": 0.1, "1": 1.0, "2": 0.5}}}}
+    cases = item.cases(answer, 0.1, 0)
+    assert [(c.item_id, c.option_ids, c.probabilities, c.expected) for c in cases] == [
+        ("t1/angry", ["true", "false"], [0.25, 0.75], "false"),
+        ("t1/queue", ["billing", "shipping"], [0.9, 0.1], "billing"),
+        ("t1/urgency", ["0", "1", "2"], [0.2, 0.5, 0.3], "1"),
+    ]
+    assert [item.reorderable(c.item_id) for c in cases] == [False, True, False]
+
+
+def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
+    rows = [
+        {"id": "r1", "state": "I was charged twice for my subscription.", "question": "Which queue?",
+         "options": OPTIONS, "expected": "billing", "category": "routing"},
+        {"id": "r2", "state": "My parcel never arrived.", "question": "Which queue?",
+         "options": OPTIONS, "expected": "shipping", "category": "routing"},
+        {"id": "p1", "state": "Checkout is down for everyone.", "question": "How urgent?",
+         "options": [{"id": "low"}, {"id": "high"}], "expected": "high", "category": "priority"},
+    ]
+    data = write_jsonl(tmp_path / "mini.jsonl", rows)
+    out = tmp_path / "out"
+    code = evaluate.main([str(data), "--url", adapter.url, "--out", str(out),
+                          "--fit-temperature", "--order-check", "--no-progress"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["metrics"]["n"] == 3
+    assert 0 <= report["metrics"]["accuracy"] <= 1
+    assert 0 <= report["metrics"]["ece"] <= 1 and report["metrics"]["nll"] > 0
+    assert set(report["by_category"]) == {"routing", "priority"}
+    assert report["latency"]["n"] == 3 and report["latency"]["p95_ms"] >= report["latency"]["p50_ms"]
+    assert report["order_check"]["items"] == 3
+    assert 0 <= report["order_check"]["max_abs_diff"] <= 1
+    assert (out / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    calibration = json.loads((out / "calibration.json").read_text())
+    assert calibration["n"] == 3 and calibration["fitted_on"] == "mini.jsonl"
+    assert calibration["nll_after"] <= calibration["nll_before"]
+    assert 0.05 <= calibration["temperature"] <= 20
+    assert len(calibration["gguf_sha256"]) == 64
+    printed = capsys.readouterr().out
+    assert "accuracy" in printed and "ECE(10)" in printed and "options reversed" in printed
+
+
+def test_unreadable_file_is_a_usage_error(tmp_path, capsys):
+    assert evaluate.main([str(tmp_path / "missing.jsonl"), "--url", "http://127.0.0.1:9"]) == 2
+    assert "bench.evaluate: error" in capsys.readouterr().err
