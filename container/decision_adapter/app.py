@@ -45,6 +45,11 @@ async def ping(request: Request) -> Response:
     return JSONResponse({"status": "ok", "model": service.model_name})
 
 
+async def _read_body(request: Request) -> Any:
+    settings = request.app.state.settings
+    return await read_json(request, settings.max_body_bytes, settings.body_timeout_s)
+
+
 def _validated(model: type[BaseModel], body: Any) -> Any:
     if not isinstance(body, dict):
         raise RequestError(422, "body: expected a JSON object", field="body")
@@ -76,7 +81,7 @@ async def invocations(request: Request) -> Response:
     forced = forced_format(request.headers)
     if forced == "systemone":
         _speak_systemone(request)  # even a malformed body is answered in System One's format
-    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    body = await _read_body(request)
     wire_format = forced or _shape(body)
     if wire_format == "chat":
         return await _chat(request, _validated(openai_chat.ChatRequest, body))
@@ -92,12 +97,12 @@ async def invocations(request: Request) -> Response:
 
 
 async def chat_completions(request: Request) -> Response:
-    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    body = await _read_body(request)
     return await _chat(request, _validated(openai_chat.ChatRequest, body))
 
 
 async def system_one(request: Request) -> Response:
-    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    body = await _read_body(request)
     return await _system_one(request, _validated(systemone.SystemOneRequest, body))
 
 
@@ -126,20 +131,25 @@ async def _chat(request: Request, chat: openai_chat.ChatRequest) -> Response:
     service = _service(request)
     model = chat.model or service.model_name
     cid = openai_chat.completion_id()
-    if not chat.stream:
-        text, result, prompt_tokens = await service.chat(chat)
-        request.scope["state"]["log_fields"].update(
-            kind="chat", prompt_tokens=prompt_tokens, completion_tokens=result.completion_tokens
-        )
-        return JSONResponse(openai_chat.encode_completion(
-            cid=cid, model=model, text=text, finish_reason=result.finish_reason,
-            prompt_tokens=prompt_tokens, completion_tokens=result.completion_tokens,
-        ))
-
     tokens, max_tokens = service.prepare_chat(chat)
     result = GenerationResult()
     deltas = service.runner.stream(lambda: service.chat_deltas(chat, tokens, max_tokens, result))
     first = await anext(deltas, None)  # admission happens here: a 503 is still possible
+    request.scope["state"]["log_fields"].update(kind="chat", prompt_tokens=len(tokens))
+    if not chat.stream:
+        pieces = [] if first is None else [first]
+        try:
+            async for text in deltas:
+                pieces.append(text)
+                if await request.is_disconnected():
+                    break  # nobody is waiting: free the model instead of finishing the answer
+        finally:
+            await deltas.aclose()
+        request.scope["state"]["log_fields"].update(completion_tokens=result.completion_tokens)
+        return JSONResponse(openai_chat.encode_completion(
+            cid=cid, model=model, text="".join(pieces), finish_reason=result.finish_reason,
+            prompt_tokens=len(tokens), completion_tokens=result.completion_tokens,
+        ))
 
     async def events() -> AsyncIterator[str]:
         def sse(payload: dict) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -36,7 +37,7 @@ def parse_json(raw: bytes) -> Any:
         raise RequestError(400, f"body: {error}", field="body", error_type="invalid_json") from None
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
+async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if content_type not in JSON_TYPES:
         raise RequestError(415, f"Content-Type: expected application/json, got {content_type!r}",
@@ -47,11 +48,15 @@ async def read_json(request: Request, max_bytes: int) -> Any:
                            "(DECISION_MAX_BODY_BYTES)", field="body", error_type="body_too_large")
     body = bytearray()
     try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_bytes:
-                raise RequestError(413, f"body: more than {max_bytes} bytes "
-                                   "(DECISION_MAX_BODY_BYTES)", field="body", error_type="body_too_large")
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise RequestError(413, f"body: more than {max_bytes} bytes (DECISION_MAX_BODY_BYTES)",
+                                       field="body", error_type="body_too_large")
+    except TimeoutError:
+        raise RequestError(408, f"body: not received within {timeout_s:g} s (DECISION_BODY_TIMEOUT_S)",
+                           field="body", error_type="body_timeout") from None
     except ClientDisconnect:
         raise RequestError(400, "body: the client disconnected before sending it all",
                            field="body", error_type="client_disconnected") from None

@@ -38,6 +38,8 @@ def discover_gguf(settings: Settings) -> tuple[Path, str]:
             raise ModelFileError(f"model path {settings.model_path} is not a readable file")
         return settings.model_path, "DECISION_MODEL_PATH/SM_LLAMA_CPP_MODEL"
     model_dir = settings.model_dir
+    if model_dir.exists() and not model_dir.is_dir():
+        raise ModelFileError(f"model directory {model_dir} is not a directory")
     if model_dir.is_dir():
         try:
             candidates = sorted({*model_dir.glob("*.gguf"), *model_dir.glob("*/*.gguf")})

@@ -230,13 +230,3 @@ class DecisionService:
         )
         stops = request.stop or self.renderer.chat_stops
         return text_deltas(sampled, self.engine.piece, stops, max_tokens, result)
-
-    async def chat(self, request: ChatRequest) -> tuple[str, GenerationResult, int]:
-        tokens, max_tokens = self.prepare_chat(request)
-        result = GenerationResult()
-
-        def run() -> str:
-            return "".join(self.chat_deltas(request, tokens, max_tokens, result))
-
-        text, _ = await self.runner.run(run)
-        return text, result, len(tokens)

@@ -36,6 +36,7 @@ ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
     "admission_wait_s": ("DECISION_ADMISSION_WAIT_S",),
     "retry_after_s": ("DECISION_RETRY_AFTER_S",),
     "max_body_bytes": ("DECISION_MAX_BODY_BYTES",),
+    "body_timeout_s": ("DECISION_BODY_TIMEOUT_S",),
     "max_decisions": ("DECISION_MAX_DECISIONS",),
     "max_request_tokens": ("DECISION_MAX_REQUEST_TOKENS",),
     "max_chat_tokens": ("DECISION_MAX_CHAT_TOKENS",),
@@ -72,6 +73,8 @@ class Settings(BaseModel):
     admission_wait_s: float = Field(5.0, ge=0.0, le=60.0)
     retry_after_s: int = Field(1, ge=1, le=300)
     max_body_bytes: int = Field(1_048_576, ge=1024, le=64 * 1_048_576)
+    # A body must arrive within this time: a trickling client cannot tie up a connection.
+    body_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
     max_decisions: int = Field(32, ge=1, le=1024)
     max_request_tokens: int = Field(8192, ge=64)
     max_chat_tokens: int = Field(1024, ge=1)

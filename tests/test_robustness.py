@@ -1,0 +1,103 @@
+"""Slow and broken clients, and start-up failures that must be one clear line."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.adapter_process import run_adapter_until_exit, running_adapter
+
+DECISION = {"decision": {"id": "d", "state": "The VPN drops every hour.", "question": "Which team?",
+                         "options": [{"id": "network"}, {"id": "desktop"}]}}
+
+
+def _raw_request(url: str, body: bytes, *, content_length: int | None = None) -> socket.socket:
+    parts = urlsplit(url)
+    connection = socket.create_connection((parts.hostname, parts.port))
+    head = (f"POST /invocations HTTP/1.1\r\nHost: {parts.hostname}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {content_length or len(body)}\r\n\r\n")
+    connection.sendall(head.encode() + body)
+    return connection
+
+
+def _answered_within(url: str, body: dict, seconds: float) -> httpx.Response:
+    """The first non-503 answer, retrying 503s (the slot may still finish abandoned work)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        response = httpx.post(url + "/invocations", json=body, timeout=seconds)
+        if response.status_code != 503 or time.monotonic() > deadline:
+            return response
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def impatient_adapter(tmp_path_factory):
+    with running_adapter(tmp_path_factory.mktemp("impatient"), DECISION_BODY_TIMEOUT_S="2") as adapter:
+        yield adapter
+
+
+def test_a_trickling_body_times_out_and_blocks_nobody(impatient_adapter):
+    url = impatient_adapter.url
+    payload = json.dumps(DECISION).encode()
+    connection = _raw_request(url, payload[:5], content_length=len(payload))
+    reply = {}
+
+    def trickle() -> None:
+        for byte in payload[5:40]:
+            try:
+                connection.sendall(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.2)
+        reply["raw"] = connection.recv(4096)
+
+    sender = threading.Thread(target=trickle)
+    sender.start()
+    started = time.monotonic()
+    others = _answered_within(url, DECISION, 5)  # served while the trickle is in progress
+    assert others.status_code == 200 and time.monotonic() - started < 5
+    sender.join(timeout=20)
+    connection.close()
+    status_line, _, rest = reply["raw"].partition(b"\r\n")
+    assert b" 408 " in status_line
+    assert b"DECISION_BODY_TIMEOUT_S" in rest
+
+
+def test_a_client_that_disconnects_does_not_hold_the_model(impatient_adapter):
+    url = impatient_adapter.url
+    long_chat = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2,"}],
+                 "max_tokens": 1000, "temperature": 0, "stop": ["@@@"]}
+    connection = _raw_request(url, json.dumps(long_chat).encode())
+    time.sleep(0.5)  # generation under way
+    connection.close()
+    started = time.monotonic()
+    response = _answered_within(url, DECISION, 10)
+    assert response.status_code == 200
+    assert time.monotonic() - started < 5, "the abandoned 1,000-token answer must be cut short"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_corrupt_gguf_exits_with_one_line(tmp_path, gemma_gguf, damage):
+    broken = tmp_path / "model.gguf"
+    with gemma_gguf.open("rb") as source:
+        data = source.read(4 << 20)
+    broken.write_bytes(data if damage == "truncated" else b"\x00not a gguf" * 1000)
+    finished = run_adapter_until_exit({"DECISION_MODEL_DIR": str(tmp_path)})
+    assert finished.returncode == 1
+    assert "Traceback" not in finished.stderr
+    lines = [line for line in finished.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "model.gguf" in lines[0], finished.stderr
+
+
+def test_a_model_directory_that_is_a_file_exits_with_one_line(tmp_path):
+    not_a_directory = tmp_path / "model"
+    not_a_directory.write_text("x")
+    finished = run_adapter_until_exit({"DECISION_MODEL_DIR": str(not_a_directory)})
+    assert finished.returncode == 1 and "not a directory" in finished.stderr
+    assert "Traceback" not in finished.stderr
