@@ -93,3 +93,20 @@ def test_a_failure_mid_request_leaves_no_entry(engine, renderer, monkeypatch):
     with pytest.raises(RuntimeError):
         score(engine, plan, cache=cache)
     assert cache.stats.entries == 0 and cache.stats.size_bytes == 0
+
+
+def test_the_live_adapter_reports_hits_misses_and_bit_identical_answers(adapter):
+    import httpx
+
+    state = "Cache probe: the customer's parcel is stuck in customs for 9 days. " * 5
+    body = lambda q: {"decision": {"id": q, "state": state, "question": q,  # noqa: E731
+                                   "options": [{"id": "customs"}, {"id": "carrier"}]}}
+    before = httpx.get(adapter.url + "/stats").json()["state_cache"]
+    first = httpx.post(adapter.url + "/invocations", json=body("Who acts next?"), timeout=60).json()["result"]
+    second = httpx.post(adapter.url + "/invocations", json=body("Who pays?"), timeout=60).json()["result"]
+    repeat = httpx.post(adapter.url + "/invocations", json=body("Who acts next?"), timeout=60).json()["result"]
+    assert [r["timing"]["state_cache"] for r in (first, second, repeat)] == ["miss", "hit", "hit"]
+    assert repeat["probabilities"] == first["probabilities"]
+    after = httpx.get(adapter.url + "/stats").json()["state_cache"]
+    assert after["hits"] - before["hits"] == 2 and after["misses"] - before["misses"] == 1
+    assert 0 < after["size_bytes"] <= after["budget_bytes"]

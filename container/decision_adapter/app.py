@@ -106,6 +106,10 @@ async def system_one(request: Request) -> Response:
     return await _system_one(request, _validated(systemone.SystemOneRequest, body))
 
 
+async def stats(request: Request) -> Response:
+    return JSONResponse(_service(request).stats())
+
+
 async def models(request: Request) -> Response:
     return JSONResponse(_service(request).models())
 
@@ -275,6 +279,7 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
             Route("/v1/chat/completions", public(chat_completions), methods=["POST"]),
             Route("/v1/systemone", public(system_one, wire_format=SYSTEM_ONE), methods=["POST"]),
             Route("/v1/models", public(models, wire_format=SYSTEM_ONE), methods=["GET"]),
+            Route("/stats", public(stats), methods=["GET"]),
         ],
         middleware=[Middleware(RequestLog), Middleware(EchoCustomAttributes)],
         exception_handlers={

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import time
+from functools import partial
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ from .scoring import (
     score,
 )
 from .settings import Settings
+from .state_cache import StateCache
 
 # llama.cpp's `general.file_type` values for the quantizations people actually serve.
 FILE_TYPES = {
@@ -71,6 +73,7 @@ class DecisionService:
             ),
         )
         self.renderer = PromptRenderer(self.engine)
+        self.state_cache = StateCache(settings.state_cache_budget, model_id=self.model_file.sha256)
         self.runner = ModelRunner(
             max_queue=settings.max_queue,
             wait_s=settings.admission_wait_s,
@@ -126,6 +129,15 @@ class DecisionService:
             "adapter_version": __version__,
         }
 
+    def stats(self) -> dict[str, Any]:
+        return {
+            "state_cache": self.state_cache.stats.as_dict(),
+            "engine": {"decode_calls": self.engine.stats.decode_calls,
+                       "tokens_decoded": self.engine.stats.tokens_decoded,
+                       "decode_seconds": round(self.engine.stats.seconds, 3)},
+            "admission": {"in_flight": self.runner.in_flight},
+        }
+
     # --- decisions ---------------------------------------------------------------------
     async def _score(self, state: Any, questions: list[Question], *, field: str, what: str) -> Scored:
         """Every wire format's scoring: limits, plan, budget, admission, then the engine."""
@@ -141,12 +153,15 @@ class DecisionService:
         except BudgetError as error:
             raise RequestError(413, str(error), field=field, error_type="token_limit_exceeded") from None
         prepared_ms = _ms(received)
-        (scores, timing), waited_ms = await self.runner.run(score, self.engine, plan)
+        (scores, timing), waited_ms = await self.runner.run(
+            partial(score, self.engine, plan, cache=self.state_cache)
+        )
         return Scored(plan, scores, {
             "prepare_ms": prepared_ms,
             "admission_wait_ms": round(waited_ms, 3),
             "prefill_ms": round(timing.prefill_ms, 3),
             "branches_ms": round(timing.branches_ms, 3),
+            "state_cache": timing.state_cache,
             "total_ms": _ms(received),
             "prefix_tokens": len(plan.prefix_tokens),
             "request_tokens": plan.total_tokens,

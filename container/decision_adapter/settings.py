@@ -37,6 +37,7 @@ ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
     "retry_after_s": ("DECISION_RETRY_AFTER_S",),
     "max_body_bytes": ("DECISION_MAX_BODY_BYTES",),
     "body_timeout_s": ("DECISION_BODY_TIMEOUT_S",),
+    "state_cache_bytes": ("DECISION_STATE_CACHE_BYTES",),
     "max_decisions": ("DECISION_MAX_DECISIONS",),
     "max_request_tokens": ("DECISION_MAX_REQUEST_TOKENS",),
     "max_chat_tokens": ("DECISION_MAX_CHAT_TOKENS",),
@@ -73,6 +74,9 @@ class Settings(BaseModel):
     admission_wait_s: float = Field(5.0, ge=0.0, le=60.0)
     retry_after_s: int = Field(1, ge=1, le=300)
     max_body_bytes: int = Field(1_048_576, ge=1024, le=64 * 1_048_576)
+    # Prefilled states kept across requests; None: an eighth of this machine's memory, at most
+    # 4 GiB (see state_cache_budget); 0 disables the cache.
+    state_cache_bytes: int | None = Field(None, ge=0)
     # A body must arrive within this time: a trickling client cannot tie up a connection.
     body_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
     max_decisions: int = Field(32, ge=1, le=1024)
@@ -102,6 +106,13 @@ class Settings(BaseModel):
                 f"({self.n_seq_max}) sequences free"
             )
         return self
+
+    @property
+    def state_cache_budget(self) -> int:
+        if self.state_cache_bytes is not None:
+            return self.state_cache_bytes
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return min(memory // 8, 4 << 30)
 
     @property
     def request_token_limit(self) -> int:
