@@ -26,6 +26,7 @@ from .generation import GenerationResult
 from .http_body import read_json
 from .logs import RequestLog
 from .model_files import ModelFileError
+from .openapi import openapi_document
 from .sagemaker import EchoCustomAttributes, forced_format
 from .service import DecisionService
 from .settings import Settings
@@ -104,6 +105,10 @@ async def chat_completions(request: Request) -> Response:
 async def system_one(request: Request) -> Response:
     body = await _read_body(request)
     return await _system_one(request, _validated(systemone.SystemOneRequest, body))
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document())
 
 
 async def stats(request: Request) -> Response:
@@ -280,6 +285,7 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
             Route("/v1/systemone", public(system_one, wire_format=SYSTEM_ONE), methods=["POST"]),
             Route("/v1/models", public(models, wire_format=SYSTEM_ONE), methods=["GET"]),
             Route("/stats", public(stats), methods=["GET"]),
+            Route("/openapi.json", openapi, methods=["GET"]),
         ],
         middleware=[Middleware(RequestLog), Middleware(EchoCustomAttributes)],
         exception_handlers={

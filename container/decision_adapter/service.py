@@ -231,7 +231,12 @@ class DecisionService:
                 413, f"messages: the prompt needs {len(tokens)} tokens, the limit is {limit}",
                 field="messages", error_type="token_limit_exceeded",
             )
-        max_tokens = request.token_limit(self.settings.max_chat_tokens)
+        cap = self.settings.max_chat_tokens
+        max_tokens = request.token_limit(cap)
+        if max_tokens > cap:
+            field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+            raise RequestError(422, f"{field}: {max_tokens} requested, at most {cap} "
+                               "(DECISION_MAX_CHAT_TOKENS)", field=field)
         # Generation stops at the context's end; report that as finish_reason "length".
         return tokens, min(max_tokens, limit - len(tokens))
 
