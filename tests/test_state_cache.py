@@ -110,3 +110,21 @@ def test_the_live_adapter_reports_hits_misses_and_bit_identical_answers(adapter)
     after = httpx.get(adapter.url + "/stats").json()["state_cache"]
     assert after["hits"] - before["hits"] == 2 and after["misses"] - before["misses"] == 1
     assert 0 < after["size_bytes"] <= after["budget_bytes"]
+
+
+def test_system_one_and_decisions_share_cached_states(adapter):
+    import httpx
+
+    state = "Cross-format probe: a shared inbox receives 40 phishing reports an hour. " * 4
+    decisions = {"decisions": [
+        {"id": "team", "state": state, "question": "Which team?", "options": [{"id": "security"}, {"id": "it"}]},
+        {"id": "urgent", "state": state, "question": "Urgent?", "options": [{"id": "yes"}, {"id": "no"}]},
+    ]}
+    shared = httpx.post(adapter.url + "/invocations", json=decisions, timeout=60).json()
+    assert shared["timing"]["state_cache"] == "miss"
+    system_one = {"model": "jev-latest", "state": state, "questions": {
+        "phishing": {"type": "noul", "instructions": "Is this about phishing?"}}}
+    first = httpx.post(adapter.url + "/v1/systemone", json=system_one, timeout=60).json()
+    again = httpx.post(adapter.url + "/v1/systemone", json=system_one, timeout=60).json()
+    assert first["x_timing"]["state_cache"] == again["x_timing"]["state_cache"] == "hit"
+    assert first["answers"] == again["answers"]
