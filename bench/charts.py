@@ -85,6 +85,10 @@ def shared_state(result: dict[str, Any], path: Path) -> Path:
               label="one request, state shared")
     left.plot(n, [r["separate_median_ms"] / 1000 for r in rows], marker="s", color=SECOND,
               label="separate requests, one after another")
+    cached = (result["shared_state_sweep"].get("with_state_cache") or {}).get("rows")
+    if cached:
+        left.plot(n, [r["separate_cached_median_ms"] / 1000 for r in cached], marker="^",
+                  color=THIRD, linestyle="--", label="separate requests, state cache on")
     left.set_xscale("log", base=2)
     left.set_xticks(n, [str(x) for x in n])
     left.set_xlabel("questions on the same state")
@@ -92,9 +96,21 @@ def shared_state(result: dict[str, Any], path: Path) -> Path:
     left.set_ylim(bottom=0)
     left.legend(fontsize=8)
     left.set_title(f"State of {result['shared_state_sweep']['state_tokens']} tokens", fontsize=10)
-    right.bar([str(x) for x in n], [r["speedup"] for r in rows], color=ADAPTER)
+    positions = range(len(n))
+    offset = 0.2 if cached else 0.0
+    right.bar([x - offset for x in positions], [r["speedup"] for r in rows], width=0.4,
+              color=ADAPTER, label="vs separate requests")
     for x, r in enumerate(rows):
-        right.annotate(f"{r['speedup']:.1f}x", (x, r["speedup"]), ha="center", va="bottom", fontsize=8)
+        right.annotate(f"{r['speedup']:.1f}x", (x - offset, r["speedup"]), ha="center",
+                       va="bottom", fontsize=8)
+    if cached:
+        right.bar([x + offset for x in positions], [r["speedup_of_shared"] for r in cached],
+                  width=0.4, color=THIRD, label="vs separate requests, state cache on")
+        for x, r in enumerate(cached):
+            right.annotate(f"{r['speedup_of_shared']:.1f}x", (x + offset, r["speedup_of_shared"]),
+                           ha="center", va="bottom", fontsize=8)
+    right.set_xticks(list(positions), [str(x) for x in n])
+    right.legend(fontsize=8)
     right.axhline(1, color=FLOOR, linestyle="--")
     right.set_xlabel("questions on the same state")
     right.set_ylabel("speedup (separate / shared)")

@@ -1,0 +1,72 @@
+"""Timing helpers: timed HTTP requests, sample summaries, and the run's time budget."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+BUSY_PAUSE_S = 0.02
+BUSY_ATTEMPTS = 250
+
+
+class Caller:
+    """Sequential requests, timed end to end. A sequential client should never meet a busy
+    model; when it does (the previous request's model work outlived its response), it retries
+    after a short pause, times only the attempt that was answered, and counts the refusal."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+        self.refused_503 = 0
+
+    def post(self, url: str, body: dict) -> tuple[float, dict]:
+        for _ in range(BUSY_ATTEMPTS):
+            started = time.perf_counter()
+            response = self.client.post(url, json=body, timeout=300)
+            elapsed = time.perf_counter() - started
+            if response.status_code != 503:
+                response.raise_for_status()
+                return elapsed, response.json()
+            self.refused_503 += 1
+            time.sleep(BUSY_PAUSE_S)
+        raise RuntimeError(f"{url}: still 503 after {BUSY_ATTEMPTS} attempts")
+
+    def seconds(self, url: str, body: dict) -> float:
+        return self.post(url, body)[0]
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
+
+
+def median_ms(samples: list[float]) -> float:
+    return ms(statistics.median(samples))
+
+
+def samples_ms(samples: list[float]) -> list[float]:
+    return [round(s * 1000, 1) for s in samples]
+
+
+@dataclass
+class Budget:
+    """The whole run's wall-clock budget. Each experiment may start another repetition only
+    before its own deadline, a cumulative share of the budget; the first repetition always runs,
+    so a slow machine gets fewer repeats, never missing experiments."""
+
+    total_s: float
+    started: float = field(default_factory=time.monotonic)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def until(self, share: float) -> float:
+        return self.started + share * self.total_s
+
+    def remaining(self, share: float = 1.0) -> float:
+        return self.until(share) - time.monotonic()
+
+    def more(self, share: float, done: int, minimum: int = 1) -> bool:
+        """Whether to run repetition number `done` + 1."""
+        return done < minimum or time.monotonic() < self.until(share)
