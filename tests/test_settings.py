@@ -38,8 +38,3 @@ def test_request_budget_is_capped_by_the_context():
 def test_impossible_values_name_the_variable(name, value):
     with pytest.raises(SettingsError, match=name):
         Settings.from_environment({name: value})
-
-
-def test_more_questions_than_sequences_is_refused():
-    with pytest.raises(SettingsError, match="n_seq_max"):
-        Settings.from_environment({"DECISION_MAX_DECISIONS": "100", "DECISION_N_SEQ_MAX": "64"})

@@ -17,7 +17,6 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
-    model_validator,
 )
 
 # field name -> accepted variables, first set wins.
@@ -67,7 +66,7 @@ class Settings(BaseModel):
     n_ctx: int = Field(8192, ge=256, le=1_048_576)
     n_gpu_layers: int = Field(0, ge=-1)
     n_batch: int = Field(512, ge=32, le=65536)
-    # Sequences in the context: one for the state, one per question, the rest for label branches.
+    # Sequences in the context: the state, the question being read, and its label branches.
     n_seq_max: int = Field(64, ge=4, le=256)
     # One model operation runs at a time; up to max_queue more may wait admission_wait_s each.
     max_queue: int = Field(0, ge=0, le=1024)
@@ -98,15 +97,6 @@ class Settings(BaseModel):
             raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
         return value
 
-    @model_validator(mode="after")
-    def _questions_fit_sequences(self) -> Settings:
-        if self.max_decisions > self.n_seq_max - 2:
-            raise ValueError(
-                f"max_decisions ({self.max_decisions}) must leave two of n_seq_max "
-                f"({self.n_seq_max}) sequences free"
-            )
-        return self
-
     @property
     def state_cache_budget(self) -> int:
         if self.state_cache_bytes is not None:
@@ -134,6 +124,6 @@ class Settings(BaseModel):
             return cls(**values)
         except ValidationError as error:
             first = error.errors()[0]
-            field = str(first["loc"][0]) if first["loc"] else "max_decisions"
+            field = str(first["loc"][0])
             name = sources.get(field, field)
             raise SettingsError(f"{name}={values.get(field)!r}: {first['msg']}") from None
