@@ -34,10 +34,6 @@ from .settings import Settings
 log = logging.getLogger("decision_adapter")
 
 
-class StartupFailed(RuntimeError):
-    """The model could not be loaded; the server exits non-zero."""
-
-
 # --- routes ----------------------------------------------------------------------------
 async def ping(request: Request) -> Response:
     service: DecisionService | None = request.app.state.service
@@ -244,10 +240,6 @@ def public(endpoint, *, wire_format: str | None = None):
 
 
 # --- application -----------------------------------------------------------------------
-def _load(settings: Settings) -> DecisionService:
-    return DecisionService(settings)
-
-
 def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> Starlette:
     settings = settings or Settings.from_environment()
 
@@ -259,7 +251,7 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
 
         async def load() -> None:
             try:
-                app.state.service = await asyncio.to_thread(_load, settings)
+                app.state.service = await asyncio.to_thread(DecisionService, settings)
                 log.info("model loaded", extra={"fields": {"model": app.state.service.model_info}})
             except (ModelFileError, EngineError, OSError, ValueError) as error:
                 app.state.startup_error = str(error)
