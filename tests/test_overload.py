@@ -3,7 +3,8 @@
 Every answer must be 200 or a retryable 503 with Retry-After, /ping must answer within 2 s
 throughout (SageMaker's health check), the server must answer normally afterwards, and its
 resident memory after 5,000 requests must stay within 10% of its value after the first 500.
-OVERLOAD_SECONDS lengthens the load phase (CI default: 12 s; the issue's figure is 30 s).
+OVERLOAD_SECONDS lengthens the load phase (CI default: 12 s; README's figures: 30 s), and
+OVERLOAD_REPORT names a file for the measured figures.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ ADMITTED = 1  # one model operation at a time, no queue (the defaults)
 CLIENTS = 16 * ADMITTED
 SECONDS = float(os.environ.get("OVERLOAD_SECONDS", "12"))
 REQUESTS_FOR_MEMORY = 5000
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
 DECISION = {"decision": {"id": "d", "state": "Payment failed twice with card ending 4242.",
                          "question": "Which queue?", "options": [{"id": "billing"}, {"id": "fraud"}]}}
@@ -86,8 +86,8 @@ def test_overload_keeps_health_checks_fast_and_memory_flat(tmp_path):
         report = asyncio.run(_load(adapter.url, adapter.process.pid))
     growth = report["memory_kib"]["after_all"] / report["memory_kib"]["after_500"] - 1
     report["memory_growth"] = round(growth, 4)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "overload-latest.json").write_text(json.dumps(report, indent=2) + "\n")
+    report_path = Path(os.environ.get("OVERLOAD_REPORT", tmp_path / "overload.json"))
+    report_path.write_text(json.dumps(report, indent=2) + "\n")
 
     assert report["sent"] >= REQUESTS_FOR_MEMORY
     assert not report["bad"], report["bad"]
