@@ -148,14 +148,14 @@ def main() -> None:
                         help="smoke run: fewer sizes and repetitions (about two minutes)")
     parser.add_argument("--repeats", type=int, help="repetitions of the single decision (a)")
     parser.add_argument("--budget-minutes", type=float, default=None,
-                        help="time budget for the measurements (default 12, --quick 4)")
+                        help="time budget for the measurements (default 11, --quick 3)")
     parser.add_argument("--output", type=Path, default=None, help="JSON path (charts beside it)")
     args = parser.parse_args()
 
     plan = QUICK if args.quick else Plan()
     if args.repeats:
         plan = dataclasses.replace(plan, single_repeats=args.repeats)
-    budget = Budget((args.budget_minutes or (4 if args.quick else 12)) * 60)
+    budget = Budget((args.budget_minutes or (3 if args.quick else 11)) * 60)
     measured = run(plan, budget)
     gguf = measured.pop("gguf")
     now = datetime.now(timezone.utc)

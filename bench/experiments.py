@@ -33,12 +33,12 @@ class Plan:
 
     single_repeats: int = 15
     shared_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
-    shared_repeats: int = 3
-    separate_repeats: int = 2
+    shared_repeats: int = 5
+    separate_repeats: int = 3
     lengths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
-    length_repeats: int = 3
+    length_repeats: int = 5
     clients: tuple[int, ...] = (1, 2, 4, 8, 16)
-    load_seconds: float = 8.0
+    load_seconds: float = 10.0
     queues: tuple[int, ...] = (0, 16)
     chat_items: int | None = None  # None: every labelled example
 

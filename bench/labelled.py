@@ -129,7 +129,7 @@ class SystemOneItem:
                 probabilities=probabilities,
                 logits=[float(logits[k]) for k in keys] if logits else [],
                 expected=expected, latency_s=latency_s, retries=retries,
-                model={"gguf_sha256": (answer.get("x_model") or {}).get("gguf_sha256")},
+                model=answer.get("x_model_info") or {},
                 served_temperature=got.get("x_temperature"),
             ))
         return cases

@@ -73,22 +73,28 @@ def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
         {"id": "p1", "state": "Checkout is down for everyone.", "question": "How urgent?",
          "options": [{"id": "low"}, {"id": "high"}], "expected": "high", "category": "priority"},
     ]
+    rows.append({"id": "s1", "category": "systemone", "systemone": {
+        "state": "Refund not received after 10 days.", "questions": {
+            "queue": {"type": "choice", "criteria": {"billing": "Money.", "shipping": "Parcels."}},
+            "urgent": {"type": "noul"}}},
+        "expected": {"queue": "billing", "urgent": True}})
     data = write_jsonl(tmp_path / "mini.jsonl", rows)
     out = tmp_path / "out"
     code = evaluate.main([str(data), "--url", adapter.url, "--out", str(out),
                           "--fit-temperature", "--order-check", "--no-progress"])
     assert code == 0
     report = json.loads((out / "report.json").read_text())
-    assert report["metrics"]["n"] == 3
+    assert report["metrics"]["n"] == 5  # three decisions, two System One questions
     assert 0 <= report["metrics"]["accuracy"] <= 1
     assert 0 <= report["metrics"]["ece"] <= 1 and report["metrics"]["nll"] > 0
-    assert set(report["by_category"]) == {"routing", "priority"}
-    assert report["latency"]["n"] == 3 and report["latency"]["p95_ms"] >= report["latency"]["p50_ms"]
-    assert report["order_check"]["items"] == 3
+    assert set(report["by_category"]) == {"routing", "priority", "systemone"}
+    assert report["latency"]["n"] == 5 and report["latency"]["p95_ms"] >= report["latency"]["p50_ms"]
+    assert report["order_check"]["items"] == 4  # the noul question has no order to reverse
+    assert {item["id"] for item in report["items"]} >= {"s1/queue", "s1/urgent"}
     assert 0 <= report["order_check"]["max_abs_diff"] <= 1
     assert (out / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     calibration = json.loads((out / "calibration.json").read_text())
-    assert calibration["n"] == 3 and calibration["fitted_on"] == "mini.jsonl"
+    assert calibration["n"] == 5 and calibration["fitted_on"] == "mini.jsonl"
     assert calibration["nll_after"] <= calibration["nll_before"]
     assert 0.05 <= calibration["temperature"] <= 20
     assert len(calibration["gguf_sha256"]) == 64
