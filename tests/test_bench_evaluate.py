@@ -105,3 +105,45 @@ def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
 def test_unreadable_file_is_a_usage_error(tmp_path, capsys):
     assert evaluate.main([str(tmp_path / "missing.jsonl"), "--url", "http://127.0.0.1:9"]) == 2
     assert "bench.evaluate: error" in capsys.readouterr().err
+
+
+def test_evaluate_an_endpoint_through_sagemaker_runtime(tmp_path, monkeypatch, capsys):
+    """--endpoint goes through ops' SageMakerTransport; a 503 from the container is retried."""
+    import io
+
+    import boto3
+    from botocore.response import StreamingBody
+    from botocore.stub import Stubber
+
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1",
+                          aws_access_key_id="x", aws_secret_access_key="x")
+    stubber = Stubber(client)
+    answer = json.dumps({"result": {
+        "id": "r1", "option_ids": ["billing", "shipping"], "probabilities": [0.75, 0.25],
+        "option_logits": [1.0986123, 0.0], "temperature": 1.0,
+        "model": {"name": "gemma", "gguf_sha256": "ab" * 32}}}).encode()
+    body = {"decision": {"id": "r1", "state": "Refund please.", "question": "Queue?",
+                         "options": OPTIONS}}
+    expected_params = {"EndpointName": "decisions", "Body": json.dumps(body, separators=(",", ":")).encode(),
+                       "ContentType": "application/json", "Accept": "application/json"}
+    stubber.add_client_error("invoke_endpoint", service_error_code="ModelError",
+                             http_status_code=424, expected_params=expected_params,
+                             response_meta={"HTTPHeaders": {"retry-after": "0"}},
+                             modeled_fields={"OriginalStatusCode": 503})
+    stubber.add_response("invoke_endpoint", {
+        "Body": StreamingBody(io.BytesIO(answer), len(answer)), "ContentType": "application/json"},
+        expected_params)
+    stubber.activate()
+    monkeypatch.setattr("ops.cli._boto3_clients", lambda region: lambda service: client)
+    data = write_jsonl(tmp_path / "one.jsonl", [{**body["decision"], "expected": "billing"}])
+    out = tmp_path / "out"
+    assert evaluate.main([str(data), "--endpoint", "decisions", "--out", str(out),
+                          "--fit-temperature", "--no-progress"]) == 0
+    stubber.assert_no_pending_responses()
+    report = json.loads((out / "report.json").read_text())
+    assert report["target"] == "endpoint decisions"
+    assert report["retries"] == 1
+    assert report["metrics"]["accuracy"] == 1.0
+    assert report["metrics"]["nll"] == pytest.approx(-__import__("math").log(0.75))
+    calibration = json.loads((out / "calibration.json").read_text())
+    assert calibration["gguf_sha256"] == "ab" * 32
