@@ -107,12 +107,13 @@ def run(plan: Plan, budget: Budget) -> dict:
             result["chat_alternative"] = experiments.chat_alternative(
                 caller, adapter.url, plan, budget, prepared.examples)
         log(budget, "(b) separate requests with the state cache on")
-        with running_adapter(tmp_dir, **{**ADAPTER_ENV, "DECISION_STATE_CACHE_BYTES": str(STATE_CACHE_BYTES)}) as cached:
+        cache_env = {**ADAPTER_ENV, "DECISION_STATE_CACHE_BYTES": str(STATE_CACHE_BYTES)}
+        with running_adapter(tmp_dir, **cache_env) as cached:
             caller = Caller(client)
             callers.append(caller)
-            result["shared_state_sweep"]["with_state_cache"] = experiments.separate_with_state_cache(
-                caller, cached.url + "/invocations", plan, budget, prepared.state_1000,
-                result["shared_state_sweep"])
+            sweep = result["shared_state_sweep"]
+            sweep["with_state_cache"] = experiments.separate_with_state_cache(
+                caller, cached.url + "/invocations", plan, budget, prepared.state_1000, sweep)
         seconds = load_seconds(plan, budget)
         runs = []
         for queue in plan.queues:

@@ -27,7 +27,8 @@ def _save(figure, path: Path) -> Path:
 
 def _subtitle(result: dict[str, Any]) -> str:
     machine = result.get("machine", {})
-    return f"{result.get('model', '')}, {machine.get('name', '')}, {machine.get('threads', '?')} threads"
+    threads = machine.get("threads", "?")
+    return f"{result.get('model', '')}, {machine.get('name', '')}, {threads} threads"
 
 
 # --- evaluation ------------------------------------------------------------------------------
@@ -40,8 +41,8 @@ def reliability_diagram(result: dict[str, Any], path: Path) -> Path:
     filled = [b for b in bins if b["count"]]
     top.bar([b["lower"] for b in filled], [b["accuracy"] for b in filled], width=width,
             align="edge", color=ADAPTER, edgecolor="white", label="accuracy in bin")
-    top.bar([b["lower"] for b in filled],
-            [b["confidence"] - b["accuracy"] for b in filled], bottom=[b["accuracy"] for b in filled],
+    top.bar([b["lower"] for b in filled], [b["confidence"] - b["accuracy"] for b in filled],
+            bottom=[b["accuracy"] for b in filled],
             width=width, align="edge", color=SECOND, alpha=0.3, edgecolor=SECOND,
             label="gap to mean confidence")
     top.plot([0, 1], [0, 1], linestyle="--", color=FLOOR, label="perfect calibration")
@@ -141,8 +142,8 @@ def prompt_length(result: dict[str, Any], path: Path) -> Path:
     right.plot(tokens, [r["prompt_tokens"] / r["http_median_ms"] * 1000 for r in rows],
                marker="o", color=ADAPTER, label="adapter")
     if all(r.get("llama_cpp_prefill_median_ms") for r in rows):
-        right.plot(tokens, [r["prompt_tokens"] / r["llama_cpp_prefill_median_ms"] * 1000 for r in rows],
-                   marker="s", color=FLOOR, label="llama.cpp prefill")
+        floor_rate = [r["prompt_tokens"] / r["llama_cpp_prefill_median_ms"] * 1000 for r in rows]
+        right.plot(tokens, floor_rate, marker="s", color=FLOOR, label="llama.cpp prefill")
     right.set_xscale("log", base=2)
     right.set_xlabel("prompt tokens")
     right.set_ylabel("prompt tokens per second")

@@ -104,7 +104,7 @@ def run(items: list[Item], target: Target, *, order_check: bool, progress: bool
 
 
 def report(cases: list[Case], *, source: Path, target: str, fit: bool,
-           pairs: list | None) -> dict[str, Any]:
+           pairs: list | None, temperature: float | None = None) -> dict[str, Any]:
     probabilities = [c.probabilities for c in cases]
     expected = [c.expected_index for c in cases]
     categories: dict[str, list[Case]] = defaultdict(list)
@@ -131,7 +131,8 @@ def report(cases: list[Case], *, source: Path, target: str, fit: bool,
         "reliability": [b.as_dict() for b in metrics.reliability_bins(probabilities, expected)],
         "items": [
             {"id": c.item_id, "category": c.category, "expected": c.expected,
-             "predicted": c.predicted, "probabilities": {k: round(p, 6) for k, p in c.by_id.items()},
+             "predicted": c.predicted,
+             "probabilities": {k: round(p, 6) for k, p in c.by_id.items()},
              "latency_ms": round(c.latency_s * 1000, 2)}
             for c in cases
         ],
@@ -146,9 +147,17 @@ def report(cases: list[Case], *, source: Path, target: str, fit: bool,
             "temperature": found.temperature, "n": len(with_logits),
             "nll_before": found.nll_before, "nll_after": found.nll_after,
             "bounds": list(metrics.TEMPERATURE_BOUNDS),
-            "metrics_before": metrics.summary([metrics.softmax(z).tolist() for z in logits], labels),
+            "metrics_before": metrics.summary([metrics.softmax(z).tolist() for z in logits],
+                                              labels),
             "metrics_after": metrics.summary(calibrated, labels),
         }
+    if temperature is not None:
+        # A temperature fitted on another file, applied here to the raw logits: held-out
+        # metrics without restarting the adapter.
+        with_logits = [c for c in cases if len(c.logits) == len(c.option_ids)]
+        result["at_temperature"] = {"temperature": temperature, **metrics.summary(
+            [metrics.softmax(c.logits, temperature).tolist() for c in with_logits],
+            [c.expected_index for c in with_logits])}
     if pairs is not None:
         if pairs:
             result["order_check"] = metrics.order_sensitivity([a for a, _, _ in pairs],
@@ -199,6 +208,10 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"  temperature {fit['temperature']:.4f}: NLL {fit['nll_before']:.4f} -> "
                      f"{fit['nll_after']:.4f}, ECE {fit['metrics_before']['ece']:.4f} -> "
                      f"{fit['metrics_after']['ece']:.4f}")
+    if "at_temperature" in result:
+        at = result["at_temperature"]
+        lines.append(f"  at temperature {at['temperature']:g} (raw logits): Brier {at['brier']:.4f}"
+                     f"   ECE(10) {at['ece']:.4f}   NLL {at['nll']:.4f}")
     if result.get("order_check", {}).get("items"):
         oc = result["order_check"]
         lines.append(f"  options reversed: mean |dp| {oc['mean_abs_diff']:.4f}, max |dp| "
@@ -221,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fit one temperature on this file and write calibration.json")
     parser.add_argument("--calibration", type=Path,
                         help="where to write calibration.json (default: in --out)")
+    parser.add_argument("--temperature", type=float, metavar="T",
+                        help="also report the metrics of softmax(option_logits / T), e.g. a "
+                        "temperature fitted on another file")
     parser.add_argument("--order-check", action="store_true",
                         help="re-run each decision with its options reversed")
     parser.add_argument("--limit", type=int, help="evaluate only the first N items")
@@ -256,8 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         detail = f": {error.body}" if getattr(error, "body", None) else ""
         print(f"bench.evaluate: error: {error}{detail}", file=sys.stderr)
         return 1
+    if args.temperature is not None and args.temperature <= 0:
+        print("bench.evaluate: error: --temperature must be positive", file=sys.stderr)
+        return 2
     result = report(cases, source=args.file, target=target.description,
-                    fit=args.fit_temperature, pairs=pairs if args.order_check else None)
+                    fit=args.fit_temperature, pairs=pairs if args.order_check else None,
+                    temperature=args.temperature)
 
     out = args.out or DEFAULT_OUT / args.file.stem
     out.mkdir(parents=True, exist_ok=True)

@@ -163,7 +163,10 @@ def parse_line(row: dict[str, Any], number: int) -> Item:
     category = str(row.get("category", "all"))
     if "systemone" in row:
         return _systemone(row, category, number)
-    decision = row["decision"] if "decision" in row else {k: row[k] for k in DECISION_FIELDS if k in row}
+    if "decision" in row:
+        decision = row["decision"]
+    else:
+        decision = {k: row[k] for k in DECISION_FIELDS if k in row}
     missing = [k for k in DECISION_FIELDS if k not in decision]
     if missing:
         raise LabelError(f"missing {', '.join(missing)}")

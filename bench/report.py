@@ -26,11 +26,13 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
         "",
         "| Experiment | Result |",
         "|---|---|",
-        f"| (a) one decision, {a['prompt_tokens']} tokens | {a['http_median_ms']:.0f} ms over HTTP vs "
-        f"{a['llama_cpp_prefill_median_ms']:.0f} ms llama.cpp prefill: **{a['overhead_ratio']:.2f}x** "
+        f"| (a) one decision, {a['prompt_tokens']} tokens | {a['http_median_ms']:.0f} ms over "
+        f"HTTP vs {a['llama_cpp_prefill_median_ms']:.0f} ms llama.cpp prefill: "
+        f"**{a['overhead_ratio']:.2f}x** "
         f"(target <= {a['target_max']}) |",
         f"| (b) {s['decisions']} decisions on a {s['state_tokens']}-token state | "
-        f"{s['shared_request_median_ms']:.0f} ms shared vs {s['eight_single_requests_median_ms']:.0f} ms "
+        f"{s['shared_request_median_ms']:.0f} ms shared vs "
+        f"{s['eight_single_requests_median_ms']:.0f} ms "
         f"separate: **{s['speedup']:.1f}x** (target >= {s['target_min']}) |",
     ]
     sweep = result.get("shared_state_sweep")
@@ -49,7 +51,8 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
             + (f" ({r['overhead_ratio']:.2f}x floor)" if "overhead_ratio" in r else "")
             for r in lengths["rows"]) + " |")
     for run in (result.get("concurrency") or {}).get("runs", []):
-        lines.append(f"| (d) DECISION_MAX_QUEUE={run['max_queue']}, clients: decisions/s, p95, 503s | "
+        lines.append(f"| (d) DECISION_MAX_QUEUE={run['max_queue']}, clients: decisions/s, "
+                     "p95, 503s | "
                      + ", ".join(f"{r['clients']}: {r['throughput_rps']:.1f}/s, "
                                  f"{r['latency'].get('p95_ms', 0):.0f} ms, {r['share_503']:.0%}"
                                  for r in run["rows"]) + " |")
@@ -59,7 +62,8 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
         lines.append(
             f"| (e) {chat['items']} labelled decisions: decision vs one-token chat | p50 "
             f"{d['latency']['p50_ms']:.0f} vs {c['latency']['p50_ms']:.0f} ms; accuracy "
-            f"{d['accuracy']:.0%} vs {c['accuracy']:.0%}; answer is an option {d['valid_answer_rate']:.0%} "
+            f"{d['accuracy']:.0%} vs {c['accuracy']:.0%}; answer is an option "
+            f"{d['valid_answer_rate']:.0%} "
             f"vs {c['valid_answer_rate']:.0%} |")
     charts = result.get("charts") or {}
     if charts:

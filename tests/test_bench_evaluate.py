@@ -1,6 +1,7 @@
 """bench.evaluate: labelled-file parsing, and the whole command against the live adapter."""
 
 import json
+import math
 
 import pytest
 
@@ -138,12 +139,14 @@ def test_evaluate_an_endpoint_through_sagemaker_runtime(tmp_path, monkeypatch, c
     data = write_jsonl(tmp_path / "one.jsonl", [{**body["decision"], "expected": "billing"}])
     out = tmp_path / "out"
     assert evaluate.main([str(data), "--endpoint", "decisions", "--out", str(out),
-                          "--fit-temperature", "--no-progress"]) == 0
+                          "--fit-temperature", "--temperature", "2", "--no-progress"]) == 0
     stubber.assert_no_pending_responses()
     report = json.loads((out / "report.json").read_text())
     assert report["target"] == "endpoint decisions"
     assert report["retries"] == 1
     assert report["metrics"]["accuracy"] == 1.0
-    assert report["metrics"]["nll"] == pytest.approx(-__import__("math").log(0.75))
+    assert report["metrics"]["nll"] == pytest.approx(-math.log(0.75))
+    # softmax([ln 3, 0] / 2) = [sqrt 3, 1] / (sqrt 3 + 1)
+    assert report["at_temperature"]["nll"] == pytest.approx(-math.log(3**0.5 / (3**0.5 + 1)))
     calibration = json.loads((out / "calibration.json").read_text())
     assert calibration["gguf_sha256"] == "ab" * 32
