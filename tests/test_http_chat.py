@@ -91,3 +91,15 @@ def test_each_request_logs_one_json_line_with_its_id(adapter):
     assert len(lines) == 1
     assert lines[0]["status"] == 200 and lines[0]["path"] == "/v1/chat/completions"
     assert lines[0]["duration_ms"] > 0 and lines[0]["completion_tokens"] >= 1
+
+
+def test_the_model_is_free_as_soon_as_a_chat_answer_arrives(adapter):
+    """A client alternating chat and decisions, one request at a time, is never refused."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    decision = {"decision": {"id": "d", "state": "s", "question": "q?", "options": [{"id": "a"}, {"id": "b"}]}}
+    statuses = []
+    with httpx.Client(base_url=adapter.url, timeout=60) as client:  # keep-alive: no pause between
+        for _ in range(15):
+            statuses.append(client.post("/invocations", json=chat).status_code)
+            statuses.append(client.post("/invocations", json=decision).status_code)
+    assert statuses == [200] * 30

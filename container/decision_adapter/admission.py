@@ -87,7 +87,7 @@ class ModelRunner:
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
-        self._submit(pump)
+        finished = asyncio.wrap_future(self._submit(pump))
         try:
             while (item := await queue.get()) is not _DONE:
                 if isinstance(item, BaseException):
@@ -95,6 +95,9 @@ class ModelRunner:
                 yield item
         finally:
             stop.set()
+            # Answer only once the slot is free again: a client that sends its next request
+            # as soon as it has this answer must not find the model still taken by it.
+            await asyncio.shield(finished)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

@@ -318,13 +318,13 @@ class Engine:
                     [(t, position + i, 0, last and i == len(chunk) - 1) for i, t in enumerate(chunk)]
                 )
                 position += len(chunk)
-            for _ in range(max_tokens):
+            for step in range(max_tokens):
                 token = llama_cpp.llama_sampler_sample(sampler, self.ctx, -1)
                 if self.is_end_of_generation(token):
                     return
                 yield token
-                if position >= self.n_ctx:
-                    return
+                if step + 1 == max_tokens or position >= self.n_ctx:
+                    return  # the last token needs no decode: nothing will follow it
                 self._decode([(token, position, 0, True)])
                 position += 1
         finally:
