@@ -106,6 +106,9 @@ def run(plan: Plan, budget: Budget) -> dict:
             log(budget, "(e) chat alternative")
             result["chat_alternative"] = experiments.chat_alternative(
                 caller, adapter.url, plan, budget, prepared.examples)
+            log(budget, "state cache off: eight follow-up requests")
+            cache_off = experiments.state_cache_follow_ups(
+                caller, adapter.url, prepared.state_1000, plan.follow_up_repeats, "off")
         log(budget, "(b) separate requests with the state cache on")
         cache_env = {**ADAPTER_ENV, "DECISION_STATE_CACHE_BYTES": str(STATE_CACHE_BYTES)}
         with running_adapter(tmp_dir, **cache_env) as cached:
@@ -114,6 +117,15 @@ def run(plan: Plan, budget: Budget) -> dict:
             sweep = result["shared_state_sweep"]
             sweep["with_state_cache"] = experiments.separate_with_state_cache(
                 caller, cached.url + "/invocations", plan, budget, prepared.state_1000, sweep)
+            log(budget, "state cache on: eight follow-up requests")
+            cache_on = experiments.state_cache_follow_ups(
+                caller, cached.url, prepared.state_1000, plan.follow_up_repeats, "on")
+        result["state_cache"] = {
+            "state_tokens": SHARED_STATE_TOKENS, "target_max_ratio": experiments.CACHE_TARGET,
+            "with_cache": cache_on, "without_cache": cache_off,
+            "meets_target": cache_on["worst_ratio"] <= experiments.CACHE_TARGET
+            and cache_on["within_budget"],
+        }
         seconds = load_seconds(plan, budget)
         runs = []
         for queue in plan.queues:

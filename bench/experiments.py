@@ -41,10 +41,12 @@ class Plan:
     load_seconds: float = 10.0
     queues: tuple[int, ...] = (0, 16)
     chat_items: int | None = None  # None: every labelled example
+    follow_up_repeats: int = 3
 
 
 QUICK = Plan(single_repeats=5, shared_sizes=(1, 2, 4, 8), shared_repeats=1, separate_repeats=1,
-             lengths=(64, 256, 1024), length_repeats=1, load_seconds=2.0, chat_items=8)
+             lengths=(64, 256, 1024), length_repeats=1, load_seconds=2.0, chat_items=8,
+             follow_up_repeats=1)
 
 # Cumulative shares of the budget: the deadline by which each phase stops adding repetitions.
 SHARES = {"single": 0.05, "shared": 0.35, "length": 0.58, "chat": 0.66, "cached": 0.72}
@@ -256,4 +258,39 @@ def chat_alternative(caller: Caller, base_url: str, plan: Plan, budget: Budget,
                  "agreement_with_decision": agree / done,
                  "latency": metrics.latency_summary(chat_s),
                  "answers": dict(answers.most_common(8))},
+    }
+
+
+# --- the state cache: follow-up requests about one state ----------------------------------
+FOLLOW_UPS = 8
+CACHE_TARGET = 0.2
+
+
+def state_cache_follow_ups(caller: Caller, base_url: str, state: str, repeats: int,
+                           label: str) -> dict[str, Any]:
+    """Eight separate, consecutive requests with different questions about one ~1,000-token
+    state, each repetition on a new state so the first request starts cold. Per position: the
+    median latency, and for positions 2-8 its ratio to the first (target <= 0.2 with the cache).
+    """
+    by_position: list[list[float]] = [[] for _ in range(FOLLOW_UPS)]
+    outcomes: Counter[str] = Counter()
+    for repetition in range(repeats):
+        fresh = f"{state}(Conversation {label}-{repetition}.)"
+        for position, question in enumerate(QUESTIONS[:FOLLOW_UPS]):
+            seconds, answer = caller.post(base_url + "/invocations",
+                                          {"decision": decision(fresh, question, position)})
+            by_position[position].append(seconds)
+            outcomes[answer["result"]["timing"].get("state_cache", "off")] += 1
+    first = statistics.median(by_position[0])
+    ratios = [round(statistics.median(samples) / first, 3) for samples in by_position[1:]]
+    stats = caller.client.get(base_url + "/stats", timeout=30).json()["state_cache"]
+    return {
+        "repeats": repeats,
+        "median_ms_by_position": [median_ms(samples) for samples in by_position],
+        "ratio_to_first": ratios,
+        "worst_ratio": max(ratios),
+        "state_cache_outcomes": dict(outcomes),
+        "cache_bytes": stats["size_bytes"],
+        "cache_budget_bytes": stats["budget_bytes"],
+        "within_budget": stats["size_bytes"] <= stats["budget_bytes"],
     }

@@ -56,6 +56,16 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
                      + ", ".join(f"{r['clients']}: {r['throughput_rps']:.1f}/s, "
                                  f"{r['latency'].get('p95_ms', 0):.0f} ms, {r['share_503']:.0%}"
                                  for r in run["rows"]) + " |")
+    cache = result.get("state_cache")
+    if cache:
+        on, off = cache["with_cache"], cache["without_cache"]
+        lines.append(
+            f"| state cache: 8 separate requests on one {cache['state_tokens']}-token state | "
+            f"requests 2-8 cost at most **{on['worst_ratio']:.2f}x** the first with the cache "
+            f"(target <= {cache['target_max_ratio']}), {off['worst_ratio']:.2f}x without; "
+            f"first {on['median_ms_by_position'][0]:.0f} ms, then "
+            f"{max(on['median_ms_by_position'][1:]):.0f} ms at most; cache "
+            f"{on['cache_bytes'] / 2**20:.1f} of {on['cache_budget_bytes'] / 2**20:.0f} MiB |")
     chat = result.get("chat_alternative")
     if chat:
         d, c = chat["decision"], chat["chat"]
