@@ -171,7 +171,9 @@ class Engine:
 
     # --- decoding ----------------------------------------------------------------------
     def reset(self) -> None:
-        llama_cpp.llama_memory_clear(self.memory, True)
+        # Metadata only: zeroing the KV buffers (data=True) costs milliseconds per request,
+        # and empty cells are masked out of attention whatever they hold.
+        llama_cpp.llama_memory_clear(self.memory, False)
 
     def drop_sequence(self, seq_id: int) -> None:
         # Removing a whole sequence is allowed for every memory type, hybrid ones included.
