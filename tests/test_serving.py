@@ -46,18 +46,24 @@ def test_manifest_mismatch_refuses_to_start(tmp_path, gemma_gguf):
         assert info["model"] == "gemma"  # the manifest's identity names the model
 
 
-def test_sigterm_lets_an_in_flight_request_finish(tmp_path):
+def test_sigterm_lets_an_in_flight_decision_finish(tmp_path):
+    long_state = "The warehouse scanner logs show repeated timeouts on aisle 7. " * 160
+    body = {"decision": {"id": "late", "state": long_state, "question": "Which team?",
+                         "options": [{"id": "hardware"}, {"id": "network"}]}}
     with running_adapter(tmp_path) as adapter:
-        body = {"messages": [{"role": "user", "content": "Count: 1, 2, 3,"}],
-                "max_tokens": 60, "temperature": 0, "stop": ["@@@"]}
         outcome = {}
         worker = threading.Thread(
-            target=lambda: outcome.update(r=httpx.post(adapter.url + "/v1/chat/completions",
-                                                       json=body, timeout=60)))
+            target=lambda: outcome.update(r=httpx.post(adapter.url + "/invocations", json=body, timeout=60)))
         worker.start()
-        time.sleep(0.7)
+        time.sleep(1.0)  # the ~2,000-token prefill takes seconds: the decision is in flight
         adapter.process.send_signal(signal.SIGTERM)
         worker.join()
         assert outcome["r"].status_code == 200
-        assert outcome["r"].json()["usage"]["completion_tokens"] == 60
+        assert outcome["r"].json()["result"]["input_tokens"] > 1500
         assert adapter.process.wait(timeout=30) == 0
+        refused = None
+        try:
+            refused = httpx.get(adapter.url + "/ping", timeout=2)
+        except httpx.HTTPError:
+            pass
+        assert refused is None  # no longer accepting

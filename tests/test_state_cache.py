@@ -128,3 +128,21 @@ def test_system_one_and_decisions_share_cached_states(adapter):
     again = httpx.post(adapter.url + "/v1/systemone", json=system_one, timeout=60).json()
     assert first["x_timing"]["state_cache"] == again["x_timing"]["state_cache"] == "hit"
     assert first["answers"] == again["answers"]
+
+
+def test_system_one_questions_from_the_cache_are_bit_identical(engine, renderer):
+    from decision_adapter.formats.systemone import SystemOneRequest
+
+    request = SystemOneRequest.model_validate({"model": "jev-latest", "state": STATE, "questions": {
+        "refund": {"type": "noul", "instructions": "Does the customer want a refund?"},
+        "queue": {"type": "choice", "criteria": {"returns": "Returns desk.", "shipping": None}},
+        "severity": {"type": "score", "criteria": ["minor", "major", "critical"]},
+    }})
+    plan = build_plan(renderer, request.state, [q.as_question() for q in request.questions.values()])
+    cache = StateCache(256 << 20, model_id="gemma")
+    fresh, _ = score(engine, plan)
+    missed, miss = score(engine, plan, cache=cache)
+    hit, hit_timing = score(engine, plan, cache=cache)
+    assert (miss.state_cache, hit_timing.state_cache) == ("miss", "hit")
+    for a, b, c in zip(fresh, missed, hit):
+        assert np.array_equal(a.option_logits, b.option_logits) and np.array_equal(a.option_logits, c.option_logits)

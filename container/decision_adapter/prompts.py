@@ -59,9 +59,10 @@ def state_text(state: Any) -> str:
 class PromptRenderer:
     """Turns decisions and chats into pieces and tokens for one model."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, template: str | None = None) -> None:
+        """`template` replaces the GGUF's own chat template (None: use the GGUF's, if any)."""
         self.engine = engine
-        self.template = engine.chat_template
+        self.template = template or engine.chat_template
         if self.template:
             environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             environment.globals["raise_exception"] = _raise_template_error
