@@ -50,6 +50,8 @@ async def _load(url: str, pid: int) -> dict:
             while time.monotonic() < deadline or sent < REQUESTS_FOR_MEMORY:
                 response = await client.post("/invocations", json=DECISION)
                 sent += 1
+                if sent == 500:
+                    memory["after_500"] = resident_kib(pid)
                 statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
                 if response.status_code == 503:
                     if response.json().get("retryable") is not True or "retry-after" not in response.headers:
@@ -60,8 +62,6 @@ async def _load(url: str, pid: int) -> dict:
                     await asyncio.sleep(0.01)
                 elif response.status_code != 200:
                     bad.append(f"{response.status_code} {response.text}")
-                if sent == 500 and "after_500" not in memory:
-                    memory["after_500"] = resident_kib(pid)
 
         async def pinger() -> None:
             nonlocal ping_worst
