@@ -1,5 +1,6 @@
 # Two entry points matter: `make run` (serve the adapter locally with the bundled model) and
-# `make test` (the whole suite). Both create and fill the virtual environment when needed.
+# `make test` (the whole suite). Both create and fill the virtual environment when needed;
+# `make test` also installs the pinned CDK CLI (npm ci), which one test synthesizes through.
 VENV    ?= .venv
 PYTHON  := $(VENV)/bin/python
 HOST    ?= 127.0.0.1
@@ -21,7 +22,7 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
 run: $(VENV)/.runtime
 	HOST=$(HOST) PORT=$(PORT) $(PYTHON) -m decision_adapter serve
 
-test: $(VENV)/.dev
+test: $(VENV)/.dev node_modules/.package-lock.json
 	$(PYTHON) -m pytest
 
 bench: $(VENV)/.dev
