@@ -101,3 +101,21 @@ def test_a_model_directory_that_is_a_file_exits_with_one_line(tmp_path):
     finished = run_adapter_until_exit({"DECISION_MODEL_DIR": str(not_a_directory)})
     assert finished.returncode == 1 and "not a directory" in finished.stderr
     assert "Traceback" not in finished.stderr
+
+
+def test_a_configured_queue_lets_requests_wait_instead_of_503(tmp_path):
+    long_state = "Queue probe: the nightly export failed again with a timeout. " * 60
+    slow = {"decision": {"id": "slow", "state": long_state, "question": "Which team?",
+                         "options": [{"id": "data"}, {"id": "infra"}]}}
+    with running_adapter(tmp_path, DECISION_MAX_QUEUE="1", DECISION_ADMISSION_WAIT_S="30",
+                         DECISION_STATE_CACHE_BYTES="0") as adapter:
+        outcome = {}
+        worker = threading.Thread(target=lambda: outcome.update(
+            slow=httpx.post(adapter.url + "/invocations", json=slow, timeout=60)))
+        worker.start()
+        time.sleep(0.3)  # the slow decision holds the model
+        queued = httpx.post(adapter.url + "/invocations", json=DECISION, timeout=60)
+        worker.join()
+    assert outcome["slow"].status_code == 200
+    assert queued.status_code == 200
+    assert queued.json()["result"]["timing"]["admission_wait_ms"] > 100

@@ -35,8 +35,7 @@ class ModelRunner:
         self._retry_after_s = retry_after_s
         self.in_flight = 0
 
-    async def _admit(self) -> float:
-        started = time.perf_counter()
+    async def _admit(self) -> None:
         if self._slots.locked() and self._wait_s <= 0:
             raise Busy(self._retry_after_s)
         try:
@@ -44,7 +43,6 @@ class ModelRunner:
         except TimeoutError:
             raise Busy(self._retry_after_s) from None
         self.in_flight += 1
-        return (time.perf_counter() - started) * 1000
 
     def _submit(self, function: Callable[..., T], *args: Any):
         loop = asyncio.get_running_loop()
@@ -61,9 +59,18 @@ class ModelRunner:
         self._slots.release()
 
     async def run(self, function: Callable[..., T], *args: Any) -> tuple[T, float]:
-        """Run `function(*args)` on the model thread; returns (result, admission wait in ms)."""
-        waited_ms = await self._admit()
-        return await asyncio.wrap_future(self._submit(function, *args)), waited_ms
+        """Run `function(*args)` on the model thread; returns (result, ms waited for the model,
+        in a queue slot and behind the job before it)."""
+        arrived = time.perf_counter()
+        started: list[float] = []
+
+        def timed() -> T:
+            started.append(time.perf_counter())
+            return function(*args)
+
+        await self._admit()
+        result = await asyncio.wrap_future(self._submit(timed))
+        return result, (started[0] - arrived) * 1000
 
     async def stream(self, produce: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
         """Admit, then iterate `produce()` on the model thread, handing items over as they come.
