@@ -450,7 +450,7 @@ def test_decision_gpu_endpoint_uses_the_ordered_pool_with_full_offload(endpoints
         {"InstanceType": "ml.g4dn.2xlarge", "Priority": 4},
     ]
     assert variant["VariantInstanceProvisionTimeoutInSeconds"] == 900
-    assert variant["InferenceAmiVersion"] == "al2-ami-sagemaker-inference-gpu-3-1"
+    assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
     assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
 
 

@@ -54,7 +54,7 @@ def template() -> Template:
         alarms=Alarms(),
         container_startup_timeout=cdk.Duration.minutes(10),
         model_data_download_timeout=cdk.Duration.minutes(10),
-        inference_ami_version="al2-ami-sagemaker-inference-gpu-3-1",
+        inference_ami_version="al2023-ami-sagemaker-inference-gpu-4-1",
         least_outstanding_requests=True,
     )
     invoker = iam.Role(stack, "Invoker", assumed_by=iam.AccountRootPrincipal())
@@ -158,7 +158,7 @@ def test_a_pooled_variant_ranks_its_types_and_names_no_instance_type(template):
         {"InstanceType": t, "Priority": rank} for rank, t in enumerate(POOL, start=1)
     ]
     assert pooled["VariantInstanceProvisionTimeoutInSeconds"] == 1200
-    assert pooled["InferenceAmiVersion"] == "al2-ami-sagemaker-inference-gpu-3-1"
+    assert pooled["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
     assert pooled["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
     assert pooled["InitialInstanceCount"] == 2
 
