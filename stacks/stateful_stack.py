@@ -110,6 +110,9 @@ class StatefulStack(Stack):
                 **common,
             )
             repository.grant_pull_push(build.project)
+            # The buildspec reads the pushed image's digest back (`aws ecr describe-images`);
+            # pull/push grants do not include it.
+            repository.grant(build.project, "ecr:DescribeImages")
             base_image.grant_pull(build.project)
             image_builds[flavour] = build
 

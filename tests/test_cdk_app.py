@@ -329,6 +329,9 @@ def test_image_builds_push_to_the_repository_and_pull_only_the_dlc(stateful, doc
     repository = next(iter(resources(stateful, "AWS::ECR::Repository")))
     push = next(resources for actions, resources in granted.items() if "ecr:PutImage" in actions)
     assert push == [f"<{repository}.Arn>"]
+    # The buildspec reads the pushed digest back with `aws ecr describe-images`.
+    described = [r for actions, r in granted.items() if "ecr:DescribeImages" in actions]
+    assert described == [[f"<{repository}.Arn>"]]
     pull = granted[
         ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")
     ]
