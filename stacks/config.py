@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
 from stacks.inference_amis import check_ami_runs_cuda
 
 DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
@@ -263,7 +264,20 @@ class DecisionGpuEndpoint(EndpointSettings):
         not_gpu = [t for t in self.instance_pool if not t.startswith(_GPU_FAMILIES)]
         if not_gpu:
             raise ValueError(f"instancePool holds non-GPU types: {', '.join(not_gpu)}")
+        # The image is compiled for the pool's GPUs only, so each type's GPU must be known.
+        unknown = unknown_gpu_types(self.instance_pool)
+        if unknown:
+            raise ValueError(
+                f"instancePool holds types whose GPU architecture is not known: "
+                f"{', '.join(unknown)}; known families (stacks/gpu_instances.py): "
+                f"{', '.join(COMPUTE_CAPABILITY)}"
+            )
         return self
+
+    @property
+    def cuda_architectures(self) -> str:
+        """What the GPU image compiles llama.cpp's CUDA kernels for, e.g. `75;86;89`."""
+        return cuda_architectures(self.instance_pool)
 
 
 class AppConfig(_Config):

@@ -243,14 +243,15 @@ def test_model_build_project(stateful):
 
 
 @pytest.mark.parametrize(
-    "dockerfile, digest, tag",
+    "dockerfile, digest, build_args",
     [
-        ("container/Dockerfile", DEFAULT_DLC_CPU_DIGEST, "decision-cpu"),
-        ("container/Dockerfile.gpu", DEFAULT_DLC_CUDA_DIGEST, "decision-gpu"),
+        ("container/Dockerfile", DEFAULT_DLC_CPU_DIGEST, {}),
+        # The CUDA kernels are compiled for the default pool's GPUs: T4, A10G, L4 and L40S.
+        ("container/Dockerfile.gpu", DEFAULT_DLC_CUDA_DIGEST, {"CUDA_ARCHITECTURES": "75;86;89"}),
     ],
 )
 def test_image_build_projects_build_from_the_dlc_pinned_by_digest(
-    stateful, dockerfile, digest, tag
+    stateful, dockerfile, digest, build_args
 ):
     _, props = project(stateful, "container/buildspec.yml", dockerfile)
     assert props["Environment"]["PrivilegedMode"] is True  # docker build
@@ -261,12 +262,22 @@ def test_image_build_projects_build_from_the_dlc_pinned_by_digest(
         "BASE_IMAGE": (
             f"<DlcRepositoryAccountMap>.dkr.ecr.<AWS::Region>.<AWS::URLSuffix>/llama-cpp@{digest}"
         ),
+        **build_args,
         # IMAGE_TAG stays unset: with immutable tags a fixed one would fail the second build.
     }
     assert re.fullmatch(
         r"<(Images[0-9A-F]{8})\.Arn>\[4\]\.dkr\.ecr\.<\1\.Arn>\[3\]\.<AWS::URLSuffix>/<\1>",
         variables(props)["IMAGE_REPO_URI"],
     )
+
+
+def test_the_gpu_image_build_follows_the_configured_pool(tmp_path):
+    assembly = synthesize(
+        tmp_path, decisionGpuEndpoint={"instancePool": ["ml.g6e.xlarge", "ml.p5.48xlarge"]}
+    )
+    _, props = project(template(assembly, STATEFUL), "container/buildspec.yml",
+                       "container/Dockerfile.gpu")
+    assert variables(props)["CUDA_ARCHITECTURES"] == "89;90"
 
 
 def test_each_build_logs_to_its_own_log_group_kept_30_days(stateful):
