@@ -91,6 +91,19 @@ def test_gpu_build_compiles_the_default_pools_architectures_with_bounded_jobs():
     assert "nproc" not in runs and "CMAKE_BUILD_PARALLEL_LEVEL=" not in runs
 
 
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_the_final_stage_resets_the_dlcs_library_path(name):
+    """The DLC's LD_LIBRARY_PATH=/opt/llama.cpp/bin would bind its libggml to our bindings."""
+    from tests.dockerfile_stages import stages
+
+    final = stages(REPO_ROOT / "container" / name)[-1]
+    assert final.base == "${BASE_IMAGE}"
+    path = final.env()["LD_LIBRARY_PATH"]
+    assert "/opt/llama.cpp" not in path and "${LD_LIBRARY_PATH}" not in path
+    expected = "/usr/local/nvidia/lib:/usr/local/nvidia/lib64" if name.endswith("gpu") else ""
+    assert path == expected
+
+
 def test_gpu_image_requests_all_layers_on_the_gpu_and_builds_cuda():
     text = dockerfile_text("Dockerfile.gpu")
     assert env_values(text)["DECISION_N_GPU_LAYERS"] == "-1"
