@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
 from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
 from stacks.inference_amis import check_ami_runs_cuda
 
@@ -288,6 +289,10 @@ class AppConfig(_Config):
     """
 
     stack_prefix: str = Field("DecisionModels", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,80}$")
+    # Optional: pin both stacks to one region. The DLC registry is then resolved (and a region
+    # without the DLC refused) at synthesis; without it the stacks stay environment-agnostic
+    # and a template rule refuses such a region at deployment.
+    region: str | None = None
     retain_artifacts: bool = True
     dlc: DlcImages = DlcImages()
     builds: Builds = Builds()
@@ -300,6 +305,13 @@ class AppConfig(_Config):
     invoker_role_arns: list[
         Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$")]
     ] = Field(default_factory=list)
+
+    @field_validator("region")
+    @classmethod
+    def _region_has_the_dlc(cls, value: str | None) -> str | None:
+        if value is not None and value not in DLC_ACCOUNTS:
+            raise UnsupportedRegion(value)
+        return value
 
     @field_validator(
         "dlc",

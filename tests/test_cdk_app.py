@@ -306,8 +306,9 @@ def test_build_roles_are_assumable_by_codebuild_only(stateful):
 
 def test_the_dlc_account_mapping_covers_the_regions(stateful):
     accounts = stateful.to_json()["Mappings"]["DlcRepositoryAccountMap"]
-    assert accounts["us-east-1"] == accounts["eu-west-1"] == {"value": "763104351884"}
-    assert len(accounts) > 20
+    assert accounts["us-east-1"] == accounts["eu-west-1"] == {"account": "763104351884"}
+    assert accounts["ap-northeast-3"] == {"account": "364406365360"}
+    assert len(accounts) == 36
 
 
 def role_prefix_of(stateful: Template, buildspec: str, dockerfile: str | None = None) -> str:

@@ -111,7 +111,7 @@ def test_models_are_network_isolated_and_pinned_by_digest(template):
     )
 
 
-def test_the_dlc_image_resolves_its_registry_account_from_the_regional_fact(template):
+def test_the_dlc_image_resolves_its_registry_account_from_the_dlc_map(template):
     _, model = only(
         template,
         "AWS::SageMaker::Model",
@@ -123,10 +123,10 @@ def test_the_dlc_image_resolves_its_registry_account_from_the_regional_fact(temp
     )
     image = model["Properties"]["PrimaryContainer"]["Image"]
     parts = image["Fn::Join"][1]
-    assert {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "value"]} in parts
+    assert {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "account"]} in parts
     assert parts[-1].endswith(f"/llama-cpp@{DLC_DIGEST}")
     accounts = template.to_json()["Mappings"]["DlcRepositoryAccountMap"]
-    assert accounts["us-east-1"] == {"value": "763104351884"}
+    assert accounts["us-east-1"] == {"account": "763104351884"}
 
 
 def test_models_wait_for_their_roles_policy(template):
