@@ -123,7 +123,8 @@ def test_the_dlc_image_resolves_its_registry_account_from_the_dlc_map(template):
     )
     image = model["Properties"]["PrimaryContainer"]["Image"]
     parts = image["Fn::Join"][1]
-    assert {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "account"]} in parts
+    account = {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "account"]}
+    assert account in parts
     assert parts[-1].endswith(f"/llama-cpp@{DLC_DIGEST}")
     accounts = template.to_json()["Mappings"]["DlcRepositoryAccountMap"]
     assert accounts["us-east-1"] == {"account": "763104351884"}

@@ -69,7 +69,8 @@ def test_an_agnostic_template_maps_every_region_and_refuses_others_before_deploy
     # The image URI takes the account from the map and the domain from the partition.
     image = build_variables(agnostic, "container/Dockerfile.gpu")["BASE_IMAGE"]
     parts = image["Fn::Join"][1]
-    assert {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "account"]} in parts
+    account = {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "account"]}
+    assert account in parts
     assert {"Ref": "AWS::URLSuffix"} in parts
 
 
