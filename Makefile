@@ -7,7 +7,7 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8080
 export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 
-.PHONY: run test bench synth clean
+.PHONY: run test bench synth deploy clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -37,6 +37,14 @@ synth: $(VENV)/.runtime node_modules/.package-lock.json
 	PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
 	npx --no-install cdk synth --quiet --no-notices $(CDK_ARGS)
+
+# Deploy every stack without prompts (CI has no terminal for the IAM approval prompt); the
+# stacks' outputs go to cdk-outputs.json. Needs AWS credentials; `-c` values via CDK_ARGS.
+deploy: $(VENV)/.runtime node_modules/.package-lock.json
+	PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
+	npx --no-install cdk deploy --all --require-approval never --no-notices \
+	--outputs-file cdk-outputs.json $(CDK_ARGS)
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache node_modules

@@ -43,10 +43,22 @@ def upload_archive(
 
 
 def _object_exists(s3_client, bucket: str, key: str) -> bool:
+    """Whether `key` exists, asked by listing it as a prefix rather than with HeadObject.
+
+    HeadObject on a missing key answers 403, not 404, to a caller whose s3:ListBucket is
+    limited by an s3:prefix condition (the packaging role's), so "absent" and "denied" look the
+    same there. A listing with the key as prefix is what that condition allows, and it answers
+    both cases apart: no such key, or an AccessDenied that is a real missing permission.
+    """
     try:
-        s3_client.head_object(Bucket=bucket, Key=key)
+        listed = s3_client.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
-            return False
+        error = exc.response.get("Error", {})
+        if error.get("Code") in {"AccessDenied", "403"}:
+            raise PackagingError(
+                f"not allowed to check for s3://{bucket}/{key}: the uploader needs s3:ListBucket "
+                f"on {bucket} for the prefix {key} ({error.get('Message', 'AccessDenied')})"
+            ) from exc
         raise
-    return True
+    # The key itself sorts before any longer key it prefixes, so it comes first when present.
+    return any(entry["Key"] == key for entry in listed.get("Contents", []))

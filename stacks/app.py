@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import App, Tags, Validations
+from aws_cdk import App, Environment, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.config import AppConfig
@@ -15,8 +15,10 @@ from stacks.stateful_stack import StatefulStack
 def compose(
     app: App, *, config: AppConfig, repository_root: Path
 ) -> tuple[StatefulStack, EndpointStack | None]:
-    """Add the stacks to `app`. Both are environment-agnostic: no account, region or lookups."""
+    """Add the stacks to `app`. Both are account-agnostic and do no lookups; they are also
+    region-agnostic unless `region` is configured."""
     Tags.of(app).add("project", "decision-models")
+    env = Environment(region=config.region) if config.region else None
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 
     stateful = StatefulStack(
@@ -24,6 +26,7 @@ def compose(
         f"{config.stack_prefix}-Stateful",
         config=config,
         repository_root=repository_root,
+        env=env,
         description="Decision models: artifact bucket, image repository, build projects",
     )
     endpoints = None
@@ -32,6 +35,7 @@ def compose(
             app,
             f"{config.stack_prefix}-Endpoints",
             config=config,
+            env=env,
             description="Decision models: SageMaker endpoints of one model and image release",
         )
     return stateful, endpoints

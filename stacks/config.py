@@ -22,6 +22,10 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
+from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
+from stacks.inference_amis import check_ami_runs_cuda
+
 DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
 _DIGEST = re.compile(rf"^{DIGEST_PATTERN}$")
 # A private ECR image pinned by digest: what the image build prints and SageMaker can pull.
@@ -109,6 +113,9 @@ class DlcImages(_Config):
     repository: str = Field("llama-cpp", pattern=r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*$")
     cpu_digest: str = DEFAULT_DLC_CPU_DIGEST  # llama-cpp:server-sagemaker-cpu-v1
     cuda_digest: str = DEFAULT_DLC_CUDA_DIGEST  # llama-cpp:server-sagemaker-cuda-v1
+    # The CUDA major version of the image at cuda_digest (FROM nvidia/cuda:13.0.2-runtime):
+    # GPU endpoints need an inference AMI whose driver runs it. Refresh with the digest.
+    cuda_major_version: int = Field(13, ge=11)
 
     @field_validator("cpu_digest", "cuda_digest")
     @classmethod
@@ -196,8 +203,8 @@ class TextGenerationEndpoint(EndpointSettings):
     llama_server_args: dict[str, str | int | bool] = Field(
         default_factory=lambda: {"ctx-size": 8192, "threads": 8, "parallel": 2}
     )
-    # Only applied to the cuda image: its CUDA 13 needs a recent driver.
-    inference_ami_version: AmiVersion = "al2-ami-sagemaker-inference-gpu-3-1"
+    # Only applied to the cuda image: its driver must run the image's CUDA (checked at synth).
+    inference_ami_version: AmiVersion = "al2023-ami-sagemaker-inference-gpu-4-1"
 
     @model_validator(mode="after")
     def _image_fits_instance(self) -> TextGenerationEndpoint:
@@ -244,8 +251,8 @@ class DecisionGpuEndpoint(EndpointSettings):
     )
     # VariantInstanceProvisionTimeoutInSeconds: 300..3600.
     provision_timeout_seconds: int = Field(900, ge=300, le=3600)
-    # The CUDA DLC needs a driver for CUDA 13; g4dn/g5 default to an older one.
-    inference_ami_version: AmiVersion = "al2-ami-sagemaker-inference-gpu-3-1"
+    # The CUDA DLC needs a driver for CUDA 13 (580+); only the AL2023 GPU 4.x AMI has one.
+    inference_ami_version: AmiVersion = "al2023-ami-sagemaker-inference-gpu-4-1"
     n_threads: int = Field(4, ge=1, le=192)
     n_ctx: int = Field(4096, ge=256, le=262_144)
     n_gpu_layers: int = Field(-1, ge=-1, description="-1 offloads every layer")
@@ -258,7 +265,20 @@ class DecisionGpuEndpoint(EndpointSettings):
         not_gpu = [t for t in self.instance_pool if not t.startswith(_GPU_FAMILIES)]
         if not_gpu:
             raise ValueError(f"instancePool holds non-GPU types: {', '.join(not_gpu)}")
+        # The image is compiled for the pool's GPUs only, so each type's GPU must be known.
+        unknown = unknown_gpu_types(self.instance_pool)
+        if unknown:
+            raise ValueError(
+                f"instancePool holds types whose GPU architecture is not known: "
+                f"{', '.join(unknown)}; known families (stacks/gpu_instances.py): "
+                f"{', '.join(COMPUTE_CAPABILITY)}"
+            )
         return self
+
+    @property
+    def cuda_architectures(self) -> str:
+        """What the GPU image compiles llama.cpp's CUDA kernels for, e.g. `75;86;89`."""
+        return cuda_architectures(self.instance_pool)
 
 
 class AppConfig(_Config):
@@ -269,6 +289,10 @@ class AppConfig(_Config):
     """
 
     stack_prefix: str = Field("DecisionModels", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,80}$")
+    # Optional: pin both stacks to one region. The DLC registry is then resolved (and a region
+    # without the DLC refused) at synthesis; without it the stacks stay environment-agnostic
+    # and a template rule refuses such a region at deployment.
+    region: str | None = None
     retain_artifacts: bool = True
     dlc: DlcImages = DlcImages()
     builds: Builds = Builds()
@@ -281,6 +305,13 @@ class AppConfig(_Config):
     invoker_role_arns: list[
         Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$")]
     ] = Field(default_factory=list)
+
+    @field_validator("region")
+    @classmethod
+    def _region_has_the_dlc(cls, value: str | None) -> str | None:
+        if value is not None and value not in DLC_ACCOUNTS:
+            raise UnsupportedRegion(value)
+        return value
 
     @field_validator(
         "dlc",
@@ -308,6 +339,7 @@ class AppConfig(_Config):
         names = [e.endpoint_name for e in endpoints if e.enabled]
         if len(names) != len(set(names)):
             raise ValueError(f"endpoint names must differ: {names}")
+        self._amis_run_the_cuda_image()
         images = (
             (self.decision_cpu_endpoint, self.decision_cpu_image, "decisionCpuImage", "cpu-image"),
             (self.decision_gpu_endpoint, self.decision_gpu_image, "decisionGpuImage", "gpu-image"),
@@ -328,6 +360,19 @@ class AppConfig(_Config):
                     "the endpoint with enabled=false"
                 )
         return self
+
+    def _amis_run_the_cuda_image(self) -> None:
+        """Every enabled endpoint on the CUDA image gets an AMI whose driver runs its CUDA."""
+        text, gpu = self.text_generation_endpoint, self.decision_gpu_endpoint
+        for key, endpoint, on_cuda in (
+            ("textGenerationEndpoint", text, text.image == "cuda"),
+            ("decisionGpuEndpoint", gpu, True),
+        ):
+            if endpoint.enabled and on_cuda:
+                try:
+                    check_ami_runs_cuda(endpoint.inference_ami_version, self.dlc.cuda_major_version)
+                except ValueError as error:
+                    raise ValueError(f"{key}.{error}") from None
 
     @property
     def deploys_endpoints(self) -> bool:

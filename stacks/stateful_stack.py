@@ -86,9 +86,11 @@ class StatefulStack(Stack):
         artifacts.grant_publish_models(model_build.project)
 
         image_builds = {}
-        for flavour, dockerfile, digest in (
-            ("Cpu", "container/Dockerfile", config.dlc.cpu_digest),
-            ("Gpu", "container/Dockerfile.gpu", config.dlc.cuda_digest),
+        # The CUDA image is compiled for the GPUs of the configured pool and nothing else.
+        gpu_build_args = {"CUDA_ARCHITECTURES": config.decision_gpu_endpoint.cuda_architectures}
+        for flavour, dockerfile, digest, build_args in (
+            ("Cpu", "container/Dockerfile", config.dlc.cpu_digest, {}),
+            ("Gpu", "container/Dockerfile.gpu", config.dlc.cuda_digest, gpu_build_args),
         ):
             base_image = ContainerImage.from_dlc(
                 self, repository_name=config.dlc.repository, digest=digest
@@ -102,6 +104,7 @@ class StatefulStack(Stack):
                     "IMAGE_REPO_URI": repository.repository_uri,
                     "DOCKERFILE": dockerfile,
                     "BASE_IMAGE": base_image.image_uri,
+                    **build_args,
                     # No IMAGE_TAG: tags are immutable, so the buildspec derives a fresh one per
                     # build unless `ops build --env IMAGE_TAG=...` names it.
                 },
@@ -110,6 +113,9 @@ class StatefulStack(Stack):
                 **common,
             )
             repository.grant_pull_push(build.project)
+            # The buildspec reads the pushed image's digest back (`aws ecr describe-images`);
+            # pull/push grants do not include it.
+            repository.grant(build.project, "ecr:DescribeImages")
             base_image.grant_pull(build.project)
             image_builds[flavour] = build
 

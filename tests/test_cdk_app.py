@@ -243,14 +243,15 @@ def test_model_build_project(stateful):
 
 
 @pytest.mark.parametrize(
-    "dockerfile, digest, tag",
+    "dockerfile, digest, build_args",
     [
-        ("container/Dockerfile", DEFAULT_DLC_CPU_DIGEST, "decision-cpu"),
-        ("container/Dockerfile.gpu", DEFAULT_DLC_CUDA_DIGEST, "decision-gpu"),
+        ("container/Dockerfile", DEFAULT_DLC_CPU_DIGEST, {}),
+        # The CUDA kernels are compiled for the default pool's GPUs: T4, A10G, L4 and L40S.
+        ("container/Dockerfile.gpu", DEFAULT_DLC_CUDA_DIGEST, {"CUDA_ARCHITECTURES": "75;86;89"}),
     ],
 )
 def test_image_build_projects_build_from_the_dlc_pinned_by_digest(
-    stateful, dockerfile, digest, tag
+    stateful, dockerfile, digest, build_args
 ):
     _, props = project(stateful, "container/buildspec.yml", dockerfile)
     assert props["Environment"]["PrivilegedMode"] is True  # docker build
@@ -261,12 +262,22 @@ def test_image_build_projects_build_from_the_dlc_pinned_by_digest(
         "BASE_IMAGE": (
             f"<DlcRepositoryAccountMap>.dkr.ecr.<AWS::Region>.<AWS::URLSuffix>/llama-cpp@{digest}"
         ),
+        **build_args,
         # IMAGE_TAG stays unset: with immutable tags a fixed one would fail the second build.
     }
     assert re.fullmatch(
         r"<(Images[0-9A-F]{8})\.Arn>\[4\]\.dkr\.ecr\.<\1\.Arn>\[3\]\.<AWS::URLSuffix>/<\1>",
         variables(props)["IMAGE_REPO_URI"],
     )
+
+
+def test_the_gpu_image_build_follows_the_configured_pool(tmp_path):
+    assembly = synthesize(
+        tmp_path, decisionGpuEndpoint={"instancePool": ["ml.g6e.xlarge", "ml.p5.48xlarge"]}
+    )
+    _, props = project(template(assembly, STATEFUL), "container/buildspec.yml",
+                       "container/Dockerfile.gpu")
+    assert variables(props)["CUDA_ARCHITECTURES"] == "89;90"
 
 
 def test_each_build_logs_to_its_own_log_group_kept_30_days(stateful):
@@ -295,8 +306,9 @@ def test_build_roles_are_assumable_by_codebuild_only(stateful):
 
 def test_the_dlc_account_mapping_covers_the_regions(stateful):
     accounts = stateful.to_json()["Mappings"]["DlcRepositoryAccountMap"]
-    assert accounts["us-east-1"] == accounts["eu-west-1"] == {"value": "763104351884"}
-    assert len(accounts) > 20
+    assert accounts["us-east-1"] == accounts["eu-west-1"] == {"account": "763104351884"}
+    assert accounts["ap-northeast-3"] == {"account": "364406365360"}
+    assert len(accounts) == 36
 
 
 def role_prefix_of(stateful: Template, buildspec: str, dockerfile: str | None = None) -> str:
@@ -312,7 +324,8 @@ def test_model_build_may_write_only_under_the_model_prefix(stateful):
         for k, b in resources(stateful, "AWS::S3::Bucket").items()
         if "VersioningConfiguration" in b["Properties"]
     )
-    assert granted[("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject")] == [
+    # Presence is checked by listing the key (model_packaging/upload.py), never by reading it.
+    assert granted[("s3:AbortMultipartUpload", "s3:PutObject")] == [
         f"<{bucket}.Arn>/models/*"
     ]
     assert granted[("s3:ListBucket",)] == [f"<{bucket}.Arn>"]
@@ -329,6 +342,9 @@ def test_image_builds_push_to_the_repository_and_pull_only_the_dlc(stateful, doc
     repository = next(iter(resources(stateful, "AWS::ECR::Repository")))
     push = next(resources for actions, resources in granted.items() if "ecr:PutImage" in actions)
     assert push == [f"<{repository}.Arn>"]
+    # The buildspec reads the pushed digest back with `aws ecr describe-images`.
+    described = [r for actions, r in granted.items() if "ecr:DescribeImages" in actions]
+    assert described == [[f"<{repository}.Arn>"]]
     pull = granted[
         ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")
     ]
@@ -450,7 +466,7 @@ def test_decision_gpu_endpoint_uses_the_ordered_pool_with_full_offload(endpoints
         {"InstanceType": "ml.g4dn.2xlarge", "Priority": 4},
     ]
     assert variant["VariantInstanceProvisionTimeoutInSeconds"] == 900
-    assert variant["InferenceAmiVersion"] == "al2-ami-sagemaker-inference-gpu-3-1"
+    assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
     assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
 
 

@@ -240,3 +240,24 @@ def test_invoker_roles_must_be_role_arns():
     assert "invokerRoleArns.0" in rejected(invokerRoleArns=["arn:aws:iam::123456789012:user/bob"])
     parsed = config(invokerRoleArns='["arn:aws:iam::123456789012:role/app"]')
     assert parsed.invoker_role_arns == ["arn:aws:iam::123456789012:role/app"]
+
+
+def test_every_pool_type_has_a_known_gpu_architecture():
+    from stacks.gpu_instances import COMPUTE_CAPABILITY, instance_family
+
+    pool = config().decision_gpu_endpoint.instance_pool
+    assert {instance_family(t): COMPUTE_CAPABILITY[instance_family(t)] for t in pool} == {
+        "g6e": (8, 9),  # L40S
+        "g6": (8, 9),  # L4
+        "g5": (8, 6),  # A10G
+        "g4dn": (7, 5),  # T4
+    }
+    assert config().decision_gpu_endpoint.cuda_architectures == "75;86;89"
+    one = config(decisionGpuEndpoint={"instancePool": ["ml.g5.12xlarge"]})
+    assert one.decision_gpu_endpoint.cuda_architectures == "86"
+
+
+@pytest.mark.parametrize("unknown", ["ml.p3.2xlarge", "ml.g5g.xlarge", "ml.g7.xlarge"])
+def test_a_pool_type_whose_gpu_is_unknown_fails_naming_it(unknown):
+    message = rejected(decisionGpuEndpoint={"instancePool": ["ml.g5.xlarge", unknown]})
+    assert f"GPU architecture is not known: {unknown}; known families" in message

@@ -54,7 +54,7 @@ def template() -> Template:
         alarms=Alarms(),
         container_startup_timeout=cdk.Duration.minutes(10),
         model_data_download_timeout=cdk.Duration.minutes(10),
-        inference_ami_version="al2-ami-sagemaker-inference-gpu-3-1",
+        inference_ami_version="al2023-ami-sagemaker-inference-gpu-4-1",
         least_outstanding_requests=True,
     )
     invoker = iam.Role(stack, "Invoker", assumed_by=iam.AccountRootPrincipal())
@@ -111,7 +111,7 @@ def test_models_are_network_isolated_and_pinned_by_digest(template):
     )
 
 
-def test_the_dlc_image_resolves_its_registry_account_from_the_regional_fact(template):
+def test_the_dlc_image_resolves_its_registry_account_from_the_dlc_map(template):
     _, model = only(
         template,
         "AWS::SageMaker::Model",
@@ -123,10 +123,11 @@ def test_the_dlc_image_resolves_its_registry_account_from_the_regional_fact(temp
     )
     image = model["Properties"]["PrimaryContainer"]["Image"]
     parts = image["Fn::Join"][1]
-    assert {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "value"]} in parts
+    account = {"Fn::FindInMap": ["DlcRepositoryAccountMap", {"Ref": "AWS::Region"}, "account"]}
+    assert account in parts
     assert parts[-1].endswith(f"/llama-cpp@{DLC_DIGEST}")
     accounts = template.to_json()["Mappings"]["DlcRepositoryAccountMap"]
-    assert accounts["us-east-1"] == {"value": "763104351884"}
+    assert accounts["us-east-1"] == {"account": "763104351884"}
 
 
 def test_models_wait_for_their_roles_policy(template):
@@ -158,7 +159,7 @@ def test_a_pooled_variant_ranks_its_types_and_names_no_instance_type(template):
         {"InstanceType": t, "Priority": rank} for rank, t in enumerate(POOL, start=1)
     ]
     assert pooled["VariantInstanceProvisionTimeoutInSeconds"] == 1200
-    assert pooled["InferenceAmiVersion"] == "al2-ami-sagemaker-inference-gpu-3-1"
+    assert pooled["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
     assert pooled["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
     assert pooled["InitialInstanceCount"] == 2
 

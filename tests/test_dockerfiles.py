@@ -76,6 +76,34 @@ def test_entrypoint_runs_the_adapter_for_serve(name):
     assert "model_packaging/manifest.py" in text
 
 
+def test_gpu_build_compiles_the_default_pools_architectures_with_bounded_jobs():
+    from stacks.config import DecisionGpuEndpoint
+    from tests.dockerfile_stages import stages
+
+    builder = stages(REPO_ROOT / "container" / "Dockerfile.gpu")[0]
+    args = builder.args()
+    assert args["CUDA_ARCHITECTURES"] == DecisionGpuEndpoint().cuda_architectures == "75;86;89"
+    # An ARG is in the environment of the RUNs after it; CMake reads the job count from there.
+    jobs = int(args["CMAKE_BUILD_PARALLEL_LEVEL"])
+    assert 1 <= jobs <= 4  # nvcc takes GBs a job: 4 fit CodeBuild LARGE's 15 GB
+    runs = " ".join(builder.values("RUN"))
+    assert "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" in runs
+    assert "nproc" not in runs and "CMAKE_BUILD_PARALLEL_LEVEL=" not in runs
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_the_final_stage_resets_the_dlcs_library_path(name):
+    """The DLC's LD_LIBRARY_PATH=/opt/llama.cpp/bin would bind its libggml to our bindings."""
+    from tests.dockerfile_stages import stages
+
+    final = stages(REPO_ROOT / "container" / name)[-1]
+    assert final.base == "${BASE_IMAGE}"
+    path = final.env()["LD_LIBRARY_PATH"]
+    assert "/opt/llama.cpp" not in path and "${LD_LIBRARY_PATH}" not in path
+    expected = "/usr/local/nvidia/lib:/usr/local/nvidia/lib64" if name.endswith("gpu") else ""
+    assert path == expected
+
+
 def test_gpu_image_requests_all_layers_on_the_gpu_and_builds_cuda():
     text = dockerfile_text("Dockerfile.gpu")
     assert env_values(text)["DECISION_N_GPU_LAYERS"] == "-1"
@@ -153,16 +181,19 @@ cat > /dev/null
 
 
 @pytest.mark.parametrize(
-    "dockerfile, base_image",
+    "dockerfile, base_image, build_args",
     [
-        ("container/Dockerfile", ""),
+        ("container/Dockerfile", "", {}),
         (
             "container/Dockerfile.gpu",
             "763104351884.dkr.ecr.eu-west-1.amazonaws.com/llama-cpp@sha256:" + "d" * 64,
+            {"CUDA_ARCHITECTURES": "75;86;89", "CMAKE_BUILD_PARALLEL_LEVEL": "3"},
         ),
     ],
 )
-def test_image_buildspec_commands_write_the_pushed_digest(tmp_path, dockerfile, base_image):
+def test_image_buildspec_commands_write_the_pushed_digest(
+    tmp_path, dockerfile, base_image, build_args
+):
     """Runs the buildspec's commands in bash with aws and docker replaced by recorders."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -182,6 +213,7 @@ def test_image_buildspec_commands_write_the_pushed_digest(tmp_path, dockerfile, 
         "BASE_IMAGE": base_image,
         "AWS_REGION": "eu-west-1",
         "CODEBUILD_BUILD_NUMBER": "7",
+        **build_args,
     }
     completed = subprocess.run(
         ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
@@ -194,6 +226,10 @@ def test_image_buildspec_commands_write_the_pushed_digest(tmp_path, dockerfile, 
     build = next(c for c in calls if c.startswith("docker build"))
     assert build.startswith(f"docker build -f {dockerfile}") and build.endswith(" .")
     assert (f"--build-arg BASE_IMAGE={base_image}" in build) == bool(base_image)
+    # The GPU project's build args reach docker build; unset ones are not passed at all.
+    for name in ("CUDA_ARCHITECTURES", "CMAKE_BUILD_PARALLEL_LEVEL"):
+        given = f"--build-arg {name}={build_args[name]}" if name in build_args else None
+        assert (given in build) if given else (f"--build-arg {name}" not in build)
     assert any(c.startswith(f"docker push {repo}:") for c in calls)
     assert any(
         "--repository-name decision-adapter" in c and "--registry-id 123456789012" in c

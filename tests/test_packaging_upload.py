@@ -47,8 +47,10 @@ def test_new_archive_is_uploaded_under_its_checksum(tmp_path, s3):
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(b"archive bytes")
     key = f"models/{ARCHIVE_SHA}/model.tar.gz"
-    stubber.add_client_error(
-        "head_object", "404", http_status_code=404, expected_params={"Bucket": "bucket", "Key": key}
+    stubber.add_response(
+        "list_objects_v2",
+        {"KeyCount": 0},
+        expected_params={"Bucket": "bucket", "Prefix": key, "MaxKeys": 1},
     )
     stubber.add_response(
         "put_object",
@@ -70,25 +72,69 @@ def test_archive_already_present_is_not_uploaded_again(tmp_path, s3):
     client, stubber = s3
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(b"archive bytes")
+    key = f"{ARCHIVE_SHA}/model.tar.gz"
     stubber.add_response(
-        "head_object",
-        {"ContentLength": 13},
-        expected_params={"Bucket": "bucket", "Key": f"{ARCHIVE_SHA}/model.tar.gz"},
+        "list_objects_v2",
+        {"KeyCount": 1, "Contents": [{"Key": key, "Size": 13}]},
+        expected_params={"Bucket": "bucket", "Prefix": key, "MaxKeys": 1},
     )
     # No put_object stubbed: an upload attempt would fail the test.
     uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket", single_threaded())
-    assert uri == f"s3://bucket/{ARCHIVE_SHA}/model.tar.gz"
+    assert uri == f"s3://bucket/{key}"
 
 
-def test_access_denied_on_head_is_not_mistaken_for_absent(tmp_path, s3):
+def test_presence_is_asked_by_listing_never_by_head_object(tmp_path, s3):
+    """HeadObject answers 403 for a missing key to the packaging role (its s3:ListBucket is
+    limited to the model prefix), so a 403 must never count as present: presence is asked by
+    a listing of the key, which that role may do. Only list_objects_v2 is stubbed here."""
     client, stubber = s3
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(b"x")
-    stubber.add_client_error("head_object", "403", http_status_code=403)
-    from botocore.exceptions import ClientError
+    key = f"p/{ARCHIVE_SHA}/model.tar.gz"
+    # A longer key under the same prefix is not the archive.
+    stubber.add_response("list_objects_v2", {"Contents": [{"Key": key + ".partial"}]})
+    stubber.add_response("put_object", {"ETag": '"etag"'})
+    uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/p", single_threaded())
+    assert uri == f"s3://bucket/{key}"
 
-    with pytest.raises(ClientError):
+
+def test_a_real_access_denied_fails_clearly_naming_the_permission(tmp_path, s3):
+    client, stubber = s3
+    archive = tmp_path / "model.tar.gz"
+    archive.write_bytes(b"x")
+    stubber.add_client_error(
+        "list_objects_v2", "AccessDenied", "Access Denied", http_status_code=403
+    )
+    with pytest.raises(PackagingError) as raised:
         upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/p", single_threaded())
+    assert str(raised.value) == (
+        f"not allowed to check for s3://bucket/p/{ARCHIVE_SHA}/model.tar.gz: the uploader needs "
+        f"s3:ListBucket on bucket for the prefix p/{ARCHIVE_SHA}/model.tar.gz (Access Denied)"
+    )
+
+
+def test_first_and_repeated_upload_against_moto_s3(tmp_path):
+    """S3's own semantics (moto): the first upload lands at its key, the second adds nothing."""
+    from moto import mock_aws
+
+    archive = tmp_path / "model.tar.gz"
+    archive.write_bytes(b"archive bytes" * 1000)
+    with mock_aws():
+        client = boto3.client(
+            "s3", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
+        )
+        client.create_bucket(Bucket="bucket")
+        client.put_bucket_versioning(
+            Bucket="bucket", VersioningConfiguration={"Status": "Enabled"}
+        )
+        for _ in range(2):
+            uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/models")
+        key = f"models/{ARCHIVE_SHA}/model.tar.gz"
+        assert uri == f"s3://bucket/{key}"
+        versions = client.list_object_versions(Bucket="bucket")["Versions"]
+        assert [v["Key"] for v in versions] == [key]
+        head = client.head_object(Bucket="bucket", Key=key)
+        assert head["Metadata"] == {"sha256": ARCHIVE_SHA}
 
 
 def test_cli_upload_prints_the_model_uri(tmp_path, s3, capsys):
@@ -110,7 +156,7 @@ def test_cli_upload_prints_the_model_uri(tmp_path, s3, capsys):
         )
     )
     out = tmp_path / "model.tar.gz"
-    stubber.add_client_error("head_object", "404", http_status_code=404)
+    stubber.add_response("list_objects_v2", {"KeyCount": 0})
     stubber.add_response("put_object", {"ETag": '"etag"'})
 
     code = main(

@@ -11,6 +11,7 @@ import uvicorn
 
 from .app import create_app
 from .logs import configure_logging
+from .native_libraries import log_llama_libraries
 from .settings import Settings, SettingsError
 
 
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decision_adapter: invalid configuration: {error}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
+    log_llama_libraries()
 
     failure: list[str] = []
     server: uvicorn.Server | None = None

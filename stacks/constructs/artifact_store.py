@@ -57,11 +57,16 @@ class ArtifactStore(Construct):
         return f"s3://{self.bucket.bucket_name}/{self.model_prefix}/"
 
     def grant_publish_models(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Write (and check for) archives under the model prefix; nothing else in the bucket."""
+        """Write archives under the model prefix, and list keys there; nothing else in the bucket.
+
+        The uploader checks for an archive by listing its key, which this conditioned
+        s3:ListBucket allows; it never reads an object back, so no s3:GetObject. (HeadObject
+        would answer 403 for a missing key here, since listing is limited to the prefix.)
+        """
         objects = self.bucket.arn_for_objects(f"{self.model_prefix}/*")
         grant = iam.Grant.add_to_principal(
             grantee=grantee,
-            actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+            actions=["s3:PutObject", "s3:AbortMultipartUpload"],
             resource_arns=[objects],
         ).combine(
             iam.Grant.add_to_principal(

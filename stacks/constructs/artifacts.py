@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from aws_cdk import Aws, Stack
 from aws_cdk import aws_iam as iam
-from aws_cdk.region_info import FactName
 from constructs import Construct, IConstruct
 
 from stacks.constructs import nag
+from stacks.dlc_registry import dlc_registry
 
 _PULL_ACTIONS = (
     "ecr:BatchCheckLayerAvailability",
@@ -38,11 +38,12 @@ class ContainerImage:
     @classmethod
     def from_dlc(cls, scope: IConstruct, *, repository_name: str, digest: str) -> ContainerImage:
         """An AWS Deep Learning Container in the stack's region. The registry account differs in a
-        few regions; the regional fact resolves it (a mapping when the stack has no region)."""
+        few regions (stacks/dlc_registry.py); an unsupported region fails synthesis when the stack
+        knows its region, and the deployment's first step otherwise."""
         stack = Stack.of(scope)
-        account = stack.regional_fact(FactName.DLC_REPOSITORY_ACCOUNT)
+        account, domain = dlc_registry(scope)
         return cls(
-            image_uri=f"{account}.dkr.ecr.{Aws.REGION}.{Aws.URL_SUFFIX}/{repository_name}@{digest}",
+            image_uri=f"{account}.dkr.ecr.{stack.region}.{domain}/{repository_name}@{digest}",
             repository_arn=stack.format_arn(
                 service="ecr", account=account, resource="repository", resource_name=repository_name
             ),

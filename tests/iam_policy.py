@@ -1,0 +1,138 @@
+"""Reading a synthesized template's IAM policies the way IAM will: who may do what, on what.
+
+Values are rendered to text with the template's unknowns kept as `<Token>`s (`<AWS.Region>`,
+`<ImagesAB12CD34>` for a resource's Ref). A resource's `Arn` attribute is rendered as the ARN
+CloudFormation gives it, so `<Bucket.Arn>` and `arn:aws:s3:::<Bucket>` compare equal.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PSEUDO = {"AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com"}
+_ARN_OF = {
+    "AWS::S3::Bucket": "arn:aws:s3:::<{id}>",
+    "AWS::ECR::Repository": "arn:aws:ecr:<AWS.Region>:<AWS.AccountId>:repository/<{id}>",
+    "AWS::IAM::Role": "arn:aws:iam::<AWS.AccountId>:role/<{id}>",
+    "AWS::Logs::LogGroup": "arn:aws:logs:<AWS.Region>:<AWS.AccountId>:log-group:<{id}>:*",
+    "AWS::CodeBuild::Project": "arn:aws:codebuild:<AWS.Region>:<AWS.AccountId>:project/<{id}>",
+}
+
+
+class Rendered:
+    """One template's values as text."""
+
+    def __init__(self, template: dict) -> None:
+        self.template = template
+        self.resources: dict[str, dict] = template.get("Resources", {})
+
+    def text(self, value) -> str:
+        if isinstance(value, str):
+            return value
+        ((intrinsic, argument),) = value.items()
+        if intrinsic == "Ref":
+            # Pseudo parameters as <AWS.Region>: no colon, so ARNs still split on ":".
+            return PSEUDO.get(argument, f"<{argument.replace('::', '.')}>")
+        if intrinsic == "Fn::GetAtt":
+            logical_id, attribute = argument
+            pattern = _ARN_OF.get(self.resources[logical_id]["Type"])
+            if attribute == "Arn" and pattern:
+                return pattern.format(id=logical_id)
+            return f"<{logical_id}.{attribute}>"
+        if intrinsic == "Fn::Join":
+            return argument[0].join(self.text(part) for part in argument[1])
+        if intrinsic == "Fn::Select":
+            index, listed = argument
+            ((split, (separator, source)),) = listed.items()
+            assert split == "Fn::Split", listed
+            return self.text(source).split(separator)[int(index)]
+        if intrinsic == "Fn::Sub":
+            return re.sub(r"\$\{([^}]+)\}", lambda m: self.text({"Ref": m[1]}), argument)
+        if intrinsic == "Fn::FindInMap":
+            return f"<{argument[0]}>"
+        raise AssertionError(f"cannot render {value}")
+
+    def statements_of_role(self, role_logical_id: str) -> list[dict]:
+        """Every statement of every AWS::IAM::Policy attached to the role."""
+        found = []
+        for resource in self.resources.values():
+            if resource["Type"] != "AWS::IAM::Policy":
+                continue
+            properties = resource["Properties"]
+            if {"Ref": role_logical_id} in properties.get("Roles", []):
+                found.extend(properties["PolicyDocument"]["Statement"])
+        return found
+
+    def project_role(self, project: dict) -> str:
+        """The logical id of a CodeBuild project's service role."""
+        return project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One API call as IAM sees it."""
+
+    action: str
+    resource: str
+    context: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        extra = "".join(f" {k}={v}" for k, v in self.context)
+        return f"{self.action} on {self.resource}{extra}"
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _matches(pattern: str, value: str, *, ignore_case: bool = False) -> bool:
+    if ignore_case:
+        pattern, value = pattern.lower(), value.lower()
+    # IAM's wildcards: * any run of characters, ? one character; nothing else is special.
+    regex = "".join(
+        ".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern
+    )
+    return re.fullmatch(regex, value, re.S) is not None
+
+
+_CONDITIONS = {
+    "StringEquals": lambda expected, actual: actual == expected,
+    "StringLike": lambda expected, actual: _matches(expected, actual),
+    "Bool": lambda expected, actual: actual.lower() == str(expected).lower(),
+}
+
+
+def _conditions_hold(statement: dict, rendered: Rendered, context: dict[str, str]) -> bool:
+    for operator, tests in statement.get("Condition", {}).items():
+        check = _CONDITIONS.get(operator)
+        if check is None:
+            raise AssertionError(f"no evaluator for condition operator {operator}")
+        for key, expected in tests.items():
+            actual = context.get(key)
+            if actual is None:
+                return False  # a key the request does not carry fails the condition
+            if not any(check(rendered.text(e), actual) for e in _listed(expected)):
+                return False
+    return True
+
+
+def _applies(statement: dict, request: Request, rendered: Rendered) -> bool:
+    for unsupported in ("NotAction", "NotResource", "NotPrincipal"):
+        assert unsupported not in statement, f"no evaluator for {unsupported}"
+    actions = _listed(statement["Action"])
+    if not any(_matches(a, request.action, ignore_case=True) for a in actions):
+        return False
+    resources = [rendered.text(r) for r in _listed(statement["Resource"])]
+    if not any(_matches(r, request.resource) for r in resources):
+        return False
+    return _conditions_hold(statement, rendered, dict(request.context))
+
+
+def allows(statements: list[dict], request: Request, rendered: Rendered) -> bool:
+    """IAM's identity-policy logic: an explicit Deny wins, else some Allow must apply."""
+    applying = [s for s in statements if _applies(s, request, rendered)]
+    if any(s["Effect"] == "Deny" for s in applying):
+        return False
+    return any(s["Effect"] == "Allow" for s in applying)
+

@@ -1,0 +1,96 @@
+"""GPU endpoints get an inference AMI whose NVIDIA driver runs the CUDA DLC's CUDA version.
+
+The AMI facts come from botocore's service model (AWS's documentation of each
+`InferenceAmiVersion` value), which is what the check reads at synth.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import botocore.session
+import pytest
+from pydantic import ValidationError
+
+from stacks.config import AppConfig
+from stacks.inference_amis import check_ami_runs_cuda, inference_amis, parse_ami_documentation
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD_AMI = "al2-ami-sagemaker-inference-gpu-3-1"
+CUDA13_AMI = "al2023-ami-sagemaker-inference-gpu-4-1"
+
+
+def documentation() -> str:
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return model.shape_for("ProductionVariant").members["InferenceAmiVersion"].documentation
+
+
+def config(**context) -> AppConfig:
+    return AppConfig.from_context({**json.loads((ROOT / "cdk.json").read_text())["context"],
+                                   **context})
+
+
+def test_every_ami_the_api_accepts_is_read_from_botocores_documentation():
+    amis = inference_amis()
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    assert list(amis) == model.shape_for("ProductionVariantInferenceAmiVersion").enum
+    for name, ami in amis.items():
+        # Each documented fact ends up in the table; a changed wording would leave a gap here.
+        if ami.accelerator == "GPU":
+            assert ami.nvidia_driver and ami.cuda, name
+            assert f"NVIDIA driver version: {ami.nvidia_driver}" in documentation()
+        else:
+            assert ami.cuda is None and "neuron" in name
+
+
+def test_the_documented_driver_and_cuda_of_the_two_latest_gpu_amis():
+    amis = parse_ami_documentation(documentation())
+    assert (amis[OLD_AMI].nvidia_driver, amis[OLD_AMI].cuda) == (550, (12, 4))
+    assert (amis[CUDA13_AMI].nvidia_driver, amis[CUDA13_AMI].cuda) == (580, (13, 0))
+
+
+def test_the_default_gpu_endpoints_run_the_cuda_13_dlc():
+    parsed = config(textGenerationEndpoint={"instanceType": "ml.g6.xlarge", "image": "cuda"})
+    assert parsed.dlc.cuda_major_version == 13
+    assert parsed.decision_gpu_endpoint.inference_ami_version == CUDA13_AMI
+    assert parsed.text_generation_endpoint.inference_ami_version == CUDA13_AMI
+    check_ami_runs_cuda(CUDA13_AMI, 13)
+
+
+@pytest.mark.parametrize(
+    "context, field",
+    [
+        ({"decisionGpuEndpoint": {"inferenceAmiVersion": OLD_AMI}}, "decisionGpuEndpoint"),
+        (
+            {"textGenerationEndpoint": {"instanceType": "ml.g5.xlarge", "image": "cuda",
+                                        "inferenceAmiVersion": OLD_AMI}},
+            "textGenerationEndpoint",
+        ),
+    ],
+)
+def test_an_ami_whose_driver_is_too_old_for_cuda_13_fails_at_synth(context, field):
+    with pytest.raises(ValidationError) as raised:
+        config(**context)
+    message = str(raised.value)
+    assert f"{field}.inferenceAmiVersion '{OLD_AMI}' has NVIDIA driver 550, CUDA 12.4" in message
+    assert f"needs CUDA 13: use {CUDA13_AMI}" in message
+
+
+def test_the_check_follows_the_images_cuda_version():
+    with pytest.raises(ValidationError, match="needs CUDA 14"):
+        config(dlc={"cudaMajorVersion": 14})
+    assert config(dlc={"cudaMajorVersion": 12},
+                  decisionGpuEndpoint={"inferenceAmiVersion": OLD_AMI})
+
+
+def test_unknown_or_non_cuda_amis_fail_naming_the_known_ones():
+    with pytest.raises(ValueError, match="not one SageMaker knows: al2-ami"):
+        check_ami_runs_cuda("al2-ami-sagemaker-inference-gpu-9", 13)
+    with pytest.raises(ValueError, match="no CUDA"):
+        check_ami_runs_cuda("al2-ami-sagemaker-inference-neuron-2", 13)
+
+
+def test_cpu_and_disabled_endpoints_are_not_held_to_a_gpu_ami():
+    assert config(textGenerationEndpoint={"inferenceAmiVersion": OLD_AMI},
+                  decisionGpuEndpoint={"enabled": False, "inferenceAmiVersion": OLD_AMI})

@@ -1,0 +1,53 @@
+"""The adapter logs, at start-up, which libllama/libggml files the process really bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import llama_cpp
+
+from tests.adapter_process import adapter_environment
+
+WHEEL_LIB = Path(llama_cpp.__file__).resolve().parent / "lib"
+
+
+def library_lines(log: str) -> list[dict]:
+    entries = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    return [e for e in entries if e.get("message") == "llama.cpp libraries loaded"]
+
+
+def test_the_real_adapters_start_up_log_names_the_wheels_libllama(adapter):
+    (entry,) = library_lines(adapter.log())
+    files = [Path(f).resolve() for f in entry["llama_libraries"]]
+    assert (WHEEL_LIB / "libllama.so").resolve() in files
+    assert any(f.name.startswith("libggml-base") for f in files)
+    # Nothing from elsewhere: this process has no LD_LIBRARY_PATH to pull other copies in.
+    assert all(f.parent == WHEEL_LIB for f in files), files
+    assert entry["level"] == "INFO" and entry["logger"] == "decision_adapter"
+
+
+def test_a_libggml_found_through_ld_library_path_shows_in_the_log(tmp_path):
+    """The DLC's case: LD_LIBRARY_PATH holds other libggml files, which the loader prefers to
+    the wheel's RUNPATH. Here they are copies of the wheel's own (same ABI, so it still runs)."""
+    elsewhere = tmp_path / "opt-llama.cpp-bin"
+    elsewhere.mkdir()
+    for library in WHEEL_LIB.glob("libggml*.so*"):
+        shutil.copy(library, elsewhere / library.name)
+    completed = subprocess.run(
+        [sys.executable, "-c",
+         "from decision_adapter.logs import configure_logging\n"
+         "from decision_adapter.native_libraries import log_llama_libraries\n"
+         "configure_logging('INFO'); log_llama_libraries()"],
+        env={**adapter_environment(), "LD_LIBRARY_PATH": str(elsewhere)},
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    (entry,) = library_lines(completed.stdout)
+    assert entry["ld_library_path"] == str(elsewhere)
+    by_name = {os.path.basename(f): Path(f).parent for f in entry["llama_libraries"]}
+    assert by_name["libggml-base.so.0"] == elsewhere  # bound from LD_LIBRARY_PATH, not the wheel
+    assert Path(by_name["libllama.so"]).resolve() == WHEEL_LIB  # loaded by path by the bindings
