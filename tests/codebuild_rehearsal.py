@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import stat
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ REGION = "us-east-1"
 PHASES = ("install", "pre_build", "build", "post_build")
 PHASE_KEYS = {"commands"}
 VENV_BIN = Path(sys.executable).parent
+DOCKER_STANDIN = Path(__file__).resolve().parent / "docker_standin.py"
 
 
 # -- The moto server -------------------------------------------------------------------------
@@ -185,3 +187,12 @@ def run_build(
             name, _, value = line.partition("=")
             exported[name] = value
     return BuildResult(completed.returncode, completed.stdout + completed.stderr, exported)
+
+
+def docker_standin_bin(directory: Path) -> Path:
+    """`directory`/docker runs the checking stand-in (tests/docker_standin.py)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    docker = directory / "docker"
+    docker.write_text(f'#!/bin/sh\nexec {sys.executable} {DOCKER_STANDIN} "$@"\n')
+    docker.chmod(docker.stat().st_mode | stat.S_IXUSR)
+    return directory

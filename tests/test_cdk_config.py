@@ -240,3 +240,11 @@ def test_invoker_roles_must_be_role_arns():
     assert "invokerRoleArns.0" in rejected(invokerRoleArns=["arn:aws:iam::123456789012:user/bob"])
     parsed = config(invokerRoleArns='["arn:aws:iam::123456789012:role/app"]')
     assert parsed.invoker_role_arns == ["arn:aws:iam::123456789012:role/app"]
+
+
+def test_the_image_repository_name_is_generated_unless_given_and_then_must_be_valid():
+    assert config().image_repository_name is None
+    assert config(imageRepositoryName="team/decision-models").image_repository_name == (
+        "team/decision-models"
+    )
+    assert "imageRepositoryName" in rejected(imageRepositoryName="Decision_Models")

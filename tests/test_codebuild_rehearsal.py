@@ -8,8 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import stat
-import sys
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -23,6 +21,7 @@ from tests.codebuild_rehearsal import (
     REGION,
     Resolver,
     aws_environment,
+    docker_standin_bin,
     moto_server,
     project_environment,
     run_build,
@@ -127,14 +126,7 @@ def test_model_build_uploads_the_archive_at_its_content_addressed_key(
 @pytest.fixture
 def docker_on_path(tmp_path) -> tuple[Path, Path]:
     """A bin directory whose `docker` is the stand-in, and the log it writes."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    docker = bin_dir / "docker"
-    docker.write_text(
-        f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'docker_standin.py'} \"$@\"\n"
-    )
-    docker.chmod(docker.stat().st_mode | stat.S_IXUSR)
-    return bin_dir, tmp_path / "docker.jsonl"
+    return docker_standin_bin(tmp_path / "bin"), tmp_path / "docker.jsonl"
 
 
 @pytest.mark.parametrize("dockerfile", ["container/Dockerfile", "container/Dockerfile.gpu"])
