@@ -7,7 +7,7 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8080
 export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 
-.PHONY: run test bench synth clean
+.PHONY: run test bench synth integ clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -37,6 +37,22 @@ synth: $(VENV)/.runtime node_modules/.package-lock.json
 	PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
 	npx --no-install cdk synth --quiet --no-notices $(CDK_ARGS)
+
+# The integration test in a real account (credentials needed): deploys one CPU decision endpoint
+# of a built release, asserts through InvokeEndpoint, destroys it whatever the result.
+#   make integ INTEG_MODEL_DATA_URI=s3://... INTEG_DECISION_CPU_IMAGE=...@sha256:...
+INTEG_CDK = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 INTEG_MODEL_DATA_URI=$(INTEG_MODEL_DATA_URI) \
+	INTEG_DECISION_CPU_IMAGE=$(INTEG_DECISION_CPU_IMAGE) npx --no-install cdk \
+	--app "python3 integ/integ_decision_release.py" -o cdk.out/integ --no-notices
+integ: $(VENV)/.runtime node_modules/.package-lock.json
+	@test -n "$(INTEG_MODEL_DATA_URI)" -a -n "$(INTEG_DECISION_CPU_IMAGE)" || { echo \
+	  "set INTEG_MODEL_DATA_URI and INTEG_DECISION_CPU_IMAGE (README, Integration test)"; exit 2; }
+	$(INTEG_CDK) deploy --all --require-approval never --outputs-file cdk.out/integ-outputs.json; \
+	deployed=$$?; \
+	$(PYTHON) -m integ.results cdk.out/integ-outputs.json; passed=$$?; \
+	$(INTEG_CDK) destroy --all --force; \
+	test $$deployed -eq 0 -a $$passed -eq 0
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache node_modules
