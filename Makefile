@@ -7,7 +7,7 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8080
 export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 
-.PHONY: run test bench synth integ clean
+.PHONY: run test rehearse bench synth integ clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -24,6 +24,11 @@ run: $(VENV)/.runtime
 
 test: $(VENV)/.dev node_modules/.package-lock.json
 	$(PYTHON) -m pytest
+
+# Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild
+# buildspecs and cdk bootstrap/deploy/destroy against a local moto server.
+rehearse: $(VENV)/.dev node_modules/.package-lock.json
+	$(PYTHON) -m pytest -m rehearsal
 
 bench: $(VENV)/.dev
 	$(PYTHON) -m bench

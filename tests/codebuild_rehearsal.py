@@ -16,6 +16,7 @@ import socket
 import stat
 import subprocess
 import sys
+import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +48,11 @@ def moto_server():
     port = free_port()
     server = ThreadedMotoServer(ip_address="localhost", port=port, verbose=False)
     server.start()
+    endpoint = f"http://localhost:{port}"
+    # moto's backends live in this process, shared by every server it starts: begin empty.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
     try:
-        yield f"http://localhost:{port}"
+        yield endpoint
     finally:
         server.stop()
 

@@ -23,6 +23,8 @@ from tests.codebuild_view import (
     staged_source,
 )
 
+pytestmark = pytest.mark.rehearsal
+
 ROOT = Path(__file__).resolve().parents[1]
 STATEFUL = "DecisionModels-Stateful"
 
