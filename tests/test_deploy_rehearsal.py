@@ -187,6 +187,12 @@ def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
         assert f"endpoint {cpu_endpoint}: InService" in status.stdout
         assert "on ml.c5.2xlarge" in status.stdout
 
+        # Destroy has something to remove: roles, log groups and the release's SageMaker side.
+        deployed = {kind: names - before[kind] for kind, names in inventory(client).items()}
+        assert deployed["endpoints"] == set(outputs.values())
+        assert len(deployed["models"]) == len(deployed["endpoint configs"]) == 2
+        assert deployed["roles"] and deployed["log groups"]
+
         # 4. Destroy: what is left is what the templates retain, and bootstrap's resources.
         retained = {
             ids[logical_id]
