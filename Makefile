@@ -6,8 +6,11 @@ PYTHON  := $(VENV)/bin/python
 HOST    ?= 127.0.0.1
 PORT    ?= 8080
 export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
+# The CDK CLI pinned in package.json, offline, with this venv's python for the app.
+CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: run test bench synth deploy clean
+.PHONY: run test rehearse bench synth deploy integ clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -25,6 +28,11 @@ run: $(VENV)/.runtime
 test: $(VENV)/.dev node_modules/.package-lock.json
 	$(PYTHON) -m pytest
 
+# Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild
+# buildspecs and cdk bootstrap/deploy/destroy against a local moto server.
+rehearse: $(VENV)/.dev node_modules/.package-lock.json
+	$(PYTHON) -m pytest -m rehearsal
+
 bench: $(VENV)/.dev
 	$(PYTHON) -m bench
 
@@ -34,17 +42,28 @@ node_modules/.package-lock.json: package.json package-lock.json
 # CloudFormation templates into cdk.out/, offline, with the CDK CLI pinned in package.json.
 # Endpoints appear once build outputs are given: make synth CDK_ARGS='-c modelDataUri=...'
 synth: $(VENV)/.runtime node_modules/.package-lock.json
-	PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
-	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
-	npx --no-install cdk synth --quiet --no-notices $(CDK_ARGS)
+	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
 
 # Deploy every stack without prompts (CI has no terminal for the IAM approval prompt); the
 # stacks' outputs go to cdk-outputs.json. Needs AWS credentials; `-c` values via CDK_ARGS.
 deploy: $(VENV)/.runtime node_modules/.package-lock.json
-	PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
-	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
-	npx --no-install cdk deploy --all --require-approval never --no-notices \
-	--outputs-file cdk-outputs.json $(CDK_ARGS)
+	$(CDK) deploy --all --require-approval never --no-notices --outputs-file cdk-outputs.json \
+	$(CDK_ARGS)
+
+# The integration test in a real account (credentials needed): deploys one CPU decision endpoint
+# of a built release, asserts through InvokeEndpoint, destroys it whatever the result.
+#   make integ INTEG_MODEL_DATA_URI=s3://... INTEG_DECISION_CPU_IMAGE=...@sha256:...
+INTEG_CDK = INTEG_MODEL_DATA_URI=$(INTEG_MODEL_DATA_URI) \
+	INTEG_DECISION_CPU_IMAGE=$(INTEG_DECISION_CPU_IMAGE) $(CDK) \
+	--app "python3 integ/integ_decision_release.py" -o cdk.out/integ --no-notices
+integ: $(VENV)/.runtime node_modules/.package-lock.json
+	@test -n "$(INTEG_MODEL_DATA_URI)" -a -n "$(INTEG_DECISION_CPU_IMAGE)" || { echo \
+	  "set INTEG_MODEL_DATA_URI and INTEG_DECISION_CPU_IMAGE (README, Integration test)"; exit 2; }
+	$(INTEG_CDK) deploy --all --require-approval never --outputs-file cdk.out/integ-outputs.json; \
+	deployed=$$?; \
+	$(PYTHON) -m integ.results cdk.out/integ-outputs.json; passed=$$?; \
+	$(INTEG_CDK) destroy --all --force; \
+	test $$deployed -eq 0 -a $$passed -eq 0
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache node_modules

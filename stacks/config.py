@@ -294,6 +294,13 @@ class AppConfig(_Config):
     # and a template rule refuses such a region at deployment.
     region: str | None = None
     retain_artifacts: bool = True
+    # Unset: CloudFormation generates the ECR repository's name, so a retained repository
+    # never blocks a fresh deploy. Set it for a stable name (and for moto, which rejects the
+    # generated one; see README, "Rehearsed offline").
+    image_repository_name: str | None = Field(
+        None, pattern=r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$",
+        min_length=2, max_length=256,
+    )
     dlc: DlcImages = DlcImages()
     builds: Builds = Builds()
     model_data_uri: ModelDataUri | None = None

@@ -46,6 +46,7 @@ class StatefulStack(Stack):
         repository = ecr.Repository(
             self,
             "Images",
+            repository_name=config.image_repository_name,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,
             image_scan_on_push=True,
             encryption=ecr.RepositoryEncryption.AES_256,

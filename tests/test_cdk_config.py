@@ -261,3 +261,11 @@ def test_every_pool_type_has_a_known_gpu_architecture():
 def test_a_pool_type_whose_gpu_is_unknown_fails_naming_it(unknown):
     message = rejected(decisionGpuEndpoint={"instancePool": ["ml.g5.xlarge", unknown]})
     assert f"GPU architecture is not known: {unknown}; known families" in message
+
+
+def test_the_image_repository_name_is_generated_unless_given_and_then_must_be_valid():
+    assert config().image_repository_name is None
+    assert config(imageRepositoryName="team/decision-models").image_repository_name == (
+        "team/decision-models"
+    )
+    assert "imageRepositoryName" in rejected(imageRepositoryName="Decision_Models")

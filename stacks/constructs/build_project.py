@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, IgnoreMode, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
@@ -13,9 +13,11 @@ from constructs import Construct
 
 from stacks.constructs import nag
 
-# What the builds read: the buildspecs, Dockerfiles, adapter and packaging code, and pins.
+# What the builds read: the buildspecs, Dockerfiles, adapter and packaging code, and their pins.
 # Everything else stays out, so that editing docs or tests does not change the build source.
-DEFAULT_SOURCE_PATHS = ("container", "model_packaging", "requirements.txt", "pyproject.toml")
+DEFAULT_SOURCE_PATHS = ("container", "model_packaging")
+# Never part of a build, wherever they sit inside the paths above.
+_NEVER = ("__pycache__/", "*.pyc", ".*")
 
 # The CodeBuild image is pinned to a versioned curated image (Ubuntu 22.04, Docker 23),
 # never a moving "latest".
@@ -35,8 +37,17 @@ class BuildSource(Construct):
         paths: Sequence[str] = DEFAULT_SOURCE_PATHS,
     ) -> None:
         super().__init__(scope, construct_id)
-        exclude = ["*", *(f"!{path}" for path in paths), "**/__pycache__", "**/*.pyc", "**/.*"]
-        self.asset = s3_assets.Asset(self, "Asset", path=str(repository_root), exclude=exclude)
+        # .gitignore semantics: "/*" drops only the top level, so "!/container/" brings the
+        # directory back with all it holds. (With CDK's default glob mode a bare "*" matches
+        # every path at every depth, and the zip kept none of the files.)
+        exclude = ["/*", *(f"!/{path.strip('/')}" for path in paths), *_NEVER]
+        self.asset = s3_assets.Asset(
+            self,
+            "Asset",
+            path=str(repository_root),
+            exclude=exclude,
+            ignore_mode=IgnoreMode.GIT,
+        )
 
 
 class BuildProject(Construct):
