@@ -192,9 +192,10 @@ def _speaks_systemone(request: Request) -> bool:
 
 
 def _error(request: Request, status: int, message: str, *, error_type: str, field: str | None = None,
-           retryable: bool = False, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
+           retryable: bool = False, detail: list | None = None, headers: dict | None = None,
+           location: tuple | None = None) -> JSONResponse:
     if _speaks_systemone(request):
-        status, body = systemone.error_body(status, error_type, message, field)
+        status, body = systemone.error_body(status, error_type, message, field, location)
         return JSONResponse(body, status_code=status, headers=headers)
     body: dict[str, Any] = {"error": message, "error_type": error_type, "retryable": retryable}
     if field is not None:
@@ -206,7 +207,7 @@ def _error(request: Request, status: int, message: str, *, error_type: str, fiel
 
 async def on_request_error(request: Request, error: RequestError) -> Response:
     return _error(request, error.status, error.message, error_type=error.error_type, field=error.field,
-                  headers=error.headers)
+                  headers=error.headers, location=error.location)
 
 
 async def on_validation_error(request: Request, error: ValidationError) -> Response:

@@ -200,10 +200,14 @@ def validation_error_body(error: ValidationError) -> dict[str, Any]:
     ]}
 
 
-def error_body(status: int, error_type: str, message: str, field: str | None) -> tuple[int, dict[str, Any]]:
+def error_body(status: int, error_type: str, message: str, field: str | None,
+               location: tuple | None = None) -> tuple[int, dict[str, Any]]:
     """(status, body). A 422, and malformed JSON (as FastAPI answers it), get the validation
     shape `detail[]`; every other error `detail.error_type` and `detail.message`."""
     if status == 422 or error_type == "invalid_json":
-        loc = ["body"] if field in (None, "body") else ["body", field]
+        if location:
+            loc = ["body", *location]
+        else:
+            loc = ["body"] if field in (None, "body") else ["body", field]
         return 422, {"detail": [{"loc": loc, "msg": message, "type": error_type}]}
     return status, {"detail": {"error_type": error_type, "message": message}}
