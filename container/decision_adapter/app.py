@@ -27,6 +27,7 @@ from .http_body import read_json
 from .logs import RequestLog
 from .model_files import ModelFileError
 from .openapi import openapi_document
+from .prompts import ChatTemplateError
 from .sagemaker import EchoCustomAttributes, forced_format
 from .service import DecisionService
 from .settings import Settings
@@ -219,6 +220,13 @@ async def on_validation_error(request: Request, error: ValidationError) -> Respo
                   error_type="validation_error", field=first["field"] or "body", detail=detail)
 
 
+async def on_chat_template_error(request: Request, error: ChatTemplateError) -> Response:
+    # Only chat renders the client's messages through the template at request time; a template
+    # that cannot render a decision was refused at start-up.
+    return _error(request, 422, f"messages: the model's chat template refused this conversation "
+                  f"({error})", error_type="validation_error", field="messages")
+
+
 async def on_busy(request: Request, error: Busy) -> Response:
     return _error(request, 503, str(error), error_type="overloaded", retryable=True,
                   headers={"Retry-After": str(error.retry_after_s)})
@@ -286,6 +294,7 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
             ValidationError: on_validation_error,
             Busy: on_busy,
             EngineError: on_engine_error,
+            ChatTemplateError: on_chat_template_error,
         },
         lifespan=lifespan,
     )
