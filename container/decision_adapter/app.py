@@ -249,6 +249,15 @@ def public(endpoint, *, wire_format: str | None = None):
 
 
 # --- application -----------------------------------------------------------------------
+def _load_failure(error: Exception) -> str:
+    """One line: the expected failures say what is wrong; anything else says what it was."""
+    if isinstance(error, (ModelFileError, EngineError, OSError, ValueError)):
+        text = str(error)
+    else:
+        text = f"unexpected {type(error).__name__} while loading the model: {error}"
+    return " ".join(text.split())
+
+
 def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> Starlette:
     settings = settings or Settings.from_environment()
 
@@ -262,11 +271,12 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
             try:
                 app.state.service = await asyncio.to_thread(DecisionService, settings)
                 log.info("model loaded", extra={"fields": {"model": app.state.service.model_info}})
-            except (ModelFileError, EngineError, OSError, ValueError) as error:
-                app.state.startup_error = str(error)
-                log.error(f"cannot serve: {error}")
+            except Exception as error:  # noqa: BLE001 - whatever stops loading must end the process
+                reason = _load_failure(error)
+                app.state.startup_error = reason
+                log.error(f"cannot serve: {reason}")
                 if on_startup_failure is not None:
-                    on_startup_failure(str(error))
+                    on_startup_failure(reason)
 
         # Load in the background so the socket accepts connections (and /ping answers 503)
         # while a large model is checksummed and mapped.
