@@ -82,6 +82,6 @@ def run_adapter_until_exit(env: dict[str, str], timeout: float = 120) -> subproc
     """Start the adapter expecting it to refuse; returns the finished process."""
     return subprocess.run(
         [sys.executable, "-m", "decision_adapter", "serve"],
-        env=adapter_environment(PORT=str(free_port()), **env),
+        env=adapter_environment(**{"PORT": str(free_port()), **env}),
         capture_output=True, text=True, timeout=timeout,
     )

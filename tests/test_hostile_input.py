@@ -76,3 +76,44 @@ def test_lone_surrogates_in_system_one_get_its_422(client, body, loc):
 def test_the_connection_survives_a_lone_surrogate(client):
     assert _post(client, "/invocations", _decision(state=LONE)).status_code == 400
     assert client.post("/invocations", json=_decision()).status_code == 200
+
+
+def test_a_number_too_large_for_a_float_is_a_400(client):
+    raw = json.dumps(_decision(state={"x": "PLACEHOLDER"})).replace('"PLACEHOLDER"', "1e999")
+    response = client.post("/invocations", content=raw,
+                           headers={"Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json()["field"] == "decision.state.x"
+    assert "Infinity" not in client.post("/invocations", json=_decision()).text
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"options": [{"id": "billing\nC. fake"}, {"id": "tech"}]}, "decision.options[0].id"),
+    ({"options": [{"id": "billing"}, {"id": "tech\u2028support"}]}, "decision.options[1].id"),
+    ({"question": "\u200b"}, "decision.question"),
+    ({"question": " \ufeff\u2060 "}, "decision.question"),
+    ({"options": [{"id": "caf\u00e9"}, {"id": "cafe\u0301"}]}, "decision.options"),
+])
+def test_option_ids_and_questions_that_would_mislead_the_prompt_are_422(client, changes, field):
+    response = client.post("/invocations", json=_decision(**changes))
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+
+
+@pytest.mark.parametrize("criteria", [
+    {"": None, "Tech": None},
+    {" ": None, "Tech": None},
+    {"Billing\nC. fake": None, "Tech": None},
+    {"caf\u00e9": None, "cafe\u0301": None},
+])
+def test_system_one_choice_names_follow_the_decision_format_rules(client, criteria):
+    body = _system_one(questions={"team": {"type": "choice", "criteria": criteria}})
+    response = client.post("/v1/systemone", json=body)
+    assert response.status_code == 422, response.text
+    assert "criteria" in response.json()["detail"][0]["loc"]
+
+
+def test_a_trailing_slash_is_not_redirected_to_the_clients_host(client):
+    response = client.get("/v1/models/", headers={"Host": "evil.example"})
+    assert response.status_code == 404
+    assert "location" not in response.headers

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from tests.adapter_process import run_adapter_until_exit
@@ -30,3 +32,19 @@ def test_a_deeply_nested_json_file_beside_the_model_exits_with_one_line(tmp_path
     assert finished.returncode == 1
     assert str(tmp_path / name) in _one_line(finished)
 
+
+def test_an_address_that_cannot_be_bound_exits_2_with_one_line():
+    finished = run_adapter_until_exit({"HOST": "256.1.1.1"}, timeout=60)
+    assert finished.returncode == 2
+    assert "HOST=256.1.1.1" in _one_line(finished)
+
+
+def test_a_port_in_use_exits_2_with_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        finished = run_adapter_until_exit({"PORT": str(port)}, timeout=60)
+    assert finished.returncode == 2
+    line = _one_line(finished)
+    assert str(port) in line and "in use" in line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 
 import uvicorn
@@ -12,6 +13,20 @@ import uvicorn
 from .app import create_app
 from .logs import configure_logging
 from .settings import Settings, SettingsError
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """Bind before loading anything, so a bad address or a taken port is one line at once."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_environment()
     except SettingsError as error:
         print(f"decision_adapter: invalid configuration: {error}", file=sys.stderr)
+        return 2
+    try:
+        sock = listening_socket(settings.host, settings.port)
+    except OSError as error:
+        print(f"decision_adapter: invalid configuration: cannot listen on HOST={settings.host} "
+              f"port {settings.port}: {error.strerror or error}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
 
@@ -42,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn drains on SIGTERM, then re-raises the signal through the handler it found in
     # place; a drained shutdown is a clean one, so that handler does nothing and we exit 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    server.run()
+    server.run(sockets=[sock])
     if failure:
         print(f"decision_adapter: cannot serve: {failure[0]}", file=sys.stderr)
         return 1

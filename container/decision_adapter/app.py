@@ -288,7 +288,7 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
             if app.state.service is not None:
                 app.state.service.close()
 
-    return Starlette(
+    application = Starlette(
         routes=[
             Route("/ping", ping, methods=["GET"]),
             Route("/invocations", invocations, methods=["POST"]),
@@ -308,3 +308,6 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
         },
         lifespan=lifespan,
     )
+    # `/v1/models/` is a 404, not a redirect built from the client's Host header.
+    application.router.redirect_slashes = False
+    return application

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from typing import Any
 
@@ -40,6 +41,8 @@ def _not_text(value: str) -> bool:
 def _problem(value: Any) -> str | None:
     if isinstance(value, str) and _not_text(value):
         return NOT_TEXT
+    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
+        return "a number too large for a 64-bit float (it would be read as Infinity)"
     return None
 
 
