@@ -13,6 +13,7 @@ import uvicorn
 from .app import create_app
 from .logs import configure_logging
 from .settings import Settings, SettingsError
+from .shutdown import DrainingServer
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -56,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
             server.should_exit = True
 
     app = create_app(settings, on_startup_failure=stop)
-    server = uvicorn.Server(uvicorn.Config(
+    server = DrainingServer(uvicorn.Config(
         app, host=settings.host, port=settings.port, log_config=None, access_log=False,
         timeout_graceful_shutdown=settings.graceful_shutdown_s, lifespan="on",
-    ))
+    ), app)
     # uvicorn drains on SIGTERM, then re-raises the signal through the handler it found in
     # place; a drained shutdown is a clean one, so that handler does nothing and we exit 0.
     signal.signal(signal.SIGTERM, lambda *_: None)

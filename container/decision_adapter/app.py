@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .admission import Busy
+from .admission import Busy, ShuttingDown
 from .auth import authenticate
 from .engine import EngineError
 from .errors import RequestError, validation_details
@@ -165,8 +165,14 @@ async def _chat(request: Request, chat: openai_chat.ChatRequest) -> Response:
             yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"role": "assistant", "content": ""}))
             if first is not None:
                 yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": first}))
-                async for text in deltas:
-                    yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": text}))
+                try:
+                    async for text in deltas:
+                        yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": text}))
+                except ShuttingDown as error:  # the status is sent: end the stream with an error
+                    yield sse({"error": {"message": str(error), "type": "server_shutting_down",
+                                         "retryable": True}})
+                    yield "data: [DONE]\n\n"
+                    return
             usage = {"prompt_tokens": len(tokens), "completion_tokens": result.completion_tokens,
                      "total_tokens": len(tokens) + result.completion_tokens}
             yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={},
