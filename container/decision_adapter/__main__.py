@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import signal
 import socket
@@ -11,9 +12,22 @@ import sys
 import uvicorn
 
 from .app import create_app
+from .connections import connection_limit, guarded_protocol
 from .logs import configure_logging
 from .settings import Settings, SettingsError
 from .shutdown import DrainingServer
+
+
+def unmap_large_buffers() -> None:
+    """glibc raises its mmap threshold each time it frees a large block, so later request
+    bodies land in the heap, which keeps the memory after their connections close. A fixed
+    threshold keeps every buffer over 128 KiB in a mapping of its own, returned when freed."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except AttributeError:  # not glibc
+        return
+    m_mmap_threshold = -3
+    mallopt(m_mmap_threshold, 128 * 1024)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -47,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
               f"port {settings.port}: {error.strerror or error}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
+    unmap_large_buffers()
 
     failure: list[str] = []
     server: uvicorn.Server | None = None
@@ -57,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
             server.should_exit = True
 
     app = create_app(settings, on_startup_failure=stop)
+    protocol = guarded_protocol(max_connections=connection_limit(settings.max_connections),
+                                header_timeout_s=settings.header_timeout_s,
+                                retry_after_s=settings.retry_after_s)
     server = DrainingServer(uvicorn.Config(
         app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-        timeout_graceful_shutdown=settings.graceful_shutdown_s, lifespan="on",
+        timeout_graceful_shutdown=settings.graceful_shutdown_s, lifespan="on", http=protocol,
     ), app)
     # uvicorn drains on SIGTERM, then re-raises the signal through the handler it found in
     # place; a drained shutdown is a clean one, so that handler does nothing and we exit 0.

@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from .admission import Busy, ShuttingDown
 from .auth import authenticate
+from .connections import limit_accept_error_logs
 from .engine import EngineError
 from .errors import RequestError, validation_details
 from .formats import openai_chat, systemone
@@ -272,6 +273,7 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
         app.state.settings = settings
         app.state.service = None
         app.state.startup_error = None
+        limit_accept_error_logs(asyncio.get_running_loop())
 
         async def load() -> None:
             try:
