@@ -103,7 +103,7 @@ def test_more_connections_than_descriptors_are_refused_cleanly(tmp_path):
 
 
 def test_memory_returns_after_many_large_unfinished_bodies(tmp_path):
-    size, connections = 1_000_000, 300
+    size, connections = 1_000_000, 800
     with running_adapter(tmp_path, DECISION_BODY_TIMEOUT_S="60") as adapter:
         assert httpx.post(adapter.url + "/invocations", json=DECISION, timeout=30).status_code == 200
         before = _rss_mib(adapter.process.pid)
@@ -121,7 +121,9 @@ def test_memory_returns_after_many_large_unfinished_bodies(tmp_path):
         for upload in uploads:
             upload.close()
         assert httpx.post(adapter.url + "/invocations", json=DECISION, timeout=30).status_code == 200
-        after = _settled_rss(adapter.process.pid, until=lambda rss: rss < before * 1.10)
+        # Back within seconds of the closes, not whenever glibc happens to trim its heap.
+        after = _settled_rss(adapter.process.pid, until=lambda rss: rss < before * 1.10,
+                             within_s=8)
     assert grown > before + 150, "the bodies must be buffered, or the test measures nothing"
     assert after < before * 1.10, f"{before:.0f} MiB before, {grown:.0f} with the bodies, {after:.0f} after"
 

@@ -10,6 +10,7 @@ once), and the event loop logs running out of descriptors at most once per inter
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import logging
 import resource
@@ -34,6 +35,33 @@ def _raw_response(status: str, message: str, retryable: bool, extra: str = "") -
             f"{extra}Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
+class HeapTrimmer:
+    """Hands freed heap pages back to the system a moment after connections close.
+
+    Request bodies and socket buffers of many concurrent connections are interleaved in the heap
+    with objects that live on; glibc keeps the free pages between them (measured here: 800
+    connections sending 900 KB each left 200 MiB behind). malloc_trim(0) releases them; it runs
+    at most once per interval, after the closes, not per connection.
+    """
+
+    def __init__(self, delay_s: float = 1.0) -> None:
+        try:
+            self._malloc_trim = ctypes.CDLL(None).malloc_trim
+        except AttributeError:  # not glibc: nothing to do
+            self._malloc_trim = None
+        self._delay_s = delay_s
+        self._scheduled = False
+
+    def soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._malloc_trim is not None and not self._scheduled:
+            self._scheduled = True
+            loop.call_later(self._delay_s, self._trim)
+
+    def _trim(self) -> None:
+        self._scheduled = False
+        self._malloc_trim(0)
+
+
 def connection_limit(configured: int) -> int:
     """The configured cap, lowered to fit the process's file-descriptor limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -54,6 +82,8 @@ def guarded_protocol(*, max_connections: int, header_timeout_s: float,
         f"request head not received within {header_timeout_s:g} s (DECISION_HEADER_TIMEOUT_S)",
         False)
 
+    trimmer = HeapTrimmer()
+
     class GuardedH11Protocol(H11Protocol):
         _refused = False
         _head_deadline: asyncio.TimerHandle | None = None
@@ -72,6 +102,7 @@ def guarded_protocol(*, max_connections: int, header_timeout_s: float,
                 self._head_deadline.cancel()
             if not self._refused:
                 super().connection_lost(exc)
+                trimmer.soon(self.loop)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
