@@ -36,6 +36,10 @@ def _read_all(connection: socket.socket) -> bytes:
     return data
 
 
+def _decide(adapter) -> httpx.Response:
+    return httpx.post(adapter.url + "/invocations", json=DECISION, timeout=30)
+
+
 def _rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -97,7 +101,7 @@ def test_more_connections_than_descriptors_are_refused_cleanly(tmp_path):
         started = time.monotonic()
         assert httpx.get(adapter.url + "/ping", timeout=2).status_code == 200
         assert time.monotonic() - started < 2
-        assert httpx.post(adapter.url + "/invocations", json=DECISION, timeout=30).status_code == 200
+        assert _decide(adapter).status_code == 200
         for connection in hoarders:
             connection.close()
         log = adapter.log()
@@ -107,7 +111,7 @@ def test_more_connections_than_descriptors_are_refused_cleanly(tmp_path):
 def test_memory_returns_after_many_large_unfinished_bodies(tmp_path):
     size, connections = 1_000_000, 800
     with running_adapter(tmp_path, DECISION_BODY_TIMEOUT_S="60") as adapter:
-        assert httpx.post(adapter.url + "/invocations", json=DECISION, timeout=30).status_code == 200
+        assert _decide(adapter).status_code == 200
         before = _rss_mib(adapter.process.pid)
         uploads = []
         for _ in range(connections):
@@ -122,12 +126,13 @@ def test_memory_returns_after_many_large_unfinished_bodies(tmp_path):
         grown = _settled_rss(adapter.process.pid, until=lambda rss: rss > before + 150)
         for upload in uploads:
             upload.close()
-        assert httpx.post(adapter.url + "/invocations", json=DECISION, timeout=30).status_code == 200
+        assert _decide(adapter).status_code == 200
         # Back within seconds of the closes, not whenever glibc happens to trim its heap.
         after = _settled_rss(adapter.process.pid, until=lambda rss: rss < before * 1.10,
                              within_s=8)
     assert grown > before + 150, "the bodies must be buffered, or the test measures nothing"
-    assert after < before * 1.10, f"{before:.0f} MiB before, {grown:.0f} with the bodies, {after:.0f} after"
+    assert after < before * 1.10, (f"{before:.0f} MiB before, {grown:.0f} with the bodies, "
+                                   f"{after:.0f} after")
 
 
 def _settled_rss(pid: int, until, within_s: float = 20) -> float:

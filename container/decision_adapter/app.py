@@ -168,7 +168,8 @@ async def _chat(request: Request, chat: openai_chat.ChatRequest) -> Response:
                 yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": first}))
                 try:
                     async for text in deltas:
-                        yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": text}))
+                        yield sse(openai_chat.encode_chunk(cid=cid, model=model,
+                                                           delta={"content": text}))
                 except ShuttingDown as error:  # the status is sent: end the stream with an error
                     yield sse({"error": {"message": str(error), "type": "server_shutting_down",
                                          "retryable": True}})

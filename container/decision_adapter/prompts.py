@@ -75,7 +75,8 @@ class PromptRenderer:
             try:
                 self._compiled = environment.from_string(self.template)
             except TemplateError as error:
-                raise ChatTemplateError(f"the GGUF's chat template does not compile: {error}") from None
+                raise ChatTemplateError(
+                    f"the GGUF's chat template does not compile: {error}") from None
             try:  # every decision is rendered this way: refuse a template that cannot do it now
                 self._around_user_content([{"role": "user"}])
             except ChatTemplateError as error:
@@ -152,7 +153,8 @@ class PromptRenderer:
         except ChatTemplateError:
             raise
         except Exception as error:  # noqa: BLE001 - a template is code we did not write
-            raise ChatTemplateError(f"chat template error: {type(error).__name__}: {error}") from None
+            raise ChatTemplateError(
+                f"chat template error: {type(error).__name__}: {error}") from None
 
     def _around_user_content(self, messages: list[dict[str, str]]) -> tuple[str, str]:
         marker = f"\ue000{uuid.uuid4().hex}\ue001"
