@@ -28,9 +28,11 @@ RESERVED_DESCRIPTORS = 64
 ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 
 
-def _raw_response(status: str, message: str, retryable: bool, extra: str = "") -> bytes:
-    body = json.dumps({"error": message, "error_type": "connection_limit" if retryable
-                       else "header_timeout", "retryable": retryable}).encode()
+def _raw_response(status: str, message: str, error_type: str, *, retryable: bool,
+                  extra: str = "") -> bytes:
+    """A whole response written before (or instead of) h11: the connection closes after it."""
+    body = json.dumps({"error": message, "error_type": error_type,
+                       "retryable": retryable}).encode()
     return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n"
             f"{extra}Content-Length: {len(body)}\r\n\r\n").encode() + body
 
@@ -76,11 +78,11 @@ def guarded_protocol(*, max_connections: int, header_timeout_s: float,
     refusal = _raw_response(
         "503 Service Unavailable",
         f"too many open connections (at most {max_connections}, DECISION_MAX_CONNECTIONS); retry",
-        True, f"Retry-After: {retry_after_s}\r\n")
+        "connection_limit", retryable=True, extra=f"Retry-After: {retry_after_s}\r\n")
     too_slow = _raw_response(
         "408 Request Timeout",
         f"request head not received within {header_timeout_s:g} s (DECISION_HEADER_TIMEOUT_S)",
-        False)
+        "header_timeout", retryable=False)
 
     trimmer = HeapTrimmer()
 
