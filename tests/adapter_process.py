@@ -48,13 +48,15 @@ def adapter_environment(**overrides: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running_adapter(tmp_dir: Path, *, ready_timeout: float = 180, **env: str) -> Iterator[Adapter]:
+def running_adapter(tmp_dir: Path, *, ready_timeout: float = 180, preexec_fn=None,
+                    **env: str) -> Iterator[Adapter]:
     port = free_port()
     log_path = tmp_dir / f"adapter-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "decision_adapter", "serve"],
             env=adapter_environment(PORT=str(port), **env), stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=preexec_fn,
         )
     adapter = Adapter(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
     try:
@@ -82,6 +84,6 @@ def run_adapter_until_exit(env: dict[str, str], timeout: float = 120) -> subproc
     """Start the adapter expecting it to refuse; returns the finished process."""
     return subprocess.run(
         [sys.executable, "-m", "decision_adapter", "serve"],
-        env=adapter_environment(PORT=str(free_port()), **env),
+        env=adapter_environment(**{"PORT": str(free_port()), **env}),
         capture_output=True, text=True, timeout=timeout,
     )

@@ -27,6 +27,14 @@ class Busy(Exception):
         self.retry_after_s = retry_after_s
 
 
+class ShuttingDown(Busy):
+    """The server stopped model work at its shutdown deadline; retryable elsewhere."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        Exception.__init__(self, "the server is shutting down; retry the request")
+        self.retry_after_s = retry_after_s
+
+
 class ModelRunner:
     def __init__(self, *, max_queue: int, wait_s: float, retry_after_s: int) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
@@ -34,8 +42,18 @@ class ModelRunner:
         self._wait_s = wait_s if max_queue > 0 else 0.0
         self._retry_after_s = retry_after_s
         self.in_flight = 0
+        self._stopping = threading.Event()  # set at the shutdown deadline; never cleared
+
+    def stop_work(self) -> None:
+        """Shutdown deadline: refuse new work; running work ends with ShuttingDown."""
+        self._stopping.set()
+
+    def _stopped(self, error: BaseException) -> BaseException:
+        return ShuttingDown(self._retry_after_s) if self._stopping.is_set() else error
 
     async def _admit(self) -> None:
+        if self._stopping.is_set():
+            raise ShuttingDown(self._retry_after_s)
         if self._slots.locked() and self._wait_s <= 0:
             raise Busy(self._retry_after_s)
         try:
@@ -69,7 +87,10 @@ class ModelRunner:
             return function(*args)
 
         await self._admit()
-        result = await asyncio.wrap_future(self._submit(timed))
+        try:
+            result = await asyncio.wrap_future(self._submit(timed))
+        except Exception as error:  # an interrupted decode fails: say why
+            raise self._stopped(error) from None
         return result, (started[0] - arrived) * 1000
 
     async def stream(self, produce: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
@@ -89,8 +110,10 @@ class ModelRunner:
                     loop.call_soon_threadsafe(queue.put_nowait, item)
                     if stop.is_set():
                         break
+                    if self._stopping.is_set():
+                        raise ShuttingDown(self._retry_after_s)
             except BaseException as error:  # hand the failure to the reader
-                loop.call_soon_threadsafe(queue.put_nowait, error)
+                loop.call_soon_threadsafe(queue.put_nowait, self._stopped(error))
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 

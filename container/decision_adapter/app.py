@@ -16,8 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .admission import Busy
+from .admission import Busy, ShuttingDown
 from .auth import authenticate
+from .connections import limit_accept_error_logs
 from .engine import EngineError
 from .errors import RequestError, validation_details
 from .formats import openai_chat, systemone
@@ -27,6 +28,7 @@ from .http_body import read_json
 from .logs import RequestLog
 from .model_files import ModelFileError
 from .openapi import openapi_document
+from .prompts import ChatTemplateError
 from .sagemaker import EchoCustomAttributes, forced_format
 from .service import DecisionService
 from .settings import Settings
@@ -164,8 +166,15 @@ async def _chat(request: Request, chat: openai_chat.ChatRequest) -> Response:
             yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"role": "assistant", "content": ""}))
             if first is not None:
                 yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": first}))
-                async for text in deltas:
-                    yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": text}))
+                try:
+                    async for text in deltas:
+                        yield sse(openai_chat.encode_chunk(cid=cid, model=model,
+                                                           delta={"content": text}))
+                except ShuttingDown as error:  # the status is sent: end the stream with an error
+                    yield sse({"error": {"message": str(error), "type": "server_shutting_down",
+                                         "retryable": True}})
+                    yield "data: [DONE]\n\n"
+                    return
             usage = {"prompt_tokens": len(tokens), "completion_tokens": result.completion_tokens,
                      "total_tokens": len(tokens) + result.completion_tokens}
             yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={},
@@ -192,9 +201,10 @@ def _speaks_systemone(request: Request) -> bool:
 
 
 def _error(request: Request, status: int, message: str, *, error_type: str, field: str | None = None,
-           retryable: bool = False, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
+           retryable: bool = False, detail: list | None = None, headers: dict | None = None,
+           location: tuple | None = None) -> JSONResponse:
     if _speaks_systemone(request):
-        status, body = systemone.error_body(status, error_type, message, field)
+        status, body = systemone.error_body(status, error_type, message, field, location)
         return JSONResponse(body, status_code=status, headers=headers)
     body: dict[str, Any] = {"error": message, "error_type": error_type, "retryable": retryable}
     if field is not None:
@@ -206,7 +216,7 @@ def _error(request: Request, status: int, message: str, *, error_type: str, fiel
 
 async def on_request_error(request: Request, error: RequestError) -> Response:
     return _error(request, error.status, error.message, error_type=error.error_type, field=error.field,
-                  headers=error.headers)
+                  headers=error.headers, location=error.location)
 
 
 async def on_validation_error(request: Request, error: ValidationError) -> Response:
@@ -216,6 +226,13 @@ async def on_validation_error(request: Request, error: ValidationError) -> Respo
     first = detail[0]
     return _error(request, 422, f"{first['field'] or 'body'}: {first['message']}",
                   error_type="validation_error", field=first["field"] or "body", detail=detail)
+
+
+async def on_chat_template_error(request: Request, error: ChatTemplateError) -> Response:
+    # Only chat renders the client's messages through the template at request time; a template
+    # that cannot render a decision was refused at start-up.
+    return _error(request, 422, f"messages: the model's chat template refused this conversation "
+                  f"({error})", error_type="validation_error", field="messages")
 
 
 async def on_busy(request: Request, error: Busy) -> Response:
@@ -240,6 +257,15 @@ def public(endpoint, *, wire_format: str | None = None):
 
 
 # --- application -----------------------------------------------------------------------
+def _load_failure(error: Exception) -> str:
+    """One line: the expected failures say what is wrong; anything else says what it was."""
+    if isinstance(error, (ModelFileError, EngineError, OSError, ValueError)):
+        text = str(error)
+    else:
+        text = f"unexpected {type(error).__name__} while loading the model: {error}"
+    return " ".join(text.split())
+
+
 def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> Starlette:
     settings = settings or Settings.from_environment()
 
@@ -248,16 +274,18 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
         app.state.settings = settings
         app.state.service = None
         app.state.startup_error = None
+        limit_accept_error_logs(asyncio.get_running_loop())
 
         async def load() -> None:
             try:
                 app.state.service = await asyncio.to_thread(DecisionService, settings)
                 log.info("model loaded", extra={"fields": {"model": app.state.service.model_info}})
-            except (ModelFileError, EngineError, OSError, ValueError) as error:
-                app.state.startup_error = str(error)
-                log.error(f"cannot serve: {error}")
+            except Exception as error:  # noqa: BLE001 - whatever stops loading must end the process
+                reason = _load_failure(error)
+                app.state.startup_error = reason
+                log.error(f"cannot serve: {reason}")
                 if on_startup_failure is not None:
-                    on_startup_failure(str(error))
+                    on_startup_failure(reason)
 
         # Load in the background so the socket accepts connections (and /ping answers 503)
         # while a large model is checksummed and mapped.
@@ -269,7 +297,7 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
             if app.state.service is not None:
                 app.state.service.close()
 
-    return Starlette(
+    application = Starlette(
         routes=[
             Route("/ping", ping, methods=["GET"]),
             Route("/invocations", invocations, methods=["POST"]),
@@ -285,6 +313,10 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
             ValidationError: on_validation_error,
             Busy: on_busy,
             EngineError: on_engine_error,
+            ChatTemplateError: on_chat_template_error,
         },
         lifespan=lifespan,
     )
+    # `/v1/models/` is a 404, not a redirect built from the client's Host header.
+    application.router.redirect_slashes = False
+    return application

@@ -54,7 +54,7 @@ def load_calibration(temperature: float | None, gguf: Path, gguf_sha256: str) ->
 def _read(path: Path, gguf_sha256: str) -> Calibration:
     try:
         calibration = CalibrationFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # deep nesting: RecursionError
         if isinstance(error, ValidationError):
             first = error.errors()[0]
             detail = f"{'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}"

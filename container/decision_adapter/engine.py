@@ -106,6 +106,7 @@ class Engine:
         self.config = config
         self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
         self.stats = DecodeStats()
+        self._install_interrupt()
 
     def close(self) -> None:
         if getattr(self, "ctx", None):
@@ -288,6 +289,21 @@ class Engine:
         self._decode(entries)
         for batch_index, index, position in wanted_at:
             results[index][position] = self._logits(batch_index)
+
+    # --- stopping at shutdown ----------------------------------------------------------
+    def _install_interrupt(self) -> None:
+        """Let interrupt() abort a decode between graph nodes. llama.cpp calls the check at every
+        node, so it must not be Python (that would take the GIL per node): it is libc's strlen
+        on a flag byte, which returns 0 until interrupt() writes the byte."""
+        self._interrupt_flag = ctypes.create_string_buffer(2)
+        strlen = ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
+        self._abort_check = llama_cpp.ggml_abort_callback(strlen)
+        llama_cpp.llama_set_abort_callback(
+            self.ctx, self._abort_check, ctypes.cast(self._interrupt_flag, ctypes.c_void_p))
+
+    def interrupt(self) -> None:
+        """Abort the decode in progress and every later one (shutdown): they raise EngineError."""
+        self._interrupt_flag[0] = b"!"
 
     # --- generation --------------------------------------------------------------------
     def generate(

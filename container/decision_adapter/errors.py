@@ -7,10 +7,13 @@ from pydantic import ValidationError
 
 class RequestError(Exception):
     def __init__(self, status: int, message: str, *, field: str | None = None,
-                 error_type: str = "invalid_request", headers: dict[str, str] | None = None) -> None:
+                 error_type: str = "invalid_request", headers: dict[str, str] | None = None,
+                 location: tuple | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.field, self.error_type = status, message, field, error_type
         self.headers = headers
+        # The field as a path of keys and indexes, where `field` alone would be ambiguous.
+        self.location = location
 
 
 def field_path(location: tuple) -> str:

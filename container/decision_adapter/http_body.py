@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
-from .errors import RequestError
+from .errors import RequestError, field_path
 
 JSON_TYPES = {"application/json", "application/jsonlines", "text/json"}
 
@@ -26,15 +28,64 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+# JSON's \ud800 escapes (and raw surrogate bytes, which json.loads lets through) can leave
+# half a UTF-16 pair in a string: not text, and no UTF-8 encoder accepts it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+NOT_TEXT = "contains a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text"
+
+
+def _not_text(value: str) -> bool:
+    return not value.isascii() and _SURROGATE.search(value) is not None
+
+
+def _problem(value: Any) -> str | None:
+    if isinstance(value, str) and _not_text(value):
+        return NOT_TEXT
+    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf
+        return "a number too large for a 64-bit float (it would be read as Infinity)"
+    return None
+
+
+def _check_values(body: Any) -> None:
+    """Reject what json.loads accepts but no route can use, naming where it is (keys too)."""
+    stack: list[tuple[tuple, Any]] = [((), body)]
+    while stack:
+        location, value = stack.pop()
+        if isinstance(value, dict):
+            children = list(value.items())
+            bad_key = next((k for k, _ in children if _not_text(k)), None)
+            if bad_key is not None:
+                _reject((*location, bad_key), f"the key {NOT_TEXT}")
+        elif isinstance(value, list):
+            children = list(enumerate(value))
+        else:
+            if (problem := _problem(value)) is not None:
+                _reject(location, problem)
+            continue
+        stack.extend(((*location, key), child) for key, child in reversed(children))
+
+
+def _reject(location: tuple, problem: str) -> None:
+    # A key that is not text cannot be echoed as it is: show its escapes.
+    location = tuple(p.encode("utf-8", "backslashreplace").decode() if isinstance(p, str) else p
+                     for p in location)
+    field = field_path(location) or "body"
+    raise RequestError(400, f"{field}: {problem}", field=field, location=location,
+                       error_type="invalid_json")
+
+
 def parse_json(raw: bytes) -> Any:
-    """Strict JSON: no NaN/Infinity, no duplicate keys (either would silently lose data)."""
+    """Strict JSON: no NaN/Infinity, no duplicate keys (either would silently lose data), and
+    only real text in strings."""
     try:
-        return json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+        body = json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as error:
         raise RequestError(400, f"body: malformed JSON at line {error.lineno} column {error.colno}: "
                            f"{error.msg}", field="body", error_type="invalid_json") from None
     except (ValueError, RecursionError) as error:
         raise RequestError(400, f"body: {error}", field="body", error_type="invalid_json") from None
+    _check_values(body)
+    return body
 
 
 async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:

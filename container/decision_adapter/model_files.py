@@ -72,6 +72,9 @@ def manifest_beside(gguf: Path) -> Manifest | None:
                 return read_manifest(directory)
             except ManifestError as error:
                 raise ModelFileError(str(error)) from None
+            except RecursionError:  # json.loads gives up on deep nesting before any schema
+                raise ModelFileError(f"cannot read model manifest {directory / MANIFEST_FILENAME}: "
+                                     "nested too deeply to be a manifest") from None
     return None
 
 

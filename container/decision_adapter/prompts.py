@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .engine import Engine
@@ -25,6 +26,10 @@ SYSTEM_TEXT = (
     "You are a decision model. Read the state, then answer the question by choosing exactly one "
     "of the labelled options."
 )
+
+
+class ChatTemplateError(ValueError):
+    """The model's chat template cannot render what it was given (its own words included)."""
 
 
 @dataclass
@@ -67,7 +72,16 @@ class PromptRenderer:
             environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             environment.globals["raise_exception"] = _raise_template_error
             environment.globals["strftime_now"] = lambda f: datetime.now(timezone.utc).strftime(f)
-            self._compiled = environment.from_string(self.template)
+            try:
+                self._compiled = environment.from_string(self.template)
+            except TemplateError as error:
+                raise ChatTemplateError(
+                    f"the GGUF's chat template does not compile: {error}") from None
+            try:  # every decision is rendered this way: refuse a template that cannot do it now
+                self._around_user_content([{"role": "user"}])
+            except ChatTemplateError as error:
+                raise ChatTemplateError(f"the GGUF's chat template cannot render a decision: "
+                                        f"{error}") from None
         # The answer follows "Answer:" in a plain prompt and opens the assistant turn otherwise.
         self.label_prefix = "" if self.template else " "
         # Without a template the model would write the next "User:" turn itself.
@@ -106,6 +120,8 @@ class PromptRenderer:
         rendered = self._render([{"role": m["role"], "content": k} for m, k in zip(messages, markers)])
         pieces: list[Piece] = []
         for message, marker in zip(messages, markers):
+            if marker not in rendered:
+                continue  # the template leaves this message out (some drop system messages)
             before, _, rendered = rendered.partition(marker)
             pieces += [Piece(before, user=False), Piece(message["content"], user=True)]
         pieces.append(Piece(rendered, user=False))
@@ -126,21 +142,27 @@ class PromptRenderer:
 
     # --- template plumbing -------------------------------------------------------------
     def _render(self, messages: list[dict[str, str]]) -> str:
-        return self._compiled.render(
-            messages=messages,
-            add_generation_prompt=True,
-            enable_thinking=False,  # decisions read the very next token; no reasoning block
-            bos_token=self.engine.piece(self.engine.bos_token).decode("utf-8", "replace"),
-            eos_token="",
-        )
+        try:
+            return self._compiled.render(
+                messages=messages,
+                add_generation_prompt=True,
+                enable_thinking=False,  # decisions read the very next token; no reasoning block
+                bos_token=self.engine.piece(self.engine.bos_token).decode("utf-8", "replace"),
+                eos_token="",
+            )
+        except ChatTemplateError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a template is code we did not write
+            raise ChatTemplateError(
+                f"chat template error: {type(error).__name__}: {error}") from None
 
     def _around_user_content(self, messages: list[dict[str, str]]) -> tuple[str, str]:
         marker = f"\ue000{uuid.uuid4().hex}\ue001"
         head, found, tail = self._render([{**messages[0], "content": marker}]).partition(marker)
         if not found:
-            raise ValueError("the chat template dropped the user message")
+            raise ChatTemplateError("the chat template dropped the user message")
         return head, tail
 
 
 def _raise_template_error(message: str) -> None:
-    raise ValueError(f"chat template error: {message}")
+    raise ChatTemplateError(f"chat template error: {message}")

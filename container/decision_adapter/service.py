@@ -86,6 +86,11 @@ class DecisionService:
         self.runner.close()
         self.engine.close()
 
+    def stop_work(self) -> None:
+        """Shutdown deadline: end the model work in progress and refuse more."""
+        self.runner.stop_work()
+        self.engine.interrupt()
+
     # --- identity ----------------------------------------------------------------------
     def _model_name(self) -> str:
         manifest = self.model_file.manifest

@@ -36,6 +36,8 @@ ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
     "retry_after_s": ("DECISION_RETRY_AFTER_S",),
     "max_body_bytes": ("DECISION_MAX_BODY_BYTES",),
     "body_timeout_s": ("DECISION_BODY_TIMEOUT_S",),
+    "header_timeout_s": ("DECISION_HEADER_TIMEOUT_S",),
+    "max_connections": ("DECISION_MAX_CONNECTIONS",),
     "state_cache_bytes": ("DECISION_STATE_CACHE_BYTES",),
     "max_decisions": ("DECISION_MAX_DECISIONS",),
     "max_request_tokens": ("DECISION_MAX_REQUEST_TOKENS",),
@@ -78,6 +80,11 @@ class Settings(BaseModel):
     state_cache_bytes: int | None = Field(None, ge=0)
     # A body must arrive within this time: a trickling client cannot tie up a connection.
     body_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
+    # A request head must arrive within this time (else 408 and close): no half-open hoarding.
+    header_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
+    # Open connections; the next one gets a 503 and is closed. Lowered to fit the process's
+    # file-descriptor limit (see connections.py).
+    max_connections: int = Field(1024, ge=1, le=1_000_000)
     max_decisions: int = Field(32, ge=1, le=1024)
     max_request_tokens: int = Field(8192, ge=64)
     max_chat_tokens: int = Field(1024, ge=1)

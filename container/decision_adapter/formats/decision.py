@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
 from ..scoring import MAX_OPTIONS, Question, QuestionScores, ScoringPlan
+from .fields import NonBlank, OptionName, check_unique_names
 
-NonBlank = Annotated[StrictStr, Field(min_length=1, pattern=r"\S")]
 State = StrictStr | dict[str, Any] | list[Any]
 
 READOUT_TEXT = {
@@ -25,7 +25,7 @@ READOUT_TEXT = {
 
 class Option(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: NonBlank
+    id: OptionName
     description: StrictStr | None = None
 
 
@@ -39,11 +39,7 @@ class Decision(BaseModel):
     @field_validator("options")
     @classmethod
     def _unique_option_ids(cls, options: list[Option]) -> list[Option]:
-        seen: set[str] = set()
-        for option in options:
-            if option.id in seen:
-                raise ValueError(f"duplicate option id {option.id!r}")
-            seen.add(option.id)
+        check_unique_names((option.id for option in options), "option id")
         return options
 
     def as_question(self) -> Question:

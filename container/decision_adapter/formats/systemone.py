@@ -14,9 +14,10 @@ import json
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
 from ..scoring import MAX_OPTIONS, Question, QuestionPlan, QuestionScores
+from .fields import OptionName, check_unique_names, is_blank
 
 MODEL_ALIAS = "jev-latest"  # the SDKs' default model name; served by whatever model we serve
 MAX_SCORE_LEVELS = 10
@@ -36,7 +37,7 @@ def as_text(value: Text | None) -> str | None:
 
 def _instructions(value: Text | None, default: str) -> str:
     text = as_text(value)
-    return text if text and text.strip() else default
+    return text if text and not is_blank(text) else default
 
 
 class NoulCriteria(BaseModel):
@@ -72,7 +73,14 @@ class ChoiceQuestion(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["choice"]
     instructions: Text | None = None
-    criteria: dict[str, Text | None] = Field(min_length=2, max_length=MAX_OPTIONS)
+    # Option names go into the prompt like the decision format's option ids, with its rules.
+    criteria: dict[OptionName, Text | None] = Field(min_length=2, max_length=MAX_OPTIONS)
+
+    @field_validator("criteria")
+    @classmethod
+    def _unique_names(cls, criteria: dict[str, Text | None]) -> dict[str, Text | None]:
+        check_unique_names(criteria, "option name")
+        return criteria
 
     @property
     def option_keys(self) -> list[str]:
@@ -200,10 +208,14 @@ def validation_error_body(error: ValidationError) -> dict[str, Any]:
     ]}
 
 
-def error_body(status: int, error_type: str, message: str, field: str | None) -> tuple[int, dict[str, Any]]:
+def error_body(status: int, error_type: str, message: str, field: str | None,
+               location: tuple | None = None) -> tuple[int, dict[str, Any]]:
     """(status, body). A 422, and malformed JSON (as FastAPI answers it), get the validation
     shape `detail[]`; every other error `detail.error_type` and `detail.message`."""
     if status == 422 or error_type == "invalid_json":
-        loc = ["body"] if field in (None, "body") else ["body", field]
+        if location:
+            loc = ["body", *location]
+        else:
+            loc = ["body"] if field in (None, "body") else ["body", field]
         return 422, {"detail": [{"loc": loc, "msg": message, "type": error_type}]}
     return status, {"detail": {"error_type": error_type, "message": message}}

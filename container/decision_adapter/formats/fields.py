@@ -1,0 +1,60 @@
+"""Text fields shared by the decision formats: what counts as blank, what an option name may hold.
+
+Option names are written into the prompt, one per line: a newline in a name would add a line
+the model reads as another option, so names hold no control or line-separator characters.
+Blank means nothing visible: whitespace and invisible format characters (zero-width space,
+joiners, BOM) only. Names are compared after Unicode NFC normalization, since a composed and a
+decomposed `é` read the same to the model; they are rejected as duplicates, never rewritten.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, StrictStr
+
+# Cf: format (zero-width space U+200B, joiners, BOM); Zs/Zl/Zp: spaces and separators.
+_INVISIBLE = {"Cf", "Zs", "Zl", "Zp", "Cc"}
+# Characters that break a prompt line: C0/C1 controls and the Unicode line/paragraph separators.
+_LINE_BREAKING = {"Cc", "Zl", "Zp"}
+
+
+def is_blank(text: str) -> bool:
+    return all(char.isspace() or unicodedata.category(char) in _INVISIBLE for char in text)
+
+
+def _not_blank(text: str) -> str:
+    if is_blank(text):
+        raise ValueError("must contain a visible character (whitespace and zero-width "
+                         "characters alone are blank)")
+    return text
+
+
+def _single_line_name(text: str) -> str:
+    text = _not_blank(text)
+    bad = next((c for c in text if unicodedata.category(c) in _LINE_BREAKING), None)
+    if bad is not None:
+        raise ValueError(f"must not contain control or line-separator characters "
+                         f"(found {ascii(bad)}): it is written into the prompt as one line")
+    return text
+
+
+NonBlank = Annotated[StrictStr, Field(min_length=1, pattern=r"\S"), AfterValidator(_not_blank)]
+OptionName = Annotated[StrictStr, Field(min_length=1, pattern=r"\S"),
+                       AfterValidator(_single_line_name)]
+
+
+def check_unique_names(names: Iterable[str], what: str) -> None:
+    """Raise ValueError naming the first two names that are equal once NFC-normalized."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = unicodedata.normalize("NFC", name)
+        if key in seen:
+            first = seen[key]
+            if first == name:
+                raise ValueError(f"duplicate {what} {name!r}")
+            raise ValueError(f"duplicate {what}: {ascii(first)} and {ascii(name)} are the same "
+                             "text once Unicode-normalized (NFC)")
+        seen[key] = name

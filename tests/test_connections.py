@@ -1,0 +1,143 @@
+"""Slow, idle and numerous connections: bounded in time, count, logging and memory."""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import time
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.adapter_process import running_adapter
+
+HEADER_TIMEOUT_S = 1.0
+DECISION = {"decision": {"id": "d", "state": "The VPN drops every hour.", "question": "Which team?",
+                         "options": [{"id": "network"}, {"id": "desktop"}]}}
+
+
+def _connect(url: str) -> socket.socket:
+    parts = urlsplit(url)
+    return socket.create_connection((parts.hostname, parts.port), timeout=10)
+
+
+def _half_a_head(url: str) -> socket.socket:
+    connection = _connect(url)
+    connection.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Ty")
+    return connection
+
+
+def _read_all(connection: socket.socket) -> bytes:
+    data = b""
+    while chunk := connection.recv(65536):
+        data += chunk
+    return data
+
+
+def _decide(adapter) -> httpx.Response:
+    return httpx.post(adapter.url + "/invocations", json=DECISION, timeout=30)
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def strict_adapter(tmp_path_factory):
+    with running_adapter(tmp_path_factory.mktemp("strict"),
+                         DECISION_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S)) as adapter:
+        yield adapter
+
+
+def test_half_a_request_head_gets_a_408_and_is_closed(strict_adapter):
+    connection = _half_a_head(strict_adapter.url)
+    started = time.monotonic()
+    reply = _read_all(connection)  # the server closes it: no recv timeout
+    took = time.monotonic() - started
+    connection.close()
+    assert reply.startswith(b"HTTP/1.1 408 ")
+    assert b"DECISION_HEADER_TIMEOUT_S" in reply
+    assert HEADER_TIMEOUT_S - 0.1 < took < HEADER_TIMEOUT_S + 3
+
+
+def test_a_kept_alive_connection_gets_the_same_deadline_for_its_next_head(strict_adapter):
+    with _connect(strict_adapter.url) as connection:
+        connection.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = connection.recv(65536)
+        connection.sendall(b"GET /ping HTTP/1.1\r\nHost:")  # then nothing more
+        replies = first + _read_all(connection)
+    assert replies.startswith(b"HTTP/1.1 200 ")
+    assert replies.count(b"HTTP/1.1 ") == 2 and b"HTTP/1.1 408 " in replies
+
+
+def _lower_file_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+def test_more_connections_than_descriptors_are_refused_cleanly(tmp_path):
+    with running_adapter(tmp_path, preexec_fn=_lower_file_limit,
+                         DECISION_HEADER_TIMEOUT_S="5") as adapter:
+        hoarders = [_half_a_head(adapter.url) for _ in range(400)]
+        refused = []
+        for connection in hoarders:
+            connection.settimeout(0.05)
+            try:
+                head = connection.recv(65536)
+            except TimeoutError:
+                continue
+            if head.startswith(b"HTTP/1.1 503 "):
+                refused.append(head)
+        assert refused, "connections beyond the cap must be refused at once"
+        _, _, rest = refused[0].partition(b"\r\n")
+        assert b"Retry-After: 1" in rest
+        assert json.loads(rest.partition(b"\r\n\r\n")[2])["retryable"] is True
+        time.sleep(5.5)  # the header deadline frees every hoarded descriptor
+        started = time.monotonic()
+        assert httpx.get(adapter.url + "/ping", timeout=2).status_code == 200
+        assert time.monotonic() - started < 2
+        assert _decide(adapter).status_code == 200
+        for connection in hoarders:
+            connection.close()
+        log = adapter.log()
+    assert log.count("out of system resource") + log.count("out of file descriptors") <= 1
+
+
+def test_memory_returns_after_many_large_unfinished_bodies(tmp_path):
+    size, connections = 1_000_000, 800
+    with running_adapter(tmp_path, DECISION_BODY_TIMEOUT_S="60") as adapter:
+        assert _decide(adapter).status_code == 200
+        before = _rss_mib(adapter.process.pid)
+        uploads = []
+        for _ in range(connections):
+            upload = _connect(adapter.url)
+            upload.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                           b"application/json\r\nContent-Length: %d\r\n\r\n" % size)
+            uploads.append(upload)
+        chunk = b" " * 65536
+        for upload in uploads:
+            for _ in range((size - 100_000) // len(chunk)):
+                upload.sendall(chunk)
+        grown = _settled_rss(adapter.process.pid, until=lambda rss: rss > before + 150)
+        for upload in uploads:
+            upload.close()
+        assert _decide(adapter).status_code == 200
+        # Back within seconds of the closes, not whenever glibc happens to trim its heap.
+        after = _settled_rss(adapter.process.pid, until=lambda rss: rss < before * 1.10,
+                             within_s=8)
+    assert grown > before + 150, "the bodies must be buffered, or the test measures nothing"
+    assert after < before * 1.10, (f"{before:.0f} MiB before, {grown:.0f} with the bodies, "
+                                   f"{after:.0f} after")
+
+
+def _settled_rss(pid: int, until, within_s: float = 20) -> float:
+    """Resident memory once `until(rss)` holds, or the last value after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while not until(rss := _rss_mib(pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return rss

@@ -1,0 +1,91 @@
+"""SIGTERM with work in flight: the work stops at the deadline, each request ends in its own
+format, and the process exits within DECISION_GRACEFUL_SHUTDOWN_S."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import httpx
+
+from tests.adapter_process import running_adapter
+
+GRACE_S = 2.0
+# Tear-down after the last request ended (freeing the model, leaving Python) on a shared CI box.
+EXIT_SLACK_S = 0.5
+LONG_CHAT = {"messages": [{"role": "user", "content": "Count from 1 to 2000: 1, 2, 3,"}],
+             "max_tokens": 1024, "temperature": 0, "stop": ["@@@"]}
+
+
+def _wait_until_in_flight(adapter) -> None:
+    """Observed, not slept: /stats says a model operation is running."""
+    deadline = time.monotonic() + 30
+    while httpx.get(adapter.url + "/stats", timeout=5).json()["admission"]["in_flight"] != 1:
+        assert time.monotonic() < deadline, "the request never reached the model"
+        time.sleep(0.02)
+
+
+def _terminate(adapter) -> float:
+    adapter.process.send_signal(signal.SIGTERM)
+    return time.monotonic()
+
+
+def _exits_within_grace(adapter, sigterm_at: float) -> None:
+    assert adapter.process.wait(timeout=30) == 0
+    took = time.monotonic() - sigterm_at
+    print(f"exited {took:.2f} s after SIGTERM")
+    assert took < GRACE_S + EXIT_SLACK_S, f"exited {took:.2f} s after SIGTERM"
+
+
+def test_a_streamed_chat_ends_with_an_error_event_at_the_deadline(tmp_path):
+    with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S)) as adapter:
+        body = {**LONG_CHAT, "stream": True}
+        with httpx.stream("POST", adapter.url + "/v1/chat/completions", json=body,
+                          timeout=60) as response:
+            lines = (line for line in response.iter_lines() if line)
+            for line in lines:  # the first generated text: generation is in progress
+                if json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                    break
+            sigterm_at = _terminate(adapter)
+            rest = list(lines)
+        _exits_within_grace(adapter, sigterm_at)
+    assert rest[-1] == "data: [DONE]"
+    error = json.loads(rest[-2][6:])["error"]
+    assert error["type"] == "server_shutting_down" and error["retryable"] is True
+    assert len(rest) < 1024, "generation must stop at the deadline, not run to max_tokens"
+
+
+def test_a_chat_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
+    with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S)) as adapter:
+        outcome = {}
+        worker = threading.Thread(target=lambda: outcome.update(r=httpx.post(
+            adapter.url + "/v1/chat/completions", json=LONG_CHAT, timeout=60)))
+        worker.start()
+        _wait_until_in_flight(adapter)
+        sigterm_at = _terminate(adapter)
+        worker.join()
+        _exits_within_grace(adapter, sigterm_at)
+    assert outcome["r"].status_code == 503
+    error = outcome["r"].json()
+    assert error["retryable"] is True and "shutting down" in error["error"]
+
+
+def test_a_decision_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
+    # ~6,000 tokens of state: a prefill of many seconds here, longer than the grace period.
+    state = "The warehouse scanner logs show repeated timeouts on aisle 7. " * 460
+    body = {"model": "jev-latest", "state": state,
+            "questions": {"team": {"type": "noul", "instructions": "Is it hardware?"}}}
+    with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S),
+                         DECISION_STATE_CACHE_BYTES="0") as adapter:
+        outcome = {}
+        worker = threading.Thread(target=lambda: outcome.update(r=httpx.post(
+            adapter.url + "/v1/systemone", json=body, timeout=60)))
+        worker.start()
+        _wait_until_in_flight(adapter)
+        sigterm_at = _terminate(adapter)
+        worker.join()
+        _exits_within_grace(adapter, sigterm_at)
+    assert outcome["r"].status_code == 503, outcome["r"].text
+    assert outcome["r"].json()["detail"]["error_type"] == "overloaded"
