@@ -195,9 +195,20 @@ def test_malformed_env_override_is_a_usage_error(capsys):
     assert "NAME=VALUE" in capsys.readouterr().err
 
 
-def test_project_name_is_read_from_the_stateful_stack_outputs(codebuild, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "target,env,project,exported",
+    [
+        ("model", "OPS_MODEL_BUILD_PROJECT", "model-proj", "MODEL_URI"),
+        ("cpu-image", "OPS_CPU_IMAGE_BUILD_PROJECT", "cpu-proj", "IMAGE_URI"),
+        ("gpu-image", "OPS_GPU_IMAGE_BUILD_PROJECT", "gpu-proj", "IMAGE_URI"),
+    ],
+)
+def test_project_name_is_read_from_the_stateful_stack_outputs(
+    codebuild, monkeypatch, capsys, target, env, project, exported
+):
+    """Each target starts its own project: the outputs name all three, only one is right."""
     client, stubber = codebuild
-    monkeypatch.delenv("OPS_GPU_IMAGE_BUILD_PROJECT", raising=False)
+    monkeypatch.delenv(env, raising=False)
     cloudformation = boto3.client(
         "cloudformation",
         region_name="eu-west-1",
@@ -214,6 +225,7 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(codebuild, monkeyp
                         "CreationTime": "2026-01-01T00:00:00Z",
                         "StackStatus": "UPDATE_COMPLETE",
                         "Outputs": [
+                            {"OutputKey": "ModelBuildProject", "OutputValue": "model-proj"},
                             {"OutputKey": "CpuImageBuildProject", "OutputValue": "cpu-proj"},
                             {"OutputKey": "GpuImageBuildProject", "OutputValue": "gpu-proj"},
                         ],
@@ -223,25 +235,33 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(codebuild, monkeyp
             expected_params={"StackName": "Stateful"},
         )
         stubber.add_response(
-            "start_build", {"build": {"id": BUILD_ID}}, expected_params={"projectName": "gpu-proj"}
+            "start_build", {"build": {"id": BUILD_ID}}, expected_params={"projectName": project}
         )
+        outputs = {
+            "MODEL_URI": "s3://bucket/models/" + "a" * 64 + "/model.tar.gz",
+            "MODEL_ARCHIVE_SHA256": "a" * 64,
+            "MODEL_GGUF_SHA256": "b" * 64,
+            "IMAGE_URI": IMAGE_URI,
+        }
         poll(
             stubber,
             build(
                 "COMPLETED",
                 complete=True,
                 status="SUCCEEDED",
-                exportedEnvironmentVariables=[{"name": "IMAGE_URI", "value": IMAGE_URI}],
+                exportedEnvironmentVariables=[
+                    {"name": name, "value": value} for name, value in outputs.items()
+                ],
             ),
         )
         services = {"cloudformation": cloudformation, "codebuild": client}
 
         code = main(
-            ["build", "gpu-image", "--stack", "Stateful"],
+            ["build", target, "--stack", "Stateful"],
             clients=services.__getitem__,
             sleep=lambda s: None,
         )
 
         cfn.assert_no_pending_responses()
     assert code == 0
-    assert capsys.readouterr().out == f"IMAGE_URI={IMAGE_URI}\n"
+    assert f"{exported}={outputs[exported]}\n" in capsys.readouterr().out

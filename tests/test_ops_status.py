@@ -134,3 +134,44 @@ def test_failed_endpoint_exits_non_zero_with_the_reason(sagemaker, capsys):
     stub_pool_endpoint(stubber, status="Failed", FailureReason="no capacity for any pool type")
     assert main(["status", "--endpoint", "decisions"], clients=lambda s: client) == 1
     assert "failure: no capacity for any pool type" in capsys.readouterr().out
+
+
+def test_status_names_a_fallback_type_when_the_pool_placed_it(sagemaker, capsys):
+    """The first type had no capacity: the second one runs, and that is what status reports."""
+    client, stubber = sagemaker
+    stubber.add_response(
+        "describe_endpoint",
+        endpoint(
+            "InService",
+            [
+                {
+                    "VariantName": "gpu",
+                    "CurrentInstanceCount": 1,
+                    "DesiredInstanceCount": 1,
+                    "InstancePools": [
+                        {"InstanceType": "ml.g6e.xlarge", "CurrentInstanceCount": 0},
+                        {"InstanceType": "ml.g6.2xlarge", "CurrentInstanceCount": 1},
+                    ],
+                }
+            ],
+        ),
+    )
+    stubber.add_response(
+        "describe_endpoint_config",
+        config(
+            [
+                {
+                    "VariantName": "gpu",
+                    "ModelName": "model-1",
+                    "InstancePools": [
+                        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
+                        {"InstanceType": "ml.g6.2xlarge", "Priority": 2},
+                    ],
+                }
+            ]
+        ),
+    )
+    assert main(["status", "--endpoint", "decisions", "--json"], clients=lambda s: client) == 0
+    [variant] = json.loads(capsys.readouterr().out)["variants"]
+    assert variant["running_on"] == ["ml.g6.2xlarge"]
+    assert [pool["instance_type"] for pool in variant["pools"]] == ["ml.g6e.xlarge", "ml.g6.2xlarge"]
