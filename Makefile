@@ -7,7 +7,7 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8080
 export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 
-.PHONY: run test bench synth clean
+.PHONY: run test bench synth mutation clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -28,6 +28,13 @@ test: $(VENV)/.dev node_modules/.package-lock.json
 bench: $(VENV)/.dev
 	$(PYTHON) -m bench
 
+# Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.
+# Writes tests/mutation/results.json: make mutation MUTATION_MODULES="ops" MUTATION_JOBS=4
+MUTATION_MODULES ?=
+MUTATION_JOBS    ?= 2
+mutation: $(VENV)/.dev
+	$(PYTHON) -m tests.mutation.harness --max-children $(MUTATION_JOBS) $(MUTATION_MODULES)
+
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 
@@ -39,4 +46,4 @@ synth: $(VENV)/.runtime node_modules/.package-lock.json
 	npx --no-install cdk synth --quiet --no-notices $(CDK_ARGS)
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache node_modules
+	rm -rf $(VENV) cdk.out .pytest_cache node_modules mutants

@@ -86,7 +86,13 @@ def busy(stubber, status=503, **meta):
 
 
 def run(argv, client, sleeps):
-    return main(argv, clients=lambda service: client, sleep=sleeps.append, rng=random.Random(3))
+    # Keyed by service name: a command asking for the wrong client fails the test.
+    return main(
+        argv,
+        clients={"sagemaker-runtime": client}.__getitem__,
+        sleep=sleeps.append,
+        rng=random.Random(3),
+    )
 
 
 def test_endpoint_503_is_retried_then_the_decision_table_is_printed(runtime, body_file, capsys):

@@ -88,7 +88,7 @@ def stub_pool_endpoint(stubber, status="InService", **extra):
 def test_status_shows_the_instance_type_placed_from_the_pool(sagemaker, capsys):
     client, stubber = sagemaker
     stub_pool_endpoint(stubber)
-    assert main(["status", "--endpoint", "decisions"], clients=lambda s: client) == 0
+    assert main(["status", "--endpoint", "decisions"], clients={"sagemaker": client}.__getitem__) == 0
     out = capsys.readouterr().out
     assert "endpoint decisions: InService" in out
     assert "variant gpu: 1/1 instances on ml.g6e.xlarge" in out
@@ -120,7 +120,7 @@ def test_status_json_for_a_variant_without_pool(sagemaker, capsys):
         "describe_endpoint_config",
         config([{"VariantName": "cpu", "ModelName": "model-1", "InstanceType": "ml.c6i.8xlarge"}]),
     )
-    assert main(["status", "--endpoint", "decisions", "--json"], clients=lambda s: client) == 0
+    assert main(["status", "--endpoint", "decisions", "--json"], clients={"sagemaker": client}.__getitem__) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["status"] == "Updating"
     [variant] = status["variants"]
@@ -132,7 +132,7 @@ def test_status_json_for_a_variant_without_pool(sagemaker, capsys):
 def test_failed_endpoint_exits_non_zero_with_the_reason(sagemaker, capsys):
     client, stubber = sagemaker
     stub_pool_endpoint(stubber, status="Failed", FailureReason="no capacity for any pool type")
-    assert main(["status", "--endpoint", "decisions"], clients=lambda s: client) == 1
+    assert main(["status", "--endpoint", "decisions"], clients={"sagemaker": client}.__getitem__) == 1
     assert "failure: no capacity for any pool type" in capsys.readouterr().out
 
 
@@ -171,7 +171,7 @@ def test_status_names_a_fallback_type_when_the_pool_placed_it(sagemaker, capsys)
             ]
         ),
     )
-    assert main(["status", "--endpoint", "decisions", "--json"], clients=lambda s: client) == 0
+    assert main(["status", "--endpoint", "decisions", "--json"], clients={"sagemaker": client}.__getitem__) == 0
     [variant] = json.loads(capsys.readouterr().out)["variants"]
     assert variant["running_on"] == ["ml.g6.2xlarge"]
     assert [pool["instance_type"] for pool in variant["pools"]] == ["ml.g6e.xlarge", "ml.g6.2xlarge"]
