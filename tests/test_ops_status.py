@@ -175,3 +175,103 @@ def test_status_names_a_fallback_type_when_the_pool_placed_it(sagemaker, capsys)
     [variant] = json.loads(capsys.readouterr().out)["variants"]
     assert variant["running_on"] == ["ml.g6.2xlarge"]
     assert [pool["instance_type"] for pool in variant["pools"]] == ["ml.g6e.xlarge", "ml.g6.2xlarge"]
+
+
+def test_status_text_for_pools_partly_placed_variants_and_missing_fields(sagemaker, capsys):
+    client, stubber = sagemaker
+    stubber.add_response(
+        "describe_endpoint",
+        endpoint(
+            "Updating",
+            [
+                {
+                    "VariantName": "blue",
+                    "CurrentInstanceCount": 2,
+                    "DesiredInstanceCount": 3,
+                    "InstancePools": [
+                        {"InstanceType": "ml.g5.xlarge", "CurrentInstanceCount": 0},
+                        {"InstanceType": "ml.g4dn.xlarge", "CurrentInstanceCount": 1},
+                        {"InstanceType": "ml.g6e.xlarge", "CurrentInstanceCount": 1},
+                    ],
+                    "DeployedImages": [{"SpecifiedImage": "repo:tag"}],
+                    "VariantStatus": [
+                        {"Status": "Creating", "StartTime": NOW},
+                        {"Status": "Updating", "StartTime": NOW},
+                    ],
+                },
+                {"VariantName": "green", "CurrentInstanceCount": 0, "DesiredInstanceCount": 1},
+                {"VariantName": "unconfigured"},
+            ],
+        ),
+    )
+    stubber.add_response(
+        "describe_endpoint_config",
+        config(
+            [
+                {
+                    "VariantName": "blue",
+                    "ModelName": "model-1",
+                    "InstancePools": [
+                        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
+                        {"InstanceType": "ml.g5.xlarge", "Priority": 2},
+                    ],
+                },
+                {"VariantName": "green", "ModelName": "m", "InstanceType": "ml.c6i.xlarge"},
+            ]
+        ),
+    )
+    code = main(["status", "--endpoint", "decisions"], clients={"sagemaker": client}.__getitem__)
+    assert code == 0
+    # A pool type the config no longer lists sorts last; a variant with nothing running says so.
+    assert capsys.readouterr().out == (
+        "endpoint decisions: Updating\n"
+        "  config config-1\n"
+        "  variant blue: 2/3 instances on ml.g6e.xlarge, ml.g4dn.xlarge\n"
+        "    pool priority 1: ml.g6e.xlarge, 1 running\n"
+        "    pool priority 2: ml.g5.xlarge, 0 running\n"
+        "    pool priority None: ml.g4dn.xlarge, 1 running\n"
+        "    image repo:tag\n"
+        "    in progress: Creating, Updating\n"
+        "  variant green: 0/1 instances on no instance yet\n"
+        "  variant unconfigured: None/None instances on no instance yet\n"
+    )
+
+
+def test_status_of_an_endpoint_without_variants_yet(sagemaker, capsys):
+    client, stubber = sagemaker
+    described = endpoint("Creating")
+    del described["ProductionVariants"]
+    stubber.add_response("describe_endpoint", described)
+    stubber.add_response(
+        "describe_endpoint_config",
+        config([{"VariantName": "cpu", "ModelName": "m", "InstanceType": "ml.c6i.xlarge"}]),
+    )
+    code = main(
+        ["status", "--endpoint", "decisions", "--json"], clients={"sagemaker": client}.__getitem__
+    )
+    assert code == 0
+    assert capsys.readouterr().out == json.dumps(
+        {
+            "endpoint": "decisions",
+            "status": "Creating",
+            "failure_reason": None,
+            "endpoint_config": "config-1",
+            "variants": [],
+        },
+        indent=2,
+    ) + "\n"
+
+
+def test_status_endpoint_name_comes_from_the_environment(sagemaker, monkeypatch, capsys):
+    client, stubber = sagemaker
+    monkeypatch.setenv("OPS_ENDPOINT_NAME", "decisions")
+    stub_pool_endpoint(stubber)
+    assert main(["status"], clients={"sagemaker": client}.__getitem__) == 0
+
+
+def test_status_without_an_endpoint_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.delenv("OPS_ENDPOINT_NAME", raising=False)
+    assert main(["status"], clients=lambda s: pytest.fail("no AWS call expected")) == 2
+    assert capsys.readouterr().err == (
+        "ops: error: pass --endpoint NAME or set OPS_ENDPOINT_NAME\n"
+    )
