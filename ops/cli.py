@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--project",
         help="CodeBuild project (default: "  # pragma: no mutate
-        + ", ".join(f"${t.project_env} for {name}" for name, t in sorted(TARGETS.items()))
+        + ", ".join(  # pragma: no mutate
+            f"${t.project_env} for {name}" for name, t in sorted(TARGETS.items())
+        )
         + "; else the --stack output)",  # pragma: no mutate
     )
     build.add_argument(

@@ -384,3 +384,15 @@ def test_a_stack_without_outputs_names_no_project(monkeypatch, capsys):
         )
     assert code == 2
     assert "no CodeBuild project" in capsys.readouterr().err
+
+
+def test_build_failed_carries_the_build_it_describes():
+    from ops.codebuild import TARGETS, BuildFailed, build_outputs
+
+    for described in (
+        {"id": BUILD_ID, "buildStatus": "FAILED"},
+        {"id": BUILD_ID, "buildStatus": "SUCCEEDED", "exportedEnvironmentVariables": []},
+    ):
+        with pytest.raises(BuildFailed) as failed:
+            build_outputs(described, TARGETS["cpu-image"])
+        assert failed.value.build is described

@@ -14,6 +14,11 @@ ARN = "arn:aws:sagemaker:eu-west-1:123456789012:endpoint/decisions"
 IMAGE = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" + "f" * 64
 
 
+def by_service(client):
+    # Keyed by service name: a command asking for the wrong client fails the test.
+    return {"sagemaker": client}.__getitem__
+
+
 @pytest.fixture
 def sagemaker():
     client = boto3.client(
@@ -88,7 +93,7 @@ def stub_pool_endpoint(stubber, status="InService", **extra):
 def test_status_shows_the_instance_type_placed_from_the_pool(sagemaker, capsys):
     client, stubber = sagemaker
     stub_pool_endpoint(stubber)
-    assert main(["status", "--endpoint", "decisions"], clients={"sagemaker": client}.__getitem__) == 0
+    assert main(["status", "--endpoint", "decisions"], clients=by_service(client)) == 0
     out = capsys.readouterr().out
     assert "endpoint decisions: InService" in out
     assert "variant gpu: 1/1 instances on ml.g6e.xlarge" in out
@@ -120,7 +125,7 @@ def test_status_json_for_a_variant_without_pool(sagemaker, capsys):
         "describe_endpoint_config",
         config([{"VariantName": "cpu", "ModelName": "model-1", "InstanceType": "ml.c6i.8xlarge"}]),
     )
-    assert main(["status", "--endpoint", "decisions", "--json"], clients={"sagemaker": client}.__getitem__) == 0
+    assert main(["status", "--endpoint", "decisions", "--json"], clients=by_service(client)) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["status"] == "Updating"
     [variant] = status["variants"]
@@ -132,7 +137,7 @@ def test_status_json_for_a_variant_without_pool(sagemaker, capsys):
 def test_failed_endpoint_exits_non_zero_with_the_reason(sagemaker, capsys):
     client, stubber = sagemaker
     stub_pool_endpoint(stubber, status="Failed", FailureReason="no capacity for any pool type")
-    assert main(["status", "--endpoint", "decisions"], clients={"sagemaker": client}.__getitem__) == 1
+    assert main(["status", "--endpoint", "decisions"], clients=by_service(client)) == 1
     assert "failure: no capacity for any pool type" in capsys.readouterr().out
 
 
@@ -171,7 +176,7 @@ def test_status_names_a_fallback_type_when_the_pool_placed_it(sagemaker, capsys)
             ]
         ),
     )
-    assert main(["status", "--endpoint", "decisions", "--json"], clients={"sagemaker": client}.__getitem__) == 0
+    assert main(["status", "--endpoint", "decisions", "--json"], clients=by_service(client)) == 0
     [variant] = json.loads(capsys.readouterr().out)["variants"]
     assert variant["running_on"] == ["ml.g6.2xlarge"]
     assert [pool["instance_type"] for pool in variant["pools"]] == ["ml.g6e.xlarge", "ml.g6.2xlarge"]
@@ -220,7 +225,7 @@ def test_status_text_for_pools_partly_placed_variants_and_missing_fields(sagemak
             ]
         ),
     )
-    code = main(["status", "--endpoint", "decisions"], clients={"sagemaker": client}.__getitem__)
+    code = main(["status", "--endpoint", "decisions"], clients=by_service(client))
     assert code == 0
     # A pool type the config no longer lists sorts last; a variant with nothing running says so.
     assert capsys.readouterr().out == (
@@ -247,7 +252,7 @@ def test_status_of_an_endpoint_without_variants_yet(sagemaker, capsys):
         config([{"VariantName": "cpu", "ModelName": "m", "InstanceType": "ml.c6i.xlarge"}]),
     )
     code = main(
-        ["status", "--endpoint", "decisions", "--json"], clients={"sagemaker": client}.__getitem__
+        ["status", "--endpoint", "decisions", "--json"], clients=by_service(client)
     )
     assert code == 0
     assert capsys.readouterr().out == json.dumps(
@@ -266,7 +271,7 @@ def test_status_endpoint_name_comes_from_the_environment(sagemaker, monkeypatch,
     client, stubber = sagemaker
     monkeypatch.setenv("OPS_ENDPOINT_NAME", "decisions")
     stub_pool_endpoint(stubber)
-    assert main(["status"], clients={"sagemaker": client}.__getitem__) == 0
+    assert main(["status"], clients=by_service(client)) == 0
 
 
 def test_status_without_an_endpoint_is_a_usage_error(monkeypatch, capsys):

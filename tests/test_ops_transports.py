@@ -9,11 +9,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from ops.retry import Retryable
-from ops.transports import HttpTransport, InvokeFailed, SageMakerTransport
+from ops.transports import (
+    HttpTransport,
+    InvokeFailed,
+    SageMakerTransport,
+    _classify_client_error,
+)
 
 
 @pytest.fixture
@@ -92,7 +98,8 @@ def test_sagemaker_throttling_is_retryable_with_its_retry_after(runtime):
     )
     with pytest.raises(Retryable) as refused:
         SageMakerTransport(client, "e").send(b"{}")
-    assert (str(refused.value), refused.value.retry_after) == ("SageMaker: ThrottlingException", 3.0)
+    assert str(refused.value) == "SageMaker: ThrottlingException"
+    assert refused.value.retry_after == 3.0
 
 
 def test_other_sagemaker_errors_are_final_with_code_message_and_http_status(runtime):
@@ -197,3 +204,23 @@ def test_a_server_that_never_answers_fails_after_the_timeout_not_with_a_tracebac
             HttpTransport(url, timeout_seconds=0.2).send(b"{}")
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize(
+    "response,message,status,body",
+    [
+        ({}, "SageMaker: : ", None, None),
+        ({"Error": {"Code": "InternalFailure"}}, "SageMaker: InternalFailure: ", None, None),
+        (
+            {"Error": {"Code": "ModelError"}, "OriginalStatusCode": 500},
+            "container answered 500",
+            500,
+            "",
+        ),
+    ],
+)
+def test_sparse_client_errors_still_classify(response, message, status, body):
+    """botocore fills Error and ResponseMetadata; a hand-raised ClientError may not."""
+    failure = _classify_client_error(ClientError(response, "InvokeEndpoint"))
+    assert isinstance(failure, InvokeFailed)
+    assert (str(failure), failure.status, failure.body) == (message, status, body)

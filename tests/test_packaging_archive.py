@@ -196,7 +196,8 @@ def test_a_package_that_is_not_installed_is_refused_by_name():
         },
         origin="test",
     )
-    with pytest.raises(PackagingError, match="^model package 'no_such_model_pkg' is not installed$"):
+    message = "^model package 'no_such_model_pkg' is not installed$"
+    with pytest.raises(PackagingError, match=message):
         resolve_sources(spec)
 
 

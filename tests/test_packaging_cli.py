@@ -260,7 +260,10 @@ def test_hub_fetcher_without_huggingface_hub_refuses_clearly(tmp_path, monkeypat
     monkeypatch.setitem(__import__("sys").modules, "huggingface_hub", None)
     spec = hub_spec_file(tmp_path, sha256(FAKE_GGUF), ["tokenizer.json"])
     assert main(["--spec", str(spec), "--output", str(tmp_path / "m.tar.gz")]) == 1
-    assert "huggingface_hub is not installed" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "model_packaging: error: huggingface_hub is not installed;"
+        " install model_packaging/requirements.txt\n"
+    )
 
 
 def test_output_ending_in_a_slash_is_a_directory_for_model_tar_gz(tmp_path, fake_gguf, capsys):

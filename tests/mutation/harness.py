@@ -33,8 +33,17 @@ KILLED = {"killed", "timeout", "caught by type check"}
 
 
 def load_groups() -> dict[str, dict]:
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
-    return pyproject["tool"]["mutation"]["groups"]
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]
+    groups = tool["mutation"]["groups"]
+    # A bare `mutmut run` / `mutmut show` reads [tool.mutmut]: keep it the union of the groups.
+    union = (
+        [s for g in groups.values() for s in g["sources"]],
+        [t for g in groups.values() for t in g["tests"]],
+    )
+    plain = (tool["mutmut"]["source_paths"], tool["mutmut"]["pytest_add_cli_args_test_selection"])
+    if plain != union:
+        print("note: [tool.mutmut] is not the union of [tool.mutation.groups]", file=sys.stderr)
+    return groups
 
 
 def configure(groups: dict[str, dict]) -> None:
