@@ -2,6 +2,7 @@
 
 import hashlib
 import stat
+import sys
 import tarfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -176,7 +177,10 @@ def test_a_gguf_from_an_installed_package_records_package_and_version(tmp_path, 
         },
         origin="test",
     )
-    [gguf] = resolve_sources(spec)
+    try:
+        [gguf] = resolve_sources(spec)
+    finally:
+        sys.modules.pop("tinymodel", None)  # a later run gets its own tmp_path's package
     assert (gguf.archive_name, gguf.path) == ("tiny.gguf", package / "tiny.gguf")
     assert (gguf.source.kind, gguf.source.repo, gguf.source.revision) == (
         "local",
