@@ -149,20 +149,25 @@ def test_hashing_reader_counts_and_hashes_what_passes(tmp_path):
     assert reader.hexdigest() == hashlib.sha256(DATA).hexdigest()
 
 
-def test_a_gguf_from_an_installed_package_records_package_and_version(tmp_path, monkeypatch):
+@pytest.mark.parametrize("distributed", [True, False])
+def test_a_gguf_from_a_python_package_records_package_and_version(
+    tmp_path, monkeypatch, distributed
+):
     site = tmp_path / "site"
     package = site / "tinymodel"
     package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
     (package / "tiny.gguf").write_bytes(DATA)
-    (package / "__init__.py").write_text(
+    (package / "weights.py").write_text(
         "from pathlib import Path\n"
         "def assemble():\n"
         "    return str(Path(__file__).with_name('tiny.gguf'))\n"
     )
-    dist = site / "tinymodel-1.2.3.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tinymodel\nVersion: 1.2.3\n")
-    (dist / "top_level.txt").write_text("tinymodel\n")
+    if distributed:  # installed as a distribution: its version is recorded
+        dist = site / "tinymodel-1.2.3.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tinymodel\nVersion: 1.2.3\n")
+        (dist / "top_level.txt").write_text("tinymodel\n")
     monkeypatch.syspath_prepend(str(site))
     spec = parse_spec(
         {
@@ -170,7 +175,7 @@ def test_a_gguf_from_an_installed_package_records_package_and_version(tmp_path, 
             "model_name": "Tiny",
             "gguf": {
                 "kind": "local",
-                "package": "tinymodel",
+                "package": "tinymodel.weights",
                 "sha256": hashlib.sha256(DATA).hexdigest(),
                 "bytes": len(DATA),
             },
@@ -179,13 +184,14 @@ def test_a_gguf_from_an_installed_package_records_package_and_version(tmp_path, 
     )
     try:
         [gguf] = resolve_sources(spec)
-    finally:
-        sys.modules.pop("tinymodel", None)  # a later run gets its own tmp_path's package
+    finally:  # a later run gets its own tmp_path's package
+        for name in ("tinymodel", "tinymodel.weights"):
+            sys.modules.pop(name, None)
     assert (gguf.archive_name, gguf.path) == ("tiny.gguf", package / "tiny.gguf")
     assert (gguf.source.kind, gguf.source.repo, gguf.source.revision) == (
         "local",
-        "tinymodel",
-        "1.2.3",
+        "tinymodel.weights",
+        "1.2.3" if distributed else None,
     )
     assert gguf.source.file == str(package / "tiny.gguf")
     assert (gguf.expected_sha256, gguf.expected_bytes) == (spec.gguf.sha256, len(DATA))

@@ -342,3 +342,20 @@ def test_tokenizer_files_record_their_repository(tmp_path, hub):
     manifest = Manifest.model_validate_json(archive_members(out)[MANIFEST_FILENAME])
     [tokenizer] = [f for f in manifest.files if f.role == "tokenizer"]
     assert (tokenizer.source.repo, tokenizer.source.file) == ("Qwen/Qwen3.5-4B", "merges.txt")
+
+
+def test_every_option_explains_itself():
+    from model_packaging.cli import build_parser
+
+    parser = build_parser()
+    assert parser.prog == "python -m model_packaging" and parser.description
+    assert [a.dest for a in parser._actions if not a.help] == []
+    args = parser.parse_args([])
+    assert (args.spec, args.output, args.upload, args.overwrite, args.print_spec) == (
+        DEFAULT_SPEC_NAME,
+        None,
+        None,
+        False,
+        False,
+    )
+    assert parser.parse_args(["--summary", "s.json"]).summary == Path("s.json")
