@@ -1,6 +1,8 @@
 """write_model_archive and source resolution on their own: real small files in tmp_path."""
 
 import hashlib
+import os
+import re
 import stat
 import sys
 import tarfile
@@ -238,3 +240,21 @@ def test_an_unreadable_manifest_is_a_manifest_error_naming_the_file(tmp_path):
     (tmp_path / MANIFEST_FILENAME).write_text("{not json")
     with pytest.raises(ManifestError, match=f"^cannot read model manifest {tmp_path}/"):
         read_manifest(tmp_path)
+
+
+def test_the_archive_is_written_under_a_hidden_partial_name_next_to_the_target(
+    tmp_path, monkeypatch
+):
+    out = tmp_path / "out" / "model.tar.gz"
+    seen = []
+    real_fsync = os.fsync
+
+    def fsync_and_look(fd):  # the last moment before publishing: the content is complete
+        seen.append(sorted(p.name for p in out.parent.iterdir()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_and_look)
+    write([source(tmp_path, "m.gguf")], out)
+    [names] = seen
+    assert len(names) == 1 and re.fullmatch(r"\.model\.tar\.gz\..+\.partial", names[0])
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.tar.gz"]
