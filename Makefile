@@ -10,7 +10,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: run test rehearse bench synth deploy integ clean
+.PHONY: run test rehearse bench synth deploy integ mutation clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -35,6 +35,13 @@ rehearse: $(VENV)/.dev node_modules/.package-lock.json
 
 bench: $(VENV)/.dev
 	$(PYTHON) -m bench
+
+# Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.
+# Writes tests/mutation/results.json: make mutation MUTATION_MODULES="ops" MUTATION_JOBS=4
+MUTATION_MODULES ?=
+MUTATION_JOBS    ?= 2
+mutation: $(VENV)/.dev
+	$(PYTHON) -m tests.mutation.harness --max-children $(MUTATION_JOBS) $(MUTATION_MODULES)
 
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
@@ -66,4 +73,4 @@ integ: $(VENV)/.runtime node_modules/.package-lock.json
 	test $$deployed -eq 0 -a $$passed -eq 0
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache node_modules
+	rm -rf $(VENV) cdk.out .pytest_cache node_modules mutants

@@ -18,51 +18,118 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
+# Help texts are wording, not behaviour: `# pragma: no mutate` keeps mutation testing off them
+# (tests/mutation/SURVIVORS.md); a test checks that every option has one.
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ops", description=__doc__)
-    parser.add_argument("--region", help="AWS region (default: the SDK's configuration)")
+    parser = argparse.ArgumentParser(
+        prog="python -m ops",
+        description=__doc__,  # pragma: no mutate
+    )
+    parser.add_argument(
+        "--region",
+        help="AWS region (default: the SDK's configuration)",  # pragma: no mutate
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     from ops.codebuild import TARGETS
 
-    build = commands.add_parser("build", help="run a CodeBuild project and print what it produced")
-    build.add_argument("target", choices=sorted(TARGETS))
+    build = commands.add_parser(
+        "build",
+        help="run a CodeBuild project and print what it produced",  # pragma: no mutate
+    )
+    build.add_argument(
+        "target",
+        choices=sorted(TARGETS),
+        help="what to build",  # pragma: no mutate
+    )
     build.add_argument(
         "--project",
-        help="CodeBuild project (default: "
-        + ", ".join(f"${t.project_env} for {name}" for name, t in sorted(TARGETS.items()))
-        + "; else the --stack output)",
+        help="CodeBuild project (default: "  # pragma: no mutate
+        + ", ".join(  # pragma: no mutate
+            f"${t.project_env} for {name}" for name, t in sorted(TARGETS.items())
+        )
+        + "; else the --stack output)",  # pragma: no mutate
     )
     build.add_argument(
         "--stack",
         default=os.environ.get("OPS_STATEFUL_STACK"),
-        help="stateful stack whose outputs name the build projects (default: $OPS_STATEFUL_STACK)",
+        help="stateful stack whose outputs name the build projects"  # pragma: no mutate
+        " (default: $OPS_STATEFUL_STACK)",  # pragma: no mutate
     )
     build.add_argument(
         "--env",
         action="append",
         default=[],
-        metavar="NAME=VALUE",
-        help="environment override for this build, e.g. MODEL_SPEC=gemma3-270m",
+        metavar="NAME=VALUE",  # pragma: no mutate
+        help="environment override for this build,"  # pragma: no mutate
+        " e.g. MODEL_SPEC=gemma3-270m",  # pragma: no mutate
     )
-    build.add_argument("--poll-seconds", type=float, default=10.0)
-    build.add_argument("--timeout-minutes", type=float, default=180.0)
+    build.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=10.0,
+        help="seconds between status polls (default: 10)",  # pragma: no mutate
+    )
+    build.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=180.0,
+        help="give up waiting after this long (default: 180)",  # pragma: no mutate
+    )
 
-    invoke = commands.add_parser("invoke", help="send a decision, System One or chat body")
+    invoke = commands.add_parser(
+        "invoke",
+        help="send a decision, System One or chat body",  # pragma: no mutate
+    )
     where = invoke.add_mutually_exclusive_group()
-    where.add_argument("--endpoint", help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)")
-    where.add_argument("--url", help="adapter base URL, e.g. http://127.0.0.1:8080")
-    invoke.add_argument("body", nargs="?", default="-", help="JSON file, or - for stdin (default)")
-    invoke.add_argument(
-        "--path", default="/invocations", help="path for --url (default: /invocations)"
+    where.add_argument(
+        "--endpoint",
+        help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)",  # pragma: no mutate
     )
-    invoke.add_argument("--json", action="store_true", help="print the answer as JSON")
-    invoke.add_argument("--max-attempts", type=int, default=Backoff.max_attempts)
-    invoke.add_argument("--custom-attributes", help="X-Amzn-SageMaker-Custom-Attributes value")
+    where.add_argument(
+        "--url",
+        help="adapter base URL, e.g. http://127.0.0.1:8080",  # pragma: no mutate
+    )
+    invoke.add_argument(
+        "body",
+        nargs="?",
+        default="-",
+        help="JSON file, or - for stdin (default)",  # pragma: no mutate
+    )
+    invoke.add_argument(
+        "--path",
+        default="/invocations",
+        help="path for --url (default: /invocations)",  # pragma: no mutate
+    )
+    invoke.add_argument(
+        "--json",
+        action="store_true",
+        help="print the answer as JSON",  # pragma: no mutate
+    )
+    invoke.add_argument(
+        "--max-attempts",
+        type=int,
+        default=Backoff.max_attempts,
+        help="attempts before giving up on 503 and throttling",  # pragma: no mutate
+    )
+    invoke.add_argument(
+        "--custom-attributes",
+        help="X-Amzn-SageMaker-Custom-Attributes value",  # pragma: no mutate
+    )
 
-    status = commands.add_parser("status", help="endpoint status and the instance type in use")
-    status.add_argument("--endpoint", help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)")
-    status.add_argument("--json", action="store_true")
+    status = commands.add_parser(
+        "status",
+        help="endpoint status and the instance type in use",  # pragma: no mutate
+    )
+    status.add_argument(
+        "--endpoint",
+        help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)",  # pragma: no mutate
+    )
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="print the status as JSON",  # pragma: no mutate
+    )
     return parser
 
 
@@ -72,12 +139,13 @@ def main(
     clients: ClientFactory | None = None,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> int:
     args = build_parser().parse_args(argv)
     make_client = clients or _boto3_clients(args.region)
     try:
         if args.command == "build":
-            return _build(args, make_client, sleep)
+            return _build(args, make_client, sleep, clock)
         if args.command == "invoke":
             return _invoke(args, make_client, sleep, rng)
         return _status(args, make_client)
@@ -106,7 +174,7 @@ def _boto3_clients(region: str | None) -> ClientFactory:
     return make
 
 
-def _build(args, make_client: ClientFactory, sleep) -> int:
+def _build(args, make_client: ClientFactory, sleep, clock) -> int:
     from ops.codebuild import (
         TARGETS,
         BuildFailed,
@@ -137,6 +205,7 @@ def _build(args, make_client: ClientFactory, sleep) -> int:
             timeout_seconds=args.timeout_minutes * 60,
             report=_info,
             sleep=sleep,
+            clock=clock,
         )
         outputs = build_outputs(build, target)
     except (BuildFailed, BuildTimedOut) as exc:

@@ -109,3 +109,5 @@ class HttpTransport:
             raise InvokeFailed(f"HTTP {err.code}", err.code, text) from err
         except urllib.error.URLError as err:
             raise InvokeFailed(f"cannot reach {self._url}: {err.reason}") from err
+        except TimeoutError as err:  # urllib wraps only connect timeouts in URLError
+            raise InvokeFailed(f"no answer from {self._url} within {self._timeout:g}s") from err

@@ -526,19 +526,10 @@ def test_every_endpoint_scales_and_alarms(endpoints):
     assert alarmed == {e: {"Invocation5XXErrors", "ModelLatency"} for e in endpoint_ids}
 
 
-def test_invoker_roles_get_invoke_on_every_endpoint(tmp_path):
+def test_invoker_roles_get_invoke_on_every_endpoint():
     role = "arn:aws:iam::123456789012:role/decision-client"
-    # A construct-level check would not show the wiring; reuse the disposable-style synth cheaply.
     app = cdk.App(context=cdk_json_context())
-    config = AppConfig.from_context(
-        {
-            **cdk_json_context(),
-            **RELEASE,
-            "invokerRoleArns": [role],
-            "textGenerationEndpoint": {"enabled": False},
-            "decisionGpuEndpoint": {"enabled": False},
-        }
-    )
+    config = AppConfig.from_context({**cdk_json_context(), **RELEASE, "invokerRoleArns": [role]})
     _, endpoint_stack = compose(app, config=config, repository_root=ROOT)
     synthesized = Template.from_stack(endpoint_stack)
     _, policy = one(synthesized, "AWS::IAM::Policy", {"Roles": ["decision-client"]})
@@ -547,7 +538,9 @@ def test_invoker_roles_get_invoke_on_every_endpoint(tmp_path):
         "sagemaker:InvokeEndpoint",
         "sagemaker:InvokeEndpointWithResponseStream",
     ]
-    assert statement["Resource"]["Ref"].startswith("DecisionCpuEndpoint")
+    granted = sorted(resource["Ref"] for resource in statement["Resource"])
+    assert granted == sorted(resources(synthesized, "AWS::SageMaker::Endpoint"))
+    assert len(granted) == 3
 
 
 # --- switches -------------------------------------------------------------------------------

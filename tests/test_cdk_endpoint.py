@@ -260,6 +260,15 @@ def test_every_endpoint_alarms_on_5xx_errors_and_model_latency(template):
     assert cpu_latency["ExtendedStatistic"] == "p90"
     assert cpu_latency["Threshold"] == 2_500_000  # ModelLatency is in microseconds
     assert all("AlarmActions" not in p for p in by_metric["ModelLatency"] if p is not cpu_latency)
+    # Errors page at the threshold itself, latency only above it; both over the configured
+    # periods of 5 minutes, and an idle endpoint (no data) is healthy, not alarming.
+    for props in by_metric["Invocation5XXErrors"]:
+        assert props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    for props in by_metric["ModelLatency"]:
+        assert props["ComparisonOperator"] == "GreaterThanThreshold"
+    for props in (*by_metric["Invocation5XXErrors"], *by_metric["ModelLatency"]):
+        assert (props["EvaluationPeriods"], props["Period"]) == (Alarms().evaluation_periods, 300)
+        assert props["TreatMissingData"] == "notBreaching"
 
 
 def statements(template: Template, role_prefix: str) -> list[dict]:

@@ -39,7 +39,8 @@ def poll(stubber, response):
 
 
 def run(argv, client, sleeps):
-    return main(argv, clients=lambda service: client, sleep=sleeps.append)
+    # Keyed by service name: a command asking for the wrong client fails the test.
+    return main(argv, clients={"codebuild": client}.__getitem__, sleep=sleeps.append)
 
 
 def test_image_build_reports_phases_and_prints_the_digest_pinned_uri(codebuild, capsys):
@@ -142,8 +143,11 @@ def test_failed_build_names_the_failing_phase_and_its_message(codebuild, capsys)
 
     assert run(["build", "cpu-image", "--project", "p"], client, []) == 1
     err = capsys.readouterr().err
-    assert "FAILED" in err and "BUILD FAILED: Error while executing command: docker build" in err
-    assert "https://console.example/logs" in err
+    # The succeeded phase is left out; the failed one carries its message; the link comes last.
+    assert err.splitlines()[-1] == (
+        f"ops: error: build {BUILD_ID} FAILED (BUILD FAILED: Error while executing command: "
+        "docker build); logs: https://console.example/logs"
+    )
 
 
 def test_successful_build_without_the_exported_uri_is_an_error(codebuild, capsys):
@@ -195,9 +199,20 @@ def test_malformed_env_override_is_a_usage_error(capsys):
     assert "NAME=VALUE" in capsys.readouterr().err
 
 
-def test_project_name_is_read_from_the_stateful_stack_outputs(codebuild, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "target,env,project,exported",
+    [
+        ("model", "OPS_MODEL_BUILD_PROJECT", "model-proj", "MODEL_URI"),
+        ("cpu-image", "OPS_CPU_IMAGE_BUILD_PROJECT", "cpu-proj", "IMAGE_URI"),
+        ("gpu-image", "OPS_GPU_IMAGE_BUILD_PROJECT", "gpu-proj", "IMAGE_URI"),
+    ],
+)
+def test_project_name_is_read_from_the_stateful_stack_outputs(
+    codebuild, monkeypatch, capsys, target, env, project, exported
+):
+    """Each target starts its own project: the outputs name all three, only one is right."""
     client, stubber = codebuild
-    monkeypatch.delenv("OPS_GPU_IMAGE_BUILD_PROJECT", raising=False)
+    monkeypatch.delenv(env, raising=False)
     cloudformation = boto3.client(
         "cloudformation",
         region_name="eu-west-1",
@@ -214,6 +229,7 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(codebuild, monkeyp
                         "CreationTime": "2026-01-01T00:00:00Z",
                         "StackStatus": "UPDATE_COMPLETE",
                         "Outputs": [
+                            {"OutputKey": "ModelBuildProject", "OutputValue": "model-proj"},
                             {"OutputKey": "CpuImageBuildProject", "OutputValue": "cpu-proj"},
                             {"OutputKey": "GpuImageBuildProject", "OutputValue": "gpu-proj"},
                         ],
@@ -223,25 +239,160 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(codebuild, monkeyp
             expected_params={"StackName": "Stateful"},
         )
         stubber.add_response(
-            "start_build", {"build": {"id": BUILD_ID}}, expected_params={"projectName": "gpu-proj"}
+            "start_build", {"build": {"id": BUILD_ID}}, expected_params={"projectName": project}
         )
+        outputs = {
+            "MODEL_URI": "s3://bucket/models/" + "a" * 64 + "/model.tar.gz",
+            "MODEL_ARCHIVE_SHA256": "a" * 64,
+            "MODEL_GGUF_SHA256": "b" * 64,
+            "IMAGE_URI": IMAGE_URI,
+        }
         poll(
             stubber,
             build(
                 "COMPLETED",
                 complete=True,
                 status="SUCCEEDED",
-                exportedEnvironmentVariables=[{"name": "IMAGE_URI", "value": IMAGE_URI}],
+                exportedEnvironmentVariables=[
+                    {"name": name, "value": value} for name, value in outputs.items()
+                ],
             ),
         )
         services = {"cloudformation": cloudformation, "codebuild": client}
 
         code = main(
-            ["build", "gpu-image", "--stack", "Stateful"],
+            ["build", target, "--stack", "Stateful"],
             clients=services.__getitem__,
             sleep=lambda s: None,
         )
 
         cfn.assert_no_pending_responses()
     assert code == 0
-    assert capsys.readouterr().out == f"IMAGE_URI={IMAGE_URI}\n"
+    assert f"{exported}={outputs[exported]}\n" in capsys.readouterr().out
+
+
+def test_timeout_is_given_in_minutes_and_polls_every_poll_seconds(codebuild, capsys):
+    client, stubber = codebuild
+    stubber.add_response(
+        "start_build",
+        {"build": {"id": BUILD_ID}},
+        expected_params={
+            "projectName": "p",
+            "environmentVariablesOverride": [
+                {"name": "EXTRA", "value": "a=b", "type": "PLAINTEXT"}
+            ],
+        },
+    )
+    # The first answer has no phase yet: nothing is reported for it.
+    poll(stubber, {"builds": [{"id": BUILD_ID, "buildComplete": False}]})
+    for _ in range(2):  # at 30 s and 60 s
+        poll(stubber, build("BUILD"))
+    now = [1000.0]  # a clock that does not start at zero: elapsed time is a difference
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    argv = ["build", "model", "--project", "p", "--env", "EXTRA=a=b", "--poll-seconds", "30"]
+    code = main(
+        [*argv, "--timeout-minutes", "1"],
+        clients={"codebuild": client}.__getitem__,
+        sleep=sleep,
+        clock=lambda: now[0],
+    )
+
+    err = capsys.readouterr().err.splitlines()
+    assert code == 1
+    assert err == [
+        f"started {BUILD_ID}",
+        "[    30s] BUILD",
+        f"ops: error: build {BUILD_ID} still running after 60s",
+    ]
+
+
+@pytest.mark.parametrize(
+    "extra,summary",
+    [
+        ({}, f"build {BUILD_ID} FAULT"),
+        (
+            {"phases": [{"phaseType": "DOWNLOAD_SOURCE", "phaseStatus": "TIMED_OUT"}]},
+            f"build {BUILD_ID} FAULT (DOWNLOAD_SOURCE TIMED_OUT)",
+        ),
+        (
+            {
+                "phases": [
+                    {"phaseType": "INSTALL", "phaseStatus": "FAILED", "contexts": [{}]},
+                    {
+                        "phaseType": "BUILD",
+                        "phaseStatus": "FAILED",
+                        "contexts": [{"message": "one"}, {"message": "two"}],
+                    },
+                    {"phaseType": "COMPLETED"},
+                ]
+            },
+            f"build {BUILD_ID} FAULT (INSTALL FAILED; BUILD FAILED: one: two)",
+        ),
+    ],
+)
+def test_failure_summary_names_only_unsuccessful_phases(codebuild, capsys, extra, summary):
+    client, stubber = codebuild
+    stubber.add_response("start_build", {"build": {"id": BUILD_ID}})
+    poll(stubber, build("COMPLETED", complete=True, status="FAULT", **extra))
+    assert run(["build", "cpu-image", "--project", "p"], client, []) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == f"ops: error: {summary}"
+
+
+def test_every_missing_export_is_named_and_an_empty_value_counts_as_missing(codebuild, capsys):
+    client, stubber = codebuild
+    stubber.add_response("start_build", {"build": {"id": BUILD_ID}})
+    exported = [{"name": "MODEL_URI", "value": "s3://b/k"}, {"name": "MODEL_GGUF_SHA256"}]
+    poll(
+        stubber,
+        build(
+            "COMPLETED", complete=True, status="SUCCEEDED", exportedEnvironmentVariables=exported
+        ),
+    )
+    assert run(["build", "model", "--project", "p"], client, []) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "ops: error: build succeeded but did not export MODEL_ARCHIVE_SHA256, MODEL_GGUF_SHA256"
+    )
+
+
+def test_a_stack_without_outputs_names_no_project(monkeypatch, capsys):
+    monkeypatch.delenv("OPS_MODEL_BUILD_PROJECT", raising=False)
+    cloudformation = boto3.client(
+        "cloudformation",
+        region_name="eu-west-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    with Stubber(cloudformation) as cfn:
+        cfn.add_response(
+            "describe_stacks",
+            {
+                "Stacks": [
+                    {
+                        "StackName": "Stateful",
+                        "CreationTime": "2026-01-01T00:00:00Z",
+                        "StackStatus": "CREATE_IN_PROGRESS",
+                    }
+                ]
+            },
+        )
+        code = main(
+            ["build", "model", "--stack", "Stateful"],
+            clients={"cloudformation": cloudformation}.__getitem__,
+        )
+    assert code == 2
+    assert "no CodeBuild project" in capsys.readouterr().err
+
+
+def test_build_failed_carries_the_build_it_describes():
+    from ops.codebuild import TARGETS, BuildFailed, build_outputs
+
+    for described in (
+        {"id": BUILD_ID, "buildStatus": "FAILED"},
+        {"id": BUILD_ID, "buildStatus": "SUCCEEDED", "exportedEnvironmentVariables": []},
+    ):
+        with pytest.raises(BuildFailed) as failed:
+            build_outputs(described, TARGETS["cpu-image"])
+        assert failed.value.build is described

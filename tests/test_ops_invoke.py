@@ -12,6 +12,7 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from ops.cli import main
+from ops.retry import Backoff
 
 DECISION_BODY = {
     "decision": {
@@ -86,7 +87,13 @@ def busy(stubber, status=503, **meta):
 
 
 def run(argv, client, sleeps):
-    return main(argv, clients=lambda service: client, sleep=sleeps.append, rng=random.Random(3))
+    # Keyed by service name: a command asking for the wrong client fails the test.
+    return main(
+        argv,
+        clients={"sagemaker-runtime": client}.__getitem__,
+        sleep=sleeps.append,
+        rng=random.Random(3),
+    )
 
 
 def test_endpoint_503_is_retried_then_the_decision_table_is_printed(runtime, body_file, capsys):
@@ -182,12 +189,14 @@ class FlakyAdapter(BaseHTTPRequestHandler):
 
     answers: list = []
     received: list = []
+    attributes: list = []
 
     def do_POST(self):
         length = int(self.headers["Content-Length"])
         type(self).received.append(
             (self.path, self.headers["Content-Type"], json.loads(self.rfile.read(length)))
         )
+        type(self).attributes.append(self.headers["X-Amzn-SageMaker-Custom-Attributes"])
         status, headers, payload = type(self).answers.pop(0)
         data = json.dumps(payload).encode()
         self.send_response(status)
@@ -207,6 +216,7 @@ def flaky_adapter():
     busy_answer = {"error": "all slots busy", "retryable": True}
     FlakyAdapter.answers = [(503, {}, busy_answer), (503, {"Retry-After": "2"}, busy_answer)]
     FlakyAdapter.received = []
+    FlakyAdapter.attributes = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyAdapter)
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -282,3 +292,107 @@ def test_chat_answer_prints_the_message_content(runtime, body_file, capsys):
     stubber.add_response("invoke_endpoint", {"Body": streaming(chat)})
     assert run(["invoke", "--endpoint", "decisions", str(body_file)], client, []) == 0
     assert capsys.readouterr().out.strip() == "Billing."
+
+
+def test_local_url_passes_custom_attributes_and_prints_a_non_json_answer_as_text(
+    flaky_adapter, tmp_path, capsys
+):
+    server, handler = flaky_adapter
+    handler.answers[:] = []
+    body = tmp_path / "b.json"
+    body.write_text("{}")
+
+    class PlainText(FlakyAdapter):
+        def do_POST(self):
+            type(self).attributes.append(self.headers["X-Amzn-SageMaker-Custom-Attributes"])
+            self.rfile.read(int(self.headers["Content-Length"]))
+            data = b"caf\xe9 ok"  # not JSON, not even UTF-8
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server.RequestHandlerClass = PlainText
+    url = f"http://127.0.0.1:{server.server_port}"
+    argv = ["invoke", "--url", url, "--custom-attributes", "format=chat", str(body)]
+    assert main(argv) == 0
+    assert capsys.readouterr().out == "caf\ufffd ok\n"
+    assert PlainText.attributes == ["format=chat"]
+
+
+def test_retry_delays_come_from_the_given_random_source(runtime, body_file, capsys):
+    client, stubber = runtime
+    busy(stubber)
+    busy(stubber)
+    stubber.add_response("invoke_endpoint", {"Body": streaming(DECISION_ANSWER)})
+    sleeps = []
+    assert run(["invoke", "--endpoint", "decisions", str(body_file)], client, sleeps) == 0
+    rng, backoff = random.Random(3), Backoff()
+    assert sleeps == [backoff.delay(0, None, rng), backoff.delay(1, None, rng)]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"attempt 1: container answered 503; retrying in {sleeps[0]:.2f}s",
+        f"attempt 2: container answered 503; retrying in {sleeps[1]:.2f}s",
+    ]
+
+
+def test_final_error_shows_the_containers_answer(runtime, body_file, capsys):
+    client, stubber = runtime
+    busy(stubber, status=422)
+    assert run(["invoke", "--endpoint", "decisions", str(body_file)], client, []) == 1
+    assert capsys.readouterr().err == (
+        'ops: error: container answered 422: {"error": "busy", "retryable": true}\n'
+    )
+
+
+def test_final_error_without_a_body_is_one_plain_line(flaky_adapter, tmp_path, capsys):
+    server, handler = flaky_adapter
+
+    class Empty(FlakyAdapter):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server.RequestHandlerClass = Empty
+    body = tmp_path / "b.json"
+    body.write_text("{}")
+    assert main(["invoke", "--url", f"http://127.0.0.1:{server.server_port}", str(body)]) == 1
+    assert capsys.readouterr().err == "ops: error: HTTP 404\n"
+
+
+@pytest.mark.parametrize("attempts,code", [("0", 2), ("1", 1)])
+def test_max_attempts_must_be_positive_and_one_means_no_retry(
+    runtime, body_file, capsys, attempts, code
+):
+    client, stubber = runtime
+    if code == 1:
+        busy(stubber)
+    sleeps = []
+    argv = ["invoke", "--endpoint", "decisions", "--max-attempts", attempts, str(body_file)]
+    assert run(argv, client, sleeps) == code
+    err = capsys.readouterr().err
+    if code == 2:
+        assert err == "ops: error: --max-attempts must be at least 1\n"
+    else:
+        assert sleeps == [] and "gave up after 1 attempts" in err
+
+
+def test_invoke_without_a_target_is_a_usage_error(body_file, monkeypatch, capsys):
+    monkeypatch.delenv("OPS_ENDPOINT_NAME", raising=False)
+    assert main(["invoke", str(body_file)], clients=lambda s: pytest.fail("no AWS call")) == 2
+    assert capsys.readouterr().err == (
+        "ops: error: pass --endpoint NAME, --url URL, or set OPS_ENDPOINT_NAME\n"
+    )
+
+
+def test_json_flag_prints_indented_json_keeping_non_ascii(runtime, body_file, capsys):
+    client, stubber = runtime
+    answer = {"result": {"id": "r\u00e9sum\u00e9", "option_ids": ["a"], "probabilities": [1.0]}}
+    stubber.add_response("invoke_endpoint", {"Body": streaming(answer)})
+    assert run(["invoke", "--endpoint", "decisions", "--json", str(body_file)], client, []) == 0
+    assert capsys.readouterr().out == (
+        '{\n  "result": {\n    "id": "r\u00e9sum\u00e9",\n    "option_ids": [\n      "a"\n    ],\n'
+        '    "probabilities": [\n      1.0\n    ]\n  }\n}\n'
+    )

@@ -1,6 +1,7 @@
 """Backoff policy: capped exponential, full jitter, Retry-After honoured; sleep injected."""
 
 import random
+import time
 from email.utils import formatdate
 
 import pytest
@@ -66,11 +67,36 @@ def test_gives_up_after_max_attempts_without_a_final_sleep():
         calls.append(1)
         raise Retryable("HTTP 503")
 
-    with pytest.raises(RetriesExhausted, match="3 attempts: HTTP 503"):
+    with pytest.raises(RetriesExhausted, match="3 attempts: HTTP 503") as gave_up:
         call_with_retries(
             always_busy, Backoff(max_attempts=3), sleep=sleeps.append, rng=random.Random(0)
         )
     assert len(calls) == 3 and len(sleeps) == 2
+    assert gave_up.value.attempts == 3 and str(gave_up.value.last) == "HTTP 503"
+
+
+def test_zero_attempts_never_calls_the_operation():
+    with pytest.raises(AssertionError, match="^unreachable: max_attempts must be at least 1$"):
+        call_with_retries(lambda: pytest.fail("called"), Backoff(max_attempts=0))
+
+
+def test_each_retry_is_announced_with_its_refusal_and_works_without_a_given_rng():
+    outcomes = [Retryable("HTTP 503"), "answer"]
+
+    def operation():
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    announced = []
+    result = call_with_retries(
+        operation,
+        Backoff(base_seconds=0.01),
+        sleep=lambda s: None,
+        on_retry=lambda attempt, delay, refusal: announced.append((attempt, str(refusal))),
+    )
+    assert result == "answer" and announced == [(1, "HTTP 503")]
 
 
 def test_other_exceptions_are_not_retried():
@@ -95,3 +121,8 @@ def test_parse_retry_after_http_date():
     now = 1_700_000_000.0
     assert parse_retry_after(formatdate(now + 12, usegmt=True), now=now) == pytest.approx(12.0)
     assert parse_retry_after(formatdate(now - 12, usegmt=True), now=now) == 0.0
+
+
+def test_parse_retry_after_http_date_against_the_real_clock():
+    in_an_hour = formatdate(time.time() + 3600, usegmt=True)
+    assert parse_retry_after(in_an_hour) == pytest.approx(3600, abs=5)

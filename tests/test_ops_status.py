@@ -14,6 +14,11 @@ ARN = "arn:aws:sagemaker:eu-west-1:123456789012:endpoint/decisions"
 IMAGE = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" + "f" * 64
 
 
+def by_service(client):
+    # Keyed by service name: a command asking for the wrong client fails the test.
+    return {"sagemaker": client}.__getitem__
+
+
 @pytest.fixture
 def sagemaker():
     client = boto3.client(
@@ -88,7 +93,7 @@ def stub_pool_endpoint(stubber, status="InService", **extra):
 def test_status_shows_the_instance_type_placed_from_the_pool(sagemaker, capsys):
     client, stubber = sagemaker
     stub_pool_endpoint(stubber)
-    assert main(["status", "--endpoint", "decisions"], clients=lambda s: client) == 0
+    assert main(["status", "--endpoint", "decisions"], clients=by_service(client)) == 0
     out = capsys.readouterr().out
     assert "endpoint decisions: InService" in out
     assert "variant gpu: 1/1 instances on ml.g6e.xlarge" in out
@@ -120,7 +125,7 @@ def test_status_json_for_a_variant_without_pool(sagemaker, capsys):
         "describe_endpoint_config",
         config([{"VariantName": "cpu", "ModelName": "model-1", "InstanceType": "ml.c6i.8xlarge"}]),
     )
-    assert main(["status", "--endpoint", "decisions", "--json"], clients=lambda s: client) == 0
+    assert main(["status", "--endpoint", "decisions", "--json"], clients=by_service(client)) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["status"] == "Updating"
     [variant] = status["variants"]
@@ -132,5 +137,146 @@ def test_status_json_for_a_variant_without_pool(sagemaker, capsys):
 def test_failed_endpoint_exits_non_zero_with_the_reason(sagemaker, capsys):
     client, stubber = sagemaker
     stub_pool_endpoint(stubber, status="Failed", FailureReason="no capacity for any pool type")
-    assert main(["status", "--endpoint", "decisions"], clients=lambda s: client) == 1
+    assert main(["status", "--endpoint", "decisions"], clients=by_service(client)) == 1
     assert "failure: no capacity for any pool type" in capsys.readouterr().out
+
+
+def test_status_names_a_fallback_type_when_the_pool_placed_it(sagemaker, capsys):
+    """The first type had no capacity: the second one runs, and that is what status reports."""
+    client, stubber = sagemaker
+    stubber.add_response(
+        "describe_endpoint",
+        endpoint(
+            "InService",
+            [
+                {
+                    "VariantName": "gpu",
+                    "CurrentInstanceCount": 1,
+                    "DesiredInstanceCount": 1,
+                    "InstancePools": [
+                        {"InstanceType": "ml.g6e.xlarge", "CurrentInstanceCount": 0},
+                        {"InstanceType": "ml.g6.2xlarge", "CurrentInstanceCount": 1},
+                    ],
+                }
+            ],
+        ),
+    )
+    stubber.add_response(
+        "describe_endpoint_config",
+        config(
+            [
+                {
+                    "VariantName": "gpu",
+                    "ModelName": "model-1",
+                    "InstancePools": [
+                        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
+                        {"InstanceType": "ml.g6.2xlarge", "Priority": 2},
+                    ],
+                }
+            ]
+        ),
+    )
+    assert main(["status", "--endpoint", "decisions", "--json"], clients=by_service(client)) == 0
+    [variant] = json.loads(capsys.readouterr().out)["variants"]
+    assert variant["running_on"] == ["ml.g6.2xlarge"]
+    assert [pool["instance_type"] for pool in variant["pools"]] == ["ml.g6e.xlarge", "ml.g6.2xlarge"]
+
+
+def test_status_text_for_pools_partly_placed_variants_and_missing_fields(sagemaker, capsys):
+    client, stubber = sagemaker
+    stubber.add_response(
+        "describe_endpoint",
+        endpoint(
+            "Updating",
+            [
+                {
+                    "VariantName": "blue",
+                    "CurrentInstanceCount": 2,
+                    "DesiredInstanceCount": 3,
+                    "InstancePools": [
+                        {"InstanceType": "ml.g5.xlarge", "CurrentInstanceCount": 0},
+                        {"InstanceType": "ml.g4dn.xlarge", "CurrentInstanceCount": 1},
+                        {"InstanceType": "ml.g6e.xlarge", "CurrentInstanceCount": 1},
+                    ],
+                    "DeployedImages": [{"SpecifiedImage": "repo:tag"}],
+                    "VariantStatus": [
+                        {"Status": "Creating", "StartTime": NOW},
+                        {"Status": "Updating", "StartTime": NOW},
+                    ],
+                },
+                {"VariantName": "green", "CurrentInstanceCount": 0, "DesiredInstanceCount": 1},
+                {"VariantName": "unconfigured"},
+            ],
+        ),
+    )
+    stubber.add_response(
+        "describe_endpoint_config",
+        config(
+            [
+                {
+                    "VariantName": "blue",
+                    "ModelName": "model-1",
+                    "InstancePools": [
+                        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
+                        {"InstanceType": "ml.g5.xlarge", "Priority": 2},
+                    ],
+                },
+                {"VariantName": "green", "ModelName": "m", "InstanceType": "ml.c6i.xlarge"},
+            ]
+        ),
+    )
+    code = main(["status", "--endpoint", "decisions"], clients=by_service(client))
+    assert code == 0
+    # A pool type the config no longer lists sorts last; a variant with nothing running says so.
+    assert capsys.readouterr().out == (
+        "endpoint decisions: Updating\n"
+        "  config config-1\n"
+        "  variant blue: 2/3 instances on ml.g6e.xlarge, ml.g4dn.xlarge\n"
+        "    pool priority 1: ml.g6e.xlarge, 1 running\n"
+        "    pool priority 2: ml.g5.xlarge, 0 running\n"
+        "    pool priority None: ml.g4dn.xlarge, 1 running\n"
+        "    image repo:tag\n"
+        "    in progress: Creating, Updating\n"
+        "  variant green: 0/1 instances on no instance yet\n"
+        "  variant unconfigured: None/None instances on no instance yet\n"
+    )
+
+
+def test_status_of_an_endpoint_without_variants_yet(sagemaker, capsys):
+    client, stubber = sagemaker
+    described = endpoint("Creating")
+    del described["ProductionVariants"]
+    stubber.add_response("describe_endpoint", described)
+    stubber.add_response(
+        "describe_endpoint_config",
+        config([{"VariantName": "cpu", "ModelName": "m", "InstanceType": "ml.c6i.xlarge"}]),
+    )
+    code = main(
+        ["status", "--endpoint", "decisions", "--json"], clients=by_service(client)
+    )
+    assert code == 0
+    assert capsys.readouterr().out == json.dumps(
+        {
+            "endpoint": "decisions",
+            "status": "Creating",
+            "failure_reason": None,
+            "endpoint_config": "config-1",
+            "variants": [],
+        },
+        indent=2,
+    ) + "\n"
+
+
+def test_status_endpoint_name_comes_from_the_environment(sagemaker, monkeypatch, capsys):
+    client, stubber = sagemaker
+    monkeypatch.setenv("OPS_ENDPOINT_NAME", "decisions")
+    stub_pool_endpoint(stubber)
+    assert main(["status"], clients=by_service(client)) == 0
+
+
+def test_status_without_an_endpoint_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.delenv("OPS_ENDPOINT_NAME", raising=False)
+    assert main(["status"], clients=lambda s: pytest.fail("no AWS call expected")) == 2
+    assert capsys.readouterr().err == (
+        "ops: error: pass --endpoint NAME or set OPS_ENDPOINT_NAME\n"
+    )

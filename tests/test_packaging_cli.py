@@ -260,4 +260,102 @@ def test_hub_fetcher_without_huggingface_hub_refuses_clearly(tmp_path, monkeypat
     monkeypatch.setitem(__import__("sys").modules, "huggingface_hub", None)
     spec = hub_spec_file(tmp_path, sha256(FAKE_GGUF), ["tokenizer.json"])
     assert main(["--spec", str(spec), "--output", str(tmp_path / "m.tar.gz")]) == 1
-    assert "huggingface_hub is not installed" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "model_packaging: error: huggingface_hub is not installed;"
+        " install model_packaging/requirements.txt\n"
+    )
+
+
+def test_output_ending_in_a_slash_is_a_directory_for_model_tar_gz(tmp_path, fake_gguf, capsys):
+    spec = local_spec_file(tmp_path, fake_gguf, sha256(FAKE_GGUF))
+    out_dir = tmp_path / "new" / "dir"
+    summary = tmp_path / "summary.json"
+    argv = ["--spec", str(spec), "--output", f"{out_dir}/", "--summary", str(summary)]
+    assert main(argv) == 0
+
+    archive = out_dir / "model.tar.gz"
+    out, err = capsys.readouterr()
+    assert out == f"{archive}\n"
+    archive_sha = sha256(archive.read_bytes())
+    # stderr: one line per packaged file, then the archive; aligned for reading in build logs.
+    assert err.splitlines() == [
+        f"gguf      tiny-q4.gguf  {len(FAKE_GGUF)} bytes  sha256 {sha256(FAKE_GGUF)}",
+        f"archive   {archive}  {archive.stat().st_size} bytes  sha256 {archive_sha}",
+    ]
+    expected = {
+        "spec": "tiny-local",
+        "archive": str(archive),
+        "archive_bytes": archive.stat().st_size,
+        "archive_sha256": archive_sha,
+        "model_uri": None,
+        "gguf": "tiny-q4.gguf",
+        "gguf_sha256": sha256(FAKE_GGUF),
+    }
+    assert summary.read_text() == json.dumps(expected, indent=2) + "\n"
+
+
+def test_output_is_required_without_print_spec(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--spec", "gemma3-270m"])
+    assert exit_info.value.code == 2
+    assert "error: --output is required unless --print-spec is given" in capsys.readouterr().err
+
+
+def test_print_spec_is_indented_json(capsys):
+    assert main(["--spec", "gemma3-270m", "--print-spec"]) == 0
+    assert capsys.readouterr().out.startswith('{\n  "name": "gemma3-270m",\n  "model_name"')
+
+
+def test_unknown_spec_lists_the_built_in_names(capsys):
+    assert main(["--spec", "no-such-model"]) == 2
+    assert capsys.readouterr().err == (
+        "model_packaging: error: unknown spec 'no-such-model': not a built-in "
+        f"({', '.join(sorted(BUILTIN_SPECS))}) nor a file\n"
+    )
+
+
+def test_unreadable_and_invalid_spec_files_are_refused_naming_the_file(tmp_path, capsys):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert main(["--spec", str(broken), "--print-spec"]) == 2
+    assert f"error: cannot read spec file {broken}: " in capsys.readouterr().err
+
+    invalid = tmp_path / "invalid.json"
+    invalid.write_text('{"name": "x"}')
+    assert main(["--spec", str(invalid), "--print-spec"]) == 2
+    assert f"error: invalid model spec {invalid}: " in capsys.readouterr().err
+
+
+def test_hugging_face_gguf_with_a_wrong_pinned_size_is_refused(tmp_path, hub, capsys):
+    spec = hub_spec_file(tmp_path, sha256(FAKE_GGUF), ["tokenizer.json"])
+    raw = json.loads(spec.read_text())
+    raw["gguf"]["bytes"] = len(FAKE_GGUF) + 1
+    spec.write_text(json.dumps(raw))
+    assert main(["--spec", str(spec), "--output", str(tmp_path / "m.tar.gz")], fetcher=hub) == 1
+    assert f"{len(FAKE_GGUF)} bytes, pinned {len(FAKE_GGUF) + 1}" in capsys.readouterr().err
+
+
+def test_tokenizer_files_record_their_repository(tmp_path, hub):
+    spec = hub_spec_file(tmp_path, sha256(FAKE_GGUF), ["merges.txt"])
+    out = tmp_path / "model.tar.gz"
+    assert main(["--spec", str(spec), "--output", str(out)], fetcher=hub) == 0
+    manifest = Manifest.model_validate_json(archive_members(out)[MANIFEST_FILENAME])
+    [tokenizer] = [f for f in manifest.files if f.role == "tokenizer"]
+    assert (tokenizer.source.repo, tokenizer.source.file) == ("Qwen/Qwen3.5-4B", "merges.txt")
+
+
+def test_every_option_explains_itself():
+    from model_packaging.cli import build_parser
+
+    parser = build_parser()
+    assert parser.prog == "python -m model_packaging" and parser.description
+    assert [a.dest for a in parser._actions if not a.help] == []
+    args = parser.parse_args([])
+    assert (args.spec, args.output, args.upload, args.overwrite, args.print_spec) == (
+        DEFAULT_SPEC_NAME,
+        None,
+        None,
+        False,
+        False,
+    )
+    assert parser.parse_args(["--summary", "s.json"]).summary == Path("s.json")

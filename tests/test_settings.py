@@ -38,3 +38,18 @@ def test_request_budget_is_capped_by_the_context():
 def test_impossible_values_name_the_variable(name, value):
     with pytest.raises(SettingsError, match=name):
         Settings.from_environment({name: value})
+
+
+@pytest.mark.parametrize("memory_gib,expected_gib", [(8, 1), (16, 2), (32, 4), (128, 4)])
+def test_state_cache_default_is_an_eighth_of_memory_capped_at_4_gib(
+    monkeypatch, memory_gib, expected_gib
+):
+    page = 4096
+    pages = {"SC_PAGE_SIZE": page, "SC_PHYS_PAGES": memory_gib * (1 << 30) // page}
+    monkeypatch.setattr("decision_adapter.settings.os.sysconf", pages.__getitem__)
+    assert Settings.from_environment({}).state_cache_budget == expected_gib << 30
+
+
+def test_state_cache_bytes_overrides_the_default_and_zero_disables():
+    assert Settings.from_environment({"DECISION_STATE_CACHE_BYTES": "12345"}).state_cache_budget == 12345
+    assert Settings.from_environment({"DECISION_STATE_CACHE_BYTES": "0"}).state_cache_budget == 0

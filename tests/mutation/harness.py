@@ -1,0 +1,178 @@
+"""make mutation: run mutmut over chosen module groups and record what the tests kill.
+
+    python -m tests.mutation.harness [GROUP ...] [--max-children N]
+
+Groups and their test files live in pyproject.toml ([tool.mutation.groups.*]); without
+arguments every group runs. mutants/ is rebuilt from scratch (mutmut keeps old verdicts
+otherwise, even after tests changed), only the chosen groups' tests run, mutmut's own output
+goes to mutants/mutmut.log, and the counts, score and survivors per group are merged into
+tests/mutation/results.json. Survivors that tests/mutation/SURVIVORS.md does not name are
+printed: each needs a test, or a line there saying why it is equivalent.
+
+After a run, `mutmut show NAME` prints one mutant's diff; `mutmut run NAME` reruns it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+RESULTS = HERE / "results.json"
+SURVIVORS = HERE / "SURVIVORS.md"
+KILLED = {"killed", "timeout", "caught by type check"}
+
+
+def load_groups() -> dict[str, dict]:
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]
+    groups = tool["mutation"]["groups"]
+    # A bare `mutmut run` / `mutmut show` reads [tool.mutmut]: keep it the union of the groups.
+    union = (
+        [s for g in groups.values() for s in g["sources"]],
+        [t for g in groups.values() for t in g["tests"]],
+    )
+    plain = (tool["mutmut"]["source_paths"], tool["mutmut"]["pytest_add_cli_args_test_selection"])
+    if plain != union:
+        print("note: [tool.mutmut] is not the union of [tool.mutation.groups]", file=sys.stderr)
+    return groups
+
+
+def configure(groups: dict[str, dict]) -> None:
+    """Point mutmut at the chosen groups' sources and tests (its config has no CLI flags)."""
+    from mutmut import configuration
+
+    base = configuration._load_config()
+    sources = [Path(s) for g in groups.values() for s in g["sources"]]
+    tests = [t for g in groups.values() for t in g["tests"]]
+    configuration._config = dataclasses.replace(
+        base,
+        source_paths=sources,
+        resolved_mutated_source_paths=[ROOT / "mutants" / s for s in sources],
+        pytest_add_cli_args_test_selection=tests,
+    )
+
+
+@contextlib.contextmanager
+def output_to(log: Path):
+    """mutmut draws a spinner on stdout/stderr; send both, and its workers', to a file."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log, "w") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def run_mutmut(max_children: int, log: Path) -> None:
+    from mutmut.__main__ import cli
+
+    with output_to(log):
+        try:
+            cli.main(["run", "--max-children", str(max_children)], standalone_mode=False)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code or 0
+    if code:
+        tail = log.read_text("utf-8", "replace")[-3000:]
+        sys.exit(f"mutmut failed ({code}); end of {log}:\n{tail}")
+
+
+def changed_lines(name: str, path: Path) -> list[str]:
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    diff = get_diff_for_mutant(name, path=path).splitlines()[2:]
+    return [line for line in diff if line[:1] in "+-"]
+
+
+def collect(group: dict) -> dict:
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.stats import status_by_exit_code
+    from mutmut.utils.file_utils import walk_mutatable_files
+
+    counts: dict[str, int] = {}
+    survivors = {}
+    for path in walk_mutatable_files():
+        if not any(path.is_relative_to(s) for s in group["sources"]):
+            continue
+        data = SourceFileMutationData(path=path)
+        data.load()
+        for name, code in sorted(data.exit_code_by_key.items()):
+            status = status_by_exit_code[code]
+            counts[status] = counts.get(status, 0) + 1
+            if status not in KILLED:
+                survivors[name] = {"status": status, "change": changed_lines(name, path)}
+    total = sum(counts.values())
+    killed = sum(n for status, n in counts.items() if status in KILLED)
+    return {
+        "mutants": total,
+        "killed": killed,
+        "score": round(100 * killed / total, 1) if total else None,
+        "counts": dict(sorted(counts.items())),
+        "survivors": survivors,
+    }
+
+
+def unexplained(results: dict) -> list[str]:
+    explained = SURVIVORS.read_text("utf-8") if SURVIVORS.exists() else ""
+    return [
+        name
+        for group in results.values()
+        for name in group["survivors"]
+        if f"`{name}`" not in explained
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    groups = load_groups()
+    parser = argparse.ArgumentParser(prog="python -m tests.mutation.harness")
+    parser.add_argument("groups", nargs="*", metavar="GROUP", help=", ".join(groups))
+    parser.add_argument("--max-children", type=int, default=2)
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.groups) - set(groups))
+    if unknown:
+        parser.error(f"unknown group {', '.join(unknown)}; known: {', '.join(groups)}")
+    chosen = {name: groups[name] for name in args.groups or groups}
+
+    os.chdir(ROOT)
+    shutil.rmtree("mutants", ignore_errors=True)
+    Path("mutants").mkdir()
+    configure(chosen)
+    started = time.monotonic()
+    run_mutmut(args.max_children, Path("mutants/mutmut.log"))
+    seconds = round(time.monotonic() - started)
+
+    results = json.loads(RESULTS.read_text("utf-8")) if RESULTS.exists() else {}
+    for name, group in chosen.items():
+        results[name] = {"run_seconds": seconds, "groups_in_run": sorted(chosen), **collect(group)}
+    RESULTS.write_text(json.dumps(dict(sorted(results.items())), indent=2) + "\n", "utf-8")
+
+    for name in chosen:
+        r = results[name]
+        print(f"{name}: {r['killed']}/{r['mutants']} killed ({r['score']}%), {seconds} s")
+    missing = unexplained({name: results[name] for name in chosen})
+    if missing:
+        print(f"{len(missing)} survivors not explained in {SURVIVORS.relative_to(ROOT)}:")
+        print("\n".join(f"  {name}" for name in missing))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
