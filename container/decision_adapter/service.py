@@ -145,7 +145,8 @@ class DecisionService:
             "engine": {"decode_calls": self.engine.stats.decode_calls,
                        "tokens_decoded": self.engine.stats.tokens_decoded,
                        "decode_seconds": round(self.engine.stats.seconds, 3)},
-            "admission": {"in_flight": self.runner.in_flight},
+            "admission": {"in_flight": self.runner.in_flight, "waiting": self.runner.waiting,
+                          **self.runner.stats.as_dict()},
         }
 
     # --- decisions ---------------------------------------------------------------------
