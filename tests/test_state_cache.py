@@ -193,7 +193,8 @@ def test_cache_off_miss_and_hit_are_bit_identical_around_the_batch_size(
 def test_a_system_one_choice_of_60_on_a_long_state_is_bit_identical_from_the_cache(adapter):
     import httpx
 
-    state = "Inventory audit, aisle by aisle: " + " ".join(f"bin{i} holds {i % 7} crates" for i in range(110))
+    bins = " ".join(f"bin{i} holds {i % 7} crates" for i in range(110))
+    state = "Inventory audit, aisle by aisle: " + bins
     request = {"model": "jev-latest", "state": state, "questions": {"bin": {
         "type": "choice", "instructions": "Which bin holds the most crates?",
         "criteria": {f"bin{i}": None for i in range(60)}}}}

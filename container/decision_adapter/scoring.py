@@ -84,7 +84,9 @@ class ScoringPlan:
         return len(self.prefix_tokens) + len(self.questions[index].suffix_tokens)
 
 
-def build_plan(renderer: PromptRenderer, state: Any, questions: Sequence[Question]) -> ScoringPlan:
+def build_plan(renderer: PromptRenderer, state: Any, questions: Sequence[Question],
+               limit: int | None = None) -> ScoringPlan:
+    """Tokens of every question's prompt; a piece alone past `limit` tokens stops it early."""
     plans: list[QuestionPlan] = []
     prefix_tokens: list[int] | None = None
     for question in questions:
@@ -93,12 +95,12 @@ def build_plan(renderer: PromptRenderer, state: Any, questions: Sequence[Questio
             state, question.question, list(zip(labels, question.option_ids, question.descriptions))
         )
         if prefix_tokens is None:
-            prefix_tokens = renderer.tokens(prompt.prefix, starts_prompt=True)
+            prefix_tokens = renderer.tokens(prompt.prefix, starts_prompt=True, limit=limit)
         plans.append(
             QuestionPlan(
                 labels=labels,
                 label_tokens=[renderer.label_tokens(label) for label in labels],
-                suffix_tokens=renderer.tokens(prompt.suffix, starts_prompt=False),
+                suffix_tokens=renderer.tokens(prompt.suffix, starts_prompt=False, limit=limit),
                 prompt_sha256=prompt.sha256,
             )
         )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import time
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from . import __version__
 from .admission import ModelRunner
@@ -30,6 +32,9 @@ from .scoring import (
 )
 from .settings import Settings
 from .state_cache import StateCache
+from .tokenizer import TokenLimitExceeded
+
+T = TypeVar("T")
 
 # llama.cpp's `general.file_type` values for the quantizations people actually serve.
 FILE_TYPES = {
@@ -89,12 +94,21 @@ class DecisionService:
             wait_s=settings.admission_wait_s,
             retry_after_s=settings.retry_after_s,
         )
+        # Rendering and tokenizing run here, never on the event loop (100 KB of newlines cost
+        # llama.cpp seconds before UserTextTokenizer) nor on the model thread (a request over
+        # its budget must not hold the model). llama.cpp's tokenizer only reads the vocabulary,
+        # which decoding leaves alone, and releases the GIL.
+        self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
         self.model_name = self._model_name()
         self.model_info = self._model_info()
 
     def close(self) -> None:
         self.runner.close()
+        self._prepare.shutdown(wait=True)
         self.engine.close()
+
+    async def _prepared(self, function: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._prepare, function)
 
     # --- identity ----------------------------------------------------------------------
     def _model_name(self) -> str:
@@ -164,9 +178,16 @@ class DecisionService:
                 422, f"{field}: {count} {what}, at most "
                 f"{self.settings.max_decisions} per request (DECISION_MAX_DECISIONS)", field=field,
             )
-        plans = [build_plan(self.renderer, state, questions) for state, questions in groups]
-        needed = sum(plan.total_tokens for plan in plans)
         limit = self.settings.request_token_limit
+        try:
+            plans = await self._prepared(lambda: [
+                build_plan(self.renderer, state, questions, limit) for state, questions in groups
+            ])
+        except TokenLimitExceeded:
+            raise RequestError(413, f"{field}: the request needs more than {limit} tokens, the "
+                               f"limit is {limit}", field=field,
+                               error_type="token_limit_exceeded") from None
+        needed = sum(plan.total_tokens for plan in plans)
         if needed > limit:
             error = BudgetError(field, needed, limit, "the request")
             raise RequestError(413, str(error), field=field, error_type="token_limit_exceeded")
@@ -194,8 +215,9 @@ class DecisionService:
         # Grouped by the text the model reads: states equal in Python ({"paid": true} and
         # {"paid": 1}, 1 and 1.0, other key orders) render differently and are scored apart.
         groups: dict[str, list[int]] = {}
-        for index, decision in enumerate(decisions):
-            groups.setdefault(state_text(decision.state), []).append(index)
+        texts = await self._prepared(lambda: [state_text(d.state) for d in decisions])
+        for index, text in enumerate(texts):  # rendering a 1 MB state takes 0.2 s: off the loop
+            groups.setdefault(text, []).append(index)
         scored = await self._score(
             [(decisions[members[0]].state, [decisions[i].as_question() for i in members])
              for members in groups.values()], field=field, what="decisions")
@@ -249,13 +271,22 @@ class DecisionService:
         )
 
     # --- chat --------------------------------------------------------------------------
-    def prepare_chat(self, request: ChatRequest) -> tuple[list[int], int]:
-        prompt = self.renderer.chat([{"role": m.role, "content": m.text} for m in request.messages])
-        tokens = self.renderer.tokens(prompt.prefix, starts_prompt=True)
+    async def prepare_chat(self, request: ChatRequest) -> tuple[list[int], int]:
         limit = self.settings.request_token_limit
-        if len(tokens) >= limit:
+
+        def tokens_of_prompt() -> list[int]:
+            messages = [{"role": m.role, "content": m.text} for m in request.messages]
+            return self.renderer.tokens(self.renderer.chat(messages).prefix, starts_prompt=True,
+                                        limit=limit)
+
+        try:
+            tokens = await self._prepared(tokens_of_prompt)
+        except TokenLimitExceeded:
+            tokens = None
+        if tokens is None or len(tokens) >= limit:
+            needed = f"more than {limit}" if tokens is None else str(len(tokens))
             raise RequestError(
-                413, f"messages: the prompt needs {len(tokens)} tokens, the limit is {limit}",
+                413, f"messages: the prompt needs {needed} tokens, the limit is {limit}",
                 field="messages", error_type="token_limit_exceeded",
             )
         cap = self.settings.max_chat_tokens
