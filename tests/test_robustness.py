@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from bench import hostile_bodies
 from tests.adapter_process import run_adapter_until_exit, running_adapter
 
 DECISION = {"decision": {"id": "d", "state": "The VPN drops every hour.", "question": "Which team?",
@@ -170,46 +171,15 @@ def test_the_queue_is_bounded_in_count_and_time(tmp_path):
     assert stats["waiting"] == 0 and stats["in_flight"] == 0
 
 
-def _newlines_chat() -> dict:  # 225 KB: 25.5 s to a 413 before, /ping timed out meanwhile
-    return {"messages": [{"role": "user", "content": "{\n" * 75_000}], "max_tokens": 1}
-
-
-def _state_of_lists() -> dict:  # 537 KB rendered: 38.5 s before
-    state = {f"key{i}": [i, "x"] for i in range(10_000)}
-    return {"decision": {"id": "lists", "state": state, "question": "Which team?",
-                         "options": [{"id": "data"}, {"id": "infra"}]}}
-
-
-def _tags_to_the_body_limit() -> dict:  # just under DECISION_MAX_BODY_BYTES (1 MiB)
-    return {"model": "jev-latest", "state": "<b>" * 349_000,
-            "questions": {"q": {"type": "noul", "instructions": "Bold?"}}}
-
-
 @pytest.mark.parametrize("path,body", [
-    ("/invocations", _newlines_chat()), ("/v1/chat/completions", _newlines_chat()),
-    ("/invocations", _state_of_lists()), ("/v1/systemone", _tags_to_the_body_limit()),
+    ("/invocations", hostile_bodies.newlines_chat()),
+    ("/v1/chat/completions", hostile_bodies.newlines_chat()),
+    ("/invocations", hostile_bodies.state_of_lists()),
+    ("/v1/systemone", hostile_bodies.tags_to_the_body_limit()),
 ])
 def test_a_body_that_is_slow_to_tokenize_is_refused_fast_and_ping_stays_fast(adapter, path, body):
-    payload = json.dumps(body).encode()
-    assert len(payload) <= 1 << 20
-    pings: list[float] = []
-    done = threading.Event()
-
-    def ping() -> None:
-        while not done.is_set():
-            started = time.monotonic()
-            httpx.get(adapter.url + "/ping", timeout=10)
-            pings.append(time.monotonic() - started)
-
-    pinger = threading.Thread(target=ping)
-    pinger.start()
-    try:
-        started = time.monotonic()
-        response = httpx.post(adapter.url + path, content=payload, timeout=120,
-                              headers={"Content-Type": "application/json"})
-        elapsed = time.monotonic() - started
-    finally:
-        done.set()
-        pinger.join()
-    assert elapsed < 2.0 and pings and max(pings) < 2.0
-    assert response.status_code == 413 and "the limit is 8192" in response.text, response.text
+    # Before the linear tokenizer: 25.5 s (the chat) and 38.5 s, /ping timing out meanwhile.
+    result = hostile_bodies.send_while_pinging(adapter.url, path, body)
+    assert result["bytes"] <= 1 << 20
+    assert result["seconds"] < 2.0 and result["pings"] and result["slowest_ping_s"] < 2.0
+    assert result["status"] == 413 and "the limit is 8192" in result["text"], result["text"]
