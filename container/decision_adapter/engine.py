@@ -153,8 +153,8 @@ class Engine:
     def tokenize(self, text: str, *, special: bool, limit: int | None = None) -> list[int]:
         """Tokens of `text` without BOS; `special=False` keeps control-token strings as text.
 
-        User text (special=False) goes through UserTextTokenizer: linear time, and past `limit`
-        tokens it raises TokenLimitExceeded instead of finishing.
+        User text (special=False) goes through UserTextTokenizer: linear time, and
+        TokenLimitExceeded without tokenizing when a cheap bound proves it over `limit`.
         """
         if not special:
             return self._user_text.tokenize(text, limit)

@@ -114,7 +114,7 @@ class PromptRenderer:
     # --- tokens ------------------------------------------------------------------------
     def tokens(self, pieces: list[Piece], *, starts_prompt: bool,
                limit: int | None = None) -> list[int]:
-        """Past `limit` tokens in one piece: TokenLimitExceeded, the rest left untokenized."""
+        """TokenLimitExceeded, untokenized, when one piece is cheaply proved past `limit`."""
         tokens: list[int] = []
         for piece in pieces:
             if piece.text:

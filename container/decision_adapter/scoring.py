@@ -86,7 +86,7 @@ class ScoringPlan:
 
 def build_plan(renderer: PromptRenderer, state: Any, questions: Sequence[Question],
                limit: int | None = None) -> ScoringPlan:
-    """Tokens of every question's prompt; a piece alone past `limit` tokens stops it early."""
+    """Tokens of every question's prompt; a piece cheaply proved past `limit` stops it early."""
     plans: list[QuestionPlan] = []
     prefix_tokens: list[int] | None = None
     for question in questions:
@@ -105,11 +105,6 @@ def build_plan(renderer: PromptRenderer, state: Any, questions: Sequence[Questio
             )
         )
     return ScoringPlan(prefix_tokens=prefix_tokens or [], questions=plans)
-
-
-def check_budget(plan: ScoringPlan, limit: int, field: str) -> None:
-    if plan.total_tokens > limit:
-        raise BudgetError(field, plan.total_tokens, limit, "the request")
 
 
 @dataclass

@@ -218,9 +218,9 @@ class DecisionService:
         texts = await self._prepared(lambda: [state_text(d.state) for d in decisions])
         for index, text in enumerate(texts):  # rendering a 1 MB state takes 0.2 s: off the loop
             groups.setdefault(text, []).append(index)
-        scored = await self._score(
-            [(decisions[members[0]].state, [decisions[i].as_question() for i in members])
-             for members in groups.values()], field=field, what="decisions")
+        scored = await self._score(  # a rendered state renders as itself: no second rendering
+            [(text, [decisions[i].as_question() for i in members])
+             for text, members in groups.items()], field=field, what="decisions")
         results: list[dict[str, Any]] = [{}] * len(decisions)
         for members, group in zip(groups.values(), scored):
             for position, index in enumerate(members):
