@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from bench import hostile_bodies
 from tests.adapter_process import run_adapter_until_exit, running_adapter
 
 DECISION = {"decision": {"id": "d", "state": "The VPN drops every hour.", "question": "Which team?",
@@ -119,3 +120,66 @@ def test_a_configured_queue_lets_requests_wait_instead_of_503(tmp_path):
     assert outcome["slow"].status_code == 200
     assert queued.status_code == 200
     assert queued.json()["result"]["timing"]["admission_wait_ms"] > 100
+
+
+def _admission(url: str) -> dict:
+    return httpx.get(url + "/stats", timeout=10).json()["admission"]
+
+
+def _until(condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_the_queue_is_bounded_in_count_and_time(tmp_path):
+    # A decision on a 3,000-token state holds the model for several seconds.
+    long_state = "Queue bound probe: the nightly export failed with a timeout again. " * 200
+    slow = {"decision": {"id": "slow", "state": long_state, "question": "Which team?",
+                         "options": [{"id": "data"}, {"id": "infra"}]}}
+    with running_adapter(tmp_path, DECISION_MAX_QUEUE="1", DECISION_ADMISSION_WAIT_S="2",
+                         DECISION_STATE_CACHE_BYTES="0") as adapter:
+        url, outcome = adapter.url, {}
+
+        def timed_post(name: str) -> None:
+            started = time.monotonic()
+            response = httpx.post(url + "/invocations", json=DECISION if name != "slow" else slow,
+                                  timeout=120)
+            outcome[name] = (response.status_code, time.monotonic() - started, time.monotonic())
+
+        holder = threading.Thread(target=timed_post, args=("slow",))
+        holder.start()
+        _until(lambda: _admission(url)["in_flight"] == 1)
+        waiter = threading.Thread(target=timed_post, args=("queued",))
+        waiter.start()
+        _until(lambda: _admission(url)["waiting"] == 1)
+        refused = [threading.Thread(target=timed_post, args=(f"extra{i}",)) for i in range(5)]
+        for thread in refused:
+            thread.start()
+        for thread in refused + [waiter, holder]:
+            thread.join()
+        stats = _admission(url)
+    assert outcome["slow"][0] == 200
+    # The queued one gave up after the 2 s wait, while the slow decision still ran.
+    status, waited, ended = outcome["queued"]
+    assert status == 503 and 2.0 <= waited < 3.0 and ended < outcome["slow"][2]
+    for i in range(5):  # the queue was full: refused at once, not after the wait
+        status, waited, _ = outcome[f"extra{i}"]
+        assert status == 503 and waited < 1.0
+    assert stats["refused_queue_full"] == 5 and stats["refused_wait_expired"] == 1
+    assert stats["waiting"] == 0 and stats["in_flight"] == 0
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/invocations", hostile_bodies.newlines_chat()),
+    ("/v1/chat/completions", hostile_bodies.newlines_chat()),
+    ("/invocations", hostile_bodies.state_of_lists()),
+    ("/v1/systemone", hostile_bodies.tags_to_the_body_limit()),
+])
+def test_a_body_that_is_slow_to_tokenize_is_refused_fast_and_ping_stays_fast(adapter, path, body):
+    # Before the linear tokenizer: 25.5 s (the chat) and 38.5 s, /ping timing out meanwhile.
+    result = hostile_bodies.send_while_pinging(adapter.url, path, body)
+    assert result["bytes"] <= 1 << 20
+    assert result["seconds"] < 2.0 and result["pings"] and result["slowest_ping_s"] < 2.0
+    assert result["status"] == 413 and "the limit is 8192" in result["text"], result["text"]

@@ -146,3 +146,60 @@ def test_system_one_questions_from_the_cache_are_bit_identical(engine, renderer)
     assert (miss.state_cache, hit_timing.state_cache) == ("miss", "hit")
     for a, b, c in zip(fresh, missed, hit):
         assert np.array_equal(a.option_logits, b.option_logits) and np.array_equal(a.option_logits, c.option_logits)
+
+
+def _state_of_prefix_length(renderer, tokens: int) -> str:
+    """A state whose rendered prefix is exactly `tokens` tokens long."""
+    def length(state: str) -> int:
+        prompt = renderer.decision(state, "q", [("A", "a", None)])
+        return len(renderer.tokens(prompt.prefix, starts_prompt=True))
+
+    words = (tokens - length("")) // 4
+    state = " ".join(f"item{i % 97}" for i in range(words))
+    while length(state) < tokens:
+        state += " a"
+    assert length(state) == tokens
+    return state
+
+
+# 60 options get two-letter labels (a label-sequence readout) and a suffix of 300+ tokens; the
+# long question gives a single-token readout with a suffix past llama.cpp's 64-token FA tile.
+LONG_READOUT_QUESTIONS = [
+    Question("Which item is meant?", [f"item{i}" for i in range(60)], [None] * 60),
+    Question("Is the list complete? " + "Check every entry against the order. " * 7,
+             ["yes", "no"], [None, None]),
+    Question("Priority?", ["low", "high"], [None, None]),
+]
+
+
+@pytest.mark.parametrize("prefix_tokens", [511, 512, 513, 1100])
+def test_cache_off_miss_and_hit_are_bit_identical_around_the_batch_size(
+        engine, renderer, prefix_tokens):
+    plan = build_plan(renderer, _state_of_prefix_length(renderer, prefix_tokens),
+                      LONG_READOUT_QUESTIONS)
+    assert len(plan.prefix_tokens) == prefix_tokens
+    assert [len(q.suffix_tokens) >= 64 for q in plan.questions] == [True, True, False]
+    assert [q.single_token_labels for q in plan.questions] == [False, True, True]
+    cache = StateCache(1 << 30, model_id="gemma")
+    off, _ = score(engine, plan)
+    missed, miss = score(engine, plan, cache=cache)
+    hit, hit_timing = score(engine, plan, cache=cache)
+    assert (miss.state_cache, hit_timing.state_cache) == ("miss", "hit")
+    for answers in (missed, hit):
+        for reference, other in zip(off, answers):
+            assert np.array_equal(reference.option_logits, other.option_logits)
+
+
+def test_a_system_one_choice_of_60_on_a_long_state_is_bit_identical_from_the_cache(adapter):
+    import httpx
+
+    bins = " ".join(f"bin{i} holds {i % 7} crates" for i in range(110))
+    state = "Inventory audit, aisle by aisle: " + bins
+    request = {"model": "jev-latest", "state": state, "questions": {"bin": {
+        "type": "choice", "instructions": "Which bin holds the most crates?",
+        "criteria": {f"bin{i}": None for i in range(60)}}}}
+    first = httpx.post(adapter.url + "/v1/systemone", json=request, timeout=120).json()
+    again = httpx.post(adapter.url + "/v1/systemone", json=request, timeout=120).json()
+    assert first["x_timing"]["prefix_tokens"] > 512
+    assert (first["x_timing"]["state_cache"], again["x_timing"]["state_cache"]) == ("miss", "hit")
+    assert first["answers"] == again["answers"]

@@ -1,4 +1,4 @@
-"""Admission to the one llama.cpp context: run now, wait briefly, or answer 503.
+"""Admission to the one llama.cpp context: run now, wait briefly in a bounded queue, or 503.
 
 Model work runs on a single dedicated thread (the context is not thread-safe). A request is
 admitted only after its body was read and validated, so slow uploads and bad requests never
@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -35,13 +37,33 @@ class ShuttingDown(Busy):
         self.retry_after_s = retry_after_s
 
 
+@dataclass
+class AdmissionStats:
+    admitted: int = 0  # ran at once or after waiting
+    waited: int = 0  # of those, admitted after waiting in the queue
+    refused_queue_full: int = 0  # answered 503 at once: the model busy and the queue full
+    refused_wait_expired: int = 0  # answered 503 after waiting the whole admission wait
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
 class ModelRunner:
+    """One job on the model at a time, at most `max_queue` waiting, none longer than `wait_s`.
+
+    The slot passes from a finished job straight to the oldest waiter, so a waiter's time is
+    bounded whether the model is busy with a long job or a queue: once it holds the slot, the
+    model thread is free.
+    """
+
     def __init__(self, *, max_queue: int, wait_s: float, retry_after_s: int) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
-        self._slots = asyncio.Semaphore(1 + max_queue)  # the running job plus the waiting ones
-        self._wait_s = wait_s if max_queue > 0 else 0.0
+        self._max_queue = max_queue
+        self._wait_s = wait_s
         self._retry_after_s = retry_after_s
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self.in_flight = 0
+        self.stats = AdmissionStats()
         self._stopping = threading.Event()  # set at the shutdown deadline; never cleared
 
     def stop_work(self) -> None:
@@ -51,16 +73,36 @@ class ModelRunner:
     def _stopped(self, error: BaseException) -> BaseException:
         return ShuttingDown(self._retry_after_s) if self._stopping.is_set() else error
 
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
     async def _admit(self) -> None:
         if self._stopping.is_set():
             raise ShuttingDown(self._retry_after_s)
-        if self._slots.locked() and self._wait_s <= 0:
+        if self.in_flight == 0:
+            self.in_flight = 1
+            self.stats.admitted += 1
+            return
+        if len(self._waiters) >= self._max_queue:
+            self.stats.refused_queue_full += 1
             raise Busy(self._retry_after_s)
+        granted = asyncio.get_running_loop().create_future()
+        self._waiters.append(granted)
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeout=self._wait_s or None)
-        except TimeoutError:
-            raise Busy(self._retry_after_s) from None
-        self.in_flight += 1
+            await asyncio.wait({granted}, timeout=self._wait_s)
+        except BaseException:  # cancelled while waiting (the client left)
+            if granted.done():
+                self._release()  # the slot arrived just now: pass it on
+            else:
+                self._waiters.remove(granted)
+            raise
+        if not granted.done():
+            self._waiters.remove(granted)
+            self.stats.refused_wait_expired += 1
+            raise Busy(self._retry_after_s)
+        self.stats.admitted += 1
+        self.stats.waited += 1
 
     def _submit(self, function: Callable[..., T], *args: Any):
         loop = asyncio.get_running_loop()
@@ -73,8 +115,10 @@ class ModelRunner:
         return future
 
     def _release(self) -> None:
-        self.in_flight -= 1
-        self._slots.release()
+        if self._waiters:  # hand the slot over: in_flight stays 1
+            self._waiters.popleft().set_result(None)
+        else:
+            self.in_flight = 0
 
     async def run(self, function: Callable[..., T], *args: Any) -> tuple[T, float]:
         """Run `function(*args)` on the model thread; returns (result, ms waited for the model,

@@ -138,7 +138,7 @@ async def _chat(request: Request, chat: openai_chat.ChatRequest) -> Response:
     service = _service(request)
     model = chat.model or service.model_name
     cid = openai_chat.completion_id()
-    tokens, max_tokens = service.prepare_chat(chat)
+    tokens, max_tokens = await service.prepare_chat(chat)
     result = GenerationResult()
     deltas = service.runner.stream(lambda: service.chat_deltas(chat, tokens, max_tokens, result))
     first = await anext(deltas, None)  # admission happens here: a 503 is still possible

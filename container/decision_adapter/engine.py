@@ -17,6 +17,8 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from .tokenizer import UserTextTokenizer, cuttable
+
 log = logging.getLogger(__name__)
 
 
@@ -107,6 +109,7 @@ class Engine:
         self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
         self.stats = DecodeStats()
         self._install_interrupt()
+        self._user_text = self._user_text_tokenizer()
 
     def close(self) -> None:
         if getattr(self, "ctx", None):
@@ -148,16 +151,43 @@ class Engine:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 
     # --- text <-> tokens ---------------------------------------------------------------
-    def tokenize(self, text: str, *, special: bool) -> list[int]:
-        """Tokens of `text` without BOS; `special=False` keeps control-token strings as text."""
-        data = text.encode("utf-8")
+    def tokenize(self, text: str, *, special: bool, limit: int | None = None) -> list[int]:
+        """Tokens of `text` without BOS; `special=False` keeps control-token strings as text.
+
+        User text (special=False) goes through UserTextTokenizer: linear time, and
+        TokenLimitExceeded without tokenizing when a cheap bound proves it over `limit`.
+        """
+        if not special:
+            return self._user_text.tokenize(text, limit)
+        return self._tokenize_bytes(text.encode("utf-8"), special=True)
+
+    def _tokenize_bytes(self, data: bytes, *, special: bool = False) -> list[int]:
         capacity = len(data) + 8
         buffer = (llama_cpp.llama_token * capacity)()
-        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, capacity, False, special)
+        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, capacity, False,
+                                         special)
         if count < 0:  # never for capacity >= bytes + a few, but keep llama.cpp's contract
             buffer = (llama_cpp.llama_token * -count)()
-            count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, -count, False, special)
+            count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, -count, False,
+                                             special)
         return list(buffer[:count])
+
+    def _user_text_tokenizer(self) -> UserTextTokenizer:
+        """The user-defined tokens llama.cpp cuts plain text at, read from the vocabulary."""
+        control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        strips = llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP | llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP
+        specials: list[bytes] = []
+        exact = True
+        longest = 1
+        for token in range(self.n_vocab):
+            text = llama_cpp.llama_vocab_get_text(self.vocab, token) or b""
+            longest = max(longest, len(text), len(self.piece(token, special=False)))
+            attributes = llama_cpp.llama_vocab_get_attr(self.vocab, token)
+            if attributes & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and not attributes & control:
+                specials.append(text)
+                exact = exact and not attributes & strips  # stripping reaches past a cut
+        exact = exact and cuttable(specials)
+        return UserTextTokenizer(self._tokenize_bytes, specials if exact else None, longest)
 
     def piece(self, token: int, *, special: bool = True) -> bytes:
         buffer = ctypes.create_string_buffer(128)

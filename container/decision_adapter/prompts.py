@@ -128,11 +128,13 @@ class PromptRenderer:
         return RenderedPrompt(prefix=pieces)
 
     # --- tokens ------------------------------------------------------------------------
-    def tokens(self, pieces: list[Piece], *, starts_prompt: bool) -> list[int]:
+    def tokens(self, pieces: list[Piece], *, starts_prompt: bool,
+               limit: int | None = None) -> list[int]:
+        """TokenLimitExceeded, untokenized, when one piece is cheaply proved past `limit`."""
         tokens: list[int] = []
         for piece in pieces:
             if piece.text:
-                tokens += self.engine.tokenize(piece.text, special=not piece.user)
+                tokens += self.engine.tokenize(piece.text, special=not piece.user, limit=limit)
         if starts_prompt and self.engine.adds_bos and tokens[:1] != [self.engine.bos_token]:
             tokens.insert(0, self.engine.bos_token)
         return tokens

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import time
-from functools import partial
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from . import __version__
 from .admission import ModelRunner
@@ -20,18 +21,20 @@ from .formats import systemone
 from .formats.openai_chat import ChatRequest
 from .generation import GenerationResult, text_deltas
 from .model_files import ModelFile, load_model_file
-from .prompts import PROMPT_VERSION, PromptRenderer
+from .prompts import PROMPT_VERSION, PromptRenderer, state_text
 from .scoring import (
     BudgetError,
     Question,
     QuestionScores,
     ScoringPlan,
     build_plan,
-    check_budget,
     score,
 )
 from .settings import Settings
 from .state_cache import StateCache
+from .tokenizer import TokenLimitExceeded
+
+T = TypeVar("T")
 
 # llama.cpp's `general.file_type` values for the quantizations people actually serve.
 FILE_TYPES = {
@@ -44,6 +47,18 @@ FILE_TYPES = {
 
 def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
+
+
+def _request_timing(groups: list[Scored]) -> dict[str, Any]:
+    """One request's timing: its only state's, or the states' model work added up."""
+    if len(groups) == 1:
+        return groups[0].timing
+    timing = dict(groups[0].timing)
+    for key in ("prefill_ms", "branches_ms", "prefix_tokens"):
+        timing[key] = round(sum(group.timing[key] for group in groups), 3)
+    timing["state_cache"] = ",".join(group.timing["state_cache"] for group in groups)
+    timing["states"] = len(groups)
+    return timing
 
 
 @dataclass
@@ -79,17 +94,26 @@ class DecisionService:
             wait_s=settings.admission_wait_s,
             retry_after_s=settings.retry_after_s,
         )
+        # Rendering and tokenizing run here, never on the event loop (100 KB of newlines cost
+        # llama.cpp seconds before UserTextTokenizer) nor on the model thread (a request over
+        # its budget must not hold the model). llama.cpp's tokenizer only reads the vocabulary,
+        # which decoding leaves alone, and releases the GIL.
+        self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
         self.model_name = self._model_name()
         self.model_info = self._model_info()
 
     def close(self) -> None:
         self.runner.close()
+        self._prepare.shutdown(wait=True)
         self.engine.close()
 
     def stop_work(self) -> None:
         """Shutdown deadline: end the model work in progress and refuse more."""
         self.runner.stop_work()
         self.engine.interrupt()
+
+    async def _prepared(self, function: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._prepare, function)
 
     # --- identity ----------------------------------------------------------------------
     def _model_name(self) -> str:
@@ -140,55 +164,80 @@ class DecisionService:
             "engine": {"decode_calls": self.engine.stats.decode_calls,
                        "tokens_decoded": self.engine.stats.tokens_decoded,
                        "decode_seconds": round(self.engine.stats.seconds, 3)},
-            "admission": {"in_flight": self.runner.in_flight},
+            "admission": {"in_flight": self.runner.in_flight, "waiting": self.runner.waiting,
+                          **self.runner.stats.as_dict()},
         }
 
     # --- decisions ---------------------------------------------------------------------
-    async def _score(self, state: Any, questions: list[Question], *, field: str, what: str) -> Scored:
-        """Every wire format's scoring: limits, plan, budget, admission, then the engine."""
+    async def _score(self, groups: list[tuple[Any, list[Question]]], *, field: str,
+                     what: str) -> list[Scored]:
+        """Every wire format's scoring: limits, plans, budget, admission, then the engine.
+
+        One group per distinct state: each is prefilled once and scored exactly as if it came
+        alone, all in one model job.
+        """
         received = time.perf_counter()
-        if len(questions) > self.settings.max_decisions:
+        count = sum(len(questions) for _, questions in groups)
+        if count > self.settings.max_decisions:
             raise RequestError(
-                422, f"{field}: {len(questions)} {what}, at most "
+                422, f"{field}: {count} {what}, at most "
                 f"{self.settings.max_decisions} per request (DECISION_MAX_DECISIONS)", field=field,
             )
-        plan = build_plan(self.renderer, state, questions)
+        limit = self.settings.request_token_limit
         try:
-            check_budget(plan, self.settings.request_token_limit, field)
-        except BudgetError as error:
-            raise RequestError(413, str(error), field=field, error_type="token_limit_exceeded") from None
+            plans = await self._prepared(lambda: [
+                build_plan(self.renderer, state, questions, limit) for state, questions in groups
+            ])
+        except TokenLimitExceeded:
+            raise RequestError(413, f"{field}: the request needs more than {limit} tokens, the "
+                               f"limit is {limit}", field=field,
+                               error_type="token_limit_exceeded") from None
+        needed = sum(plan.total_tokens for plan in plans)
+        if needed > limit:
+            error = BudgetError(field, needed, limit, "the request")
+            raise RequestError(413, str(error), field=field, error_type="token_limit_exceeded")
         prepared_ms = _ms(received)
-        (scores, timing), waited_ms = await self.runner.run(
-            partial(score, self.engine, plan, cache=self.state_cache)
-        )
-        return Scored(plan, scores, {
+
+        def score_all() -> list[tuple[list[QuestionScores], Any]]:
+            return [score(self.engine, plan, cache=self.state_cache) for plan in plans]
+
+        outcomes, waited_ms = await self.runner.run(score_all)
+        total_ms = _ms(received)
+        return [Scored(plan, scores, {
             "prepare_ms": prepared_ms,
             "admission_wait_ms": round(waited_ms, 3),
             "prefill_ms": round(timing.prefill_ms, 3),
             "branches_ms": round(timing.branches_ms, 3),
             "state_cache": timing.state_cache,
-            "total_ms": _ms(received),
+            "total_ms": total_ms,
             "prefix_tokens": len(plan.prefix_tokens),
-            "request_tokens": plan.total_tokens,
-        })
+            "request_tokens": needed,
+        }) for plan, (scores, timing) in zip(plans, outcomes)]
 
     async def decide(self, request: decision_format.DecisionRequest) -> dict[str, Any]:
         decisions = request.items
         field = "decision" if request.decision is not None else "decisions"
-        scored = await self._score(decisions[0].state, [d.as_question() for d in decisions],
-                                   field=field, what="decisions")
-        results = [
-            decision_format.encode_result(
-                d, s, scored.plan, i,
-                engine_piece=self.engine.piece, model=self.model_info,
-                timing=scored.timing, prompt_version=PROMPT_VERSION,
-                temperature=self.calibration.temperature,
-            )
-            for i, (d, s) in enumerate(zip(decisions, scored.scores))
-        ]
+        # Grouped by the text the model reads: states equal in Python ({"paid": true} and
+        # {"paid": 1}, 1 and 1.0, other key orders) render differently and are scored apart.
+        groups: dict[str, list[int]] = {}
+        texts = await self._prepared(lambda: [state_text(d.state) for d in decisions])
+        for index, text in enumerate(texts):  # rendering a 1 MB state takes 0.2 s: off the loop
+            groups.setdefault(text, []).append(index)
+        scored = await self._score(  # a rendered state renders as itself: no second rendering
+            [(text, [decisions[i].as_question() for i in members])
+             for text, members in groups.items()], field=field, what="decisions")
+        results: list[dict[str, Any]] = [{}] * len(decisions)
+        for members, group in zip(groups.values(), scored):
+            for position, index in enumerate(members):
+                results[index] = decision_format.encode_result(
+                    decisions[index], group.scores[position], group.plan, position,
+                    engine_piece=self.engine.piece, model=self.model_info,
+                    timing=group.timing, prompt_version=PROMPT_VERSION,
+                    temperature=self.calibration.temperature,
+                )
         if request.decision is not None:
             return {"result": results[0]}
-        return {"results": results, "timing": scored.timing}
+        return {"results": results, "timing": _request_timing(scored)}
 
     async def system_one(self, request: systemone.SystemOneRequest) -> dict[str, Any]:
         if request.model not in (self.model_name, systemone.MODEL_ALIAS):
@@ -197,8 +246,8 @@ class DecisionService:
                 f"{systemone.MODEL_ALIAS!r} (GET /v1/models)", field="model", error_type="model_not_found",
             )
         questions = list(request.questions.values())
-        scored = await self._score(request.state, [q.as_question() for q in questions],
-                                   field="questions", what="questions")
+        (scored,) = await self._score([(request.state, [q.as_question() for q in questions])],
+                                      field="questions", what="questions")
         temperature = self.calibration.temperature
         answers = {
             question_id: systemone.encode_answer(question, scores, plan, temperature=temperature)
@@ -227,13 +276,22 @@ class DecisionService:
         )
 
     # --- chat --------------------------------------------------------------------------
-    def prepare_chat(self, request: ChatRequest) -> tuple[list[int], int]:
-        prompt = self.renderer.chat([{"role": m.role, "content": m.text} for m in request.messages])
-        tokens = self.renderer.tokens(prompt.prefix, starts_prompt=True)
+    async def prepare_chat(self, request: ChatRequest) -> tuple[list[int], int]:
         limit = self.settings.request_token_limit
-        if len(tokens) >= limit:
+
+        def tokens_of_prompt() -> list[int]:
+            messages = [{"role": m.role, "content": m.text} for m in request.messages]
+            return self.renderer.tokens(self.renderer.chat(messages).prefix, starts_prompt=True,
+                                        limit=limit)
+
+        try:
+            tokens = await self._prepared(tokens_of_prompt)
+        except TokenLimitExceeded:
+            tokens = None
+        if tokens is None or len(tokens) >= limit:
+            needed = f"more than {limit}" if tokens is None else str(len(tokens))
             raise RequestError(
-                413, f"messages: the prompt needs {len(tokens)} tokens, the limit is {limit}",
+                413, f"messages: the prompt needs {needed} tokens, the limit is {limit}",
                 field="messages", error_type="token_limit_exceeded",
             )
         cap = self.settings.max_chat_tokens

@@ -51,7 +51,7 @@ class Decision(BaseModel):
 
 
 class DecisionRequest(BaseModel):
-    """Exactly one of `decision` or `decisions` (all sharing one identical state)."""
+    """Exactly one of `decision` or `decisions`; decisions about one state share its prefill."""
 
     model_config = ConfigDict(extra="forbid")
     decision: Decision | None = None
@@ -59,16 +59,13 @@ class DecisionRequest(BaseModel):
 
     @field_validator("decisions")
     @classmethod
-    def _shared_state_unique_ids(cls, decisions: list[Decision] | None) -> list[Decision] | None:
+    def _unique_ids(cls, decisions: list[Decision] | None) -> list[Decision] | None:
         if not decisions:
             return decisions
         ids = [d.id for d in decisions]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
             raise ValueError(f"duplicate decision ids: {', '.join(duplicates)}")
-        if any(d.state != decisions[0].state or type(d.state) is not type(decisions[0].state)
-               for d in decisions[1:]):
-            raise ValueError("every decision in `decisions` must carry the identical state")
         return decisions
 
     @model_validator(mode="after")
