@@ -32,6 +32,25 @@ class Adapter:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def stats(self, **headers: str) -> dict:
+        return httpx.get(f"{self.url}/stats", headers=headers, timeout=10).json()
+
+    def wait_until_in_flight(self, count: int = 1, *, waiting: int = 0, **headers: str) -> None:
+        """Until `count` model jobs run and `waiting` wait (as /stats counts them)."""
+        def reached() -> bool:
+            admission = self.stats(**headers)["admission"]
+            return admission["in_flight"] == count and admission["waiting"] == waiting
+
+        wait_until(reached, what=f"{count} in flight, {waiting} waiting")
+
+
+def wait_until(condition, *, timeout: float = 60, what: str = "condition") -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached within {timeout}s: {what}"
+        time.sleep(0.02)
+
 
 def adapter_environment(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
@@ -152,7 +151,7 @@ def test_busy_model_answers_503_retryable_with_retry_after(adapter):
     finished = {}
     worker = threading.Thread(target=lambda: finished.update(r=post(adapter, long_chat)))
     worker.start()
-    time.sleep(1.0)
+    adapter.wait_until_in_flight(1)  # the chat holds the model
     busy = post(adapter, {"decision": decision()})
     worker.join()
     assert finished["r"].status_code == 200

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 import httpx
 
 from model_packaging.manifest import sha256_of_file
-from tests.adapter_process import run_adapter_until_exit, running_adapter
+from tests.adapter_process import run_adapter_until_exit, running_adapter, wait_until
 
 
 def test_gpu_layers_without_a_gpu_backend_refuse_to_start():
@@ -46,24 +48,38 @@ def test_manifest_mismatch_refuses_to_start(tmp_path, gemma_gguf):
         assert info["model"] == "gemma"  # the manifest's identity names the model
 
 
-def test_sigterm_lets_an_in_flight_decision_finish(tmp_path):
+GRACE_S = 20
+
+
+def _refuses_connections(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_sigterm_refuses_new_connections_while_an_in_flight_decision_finishes(tmp_path):
     long_state = "The warehouse scanner logs show repeated timeouts on aisle 7. " * 160
     body = {"decision": {"id": "late", "state": long_state, "question": "Which team?",
                          "options": [{"id": "hardware"}, {"id": "network"}]}}
-    with running_adapter(tmp_path) as adapter:
+    with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S),
+                         DECISION_STATE_CACHE_BYTES="0") as adapter:
         outcome = {}
-        worker = threading.Thread(
-            target=lambda: outcome.update(r=httpx.post(adapter.url + "/invocations", json=body, timeout=60)))
+        worker = threading.Thread(target=lambda: outcome.update(
+            r=httpx.post(adapter.url + "/invocations", json=body, timeout=60)))
         worker.start()
-        time.sleep(1.0)  # the ~2,000-token prefill takes seconds: the decision is in flight
+        adapter.wait_until_in_flight(1)  # the ~2,000-token prefill takes seconds
+        assert not _refuses_connections(adapter.url)
         adapter.process.send_signal(signal.SIGTERM)
+        sigterm_at = time.monotonic()
+        wait_until(lambda: _refuses_connections(adapter.url), timeout=5,
+                   what="new connections refused after SIGTERM")
+        assert "r" not in outcome, "refused while the decision still holds the server open"
+        assert adapter.process.poll() is None
         worker.join()
-        assert outcome["r"].status_code == 200
-        assert outcome["r"].json()["result"]["input_tokens"] > 1500
-        assert adapter.process.wait(timeout=30) == 0
-        refused = None
-        try:
-            refused = httpx.get(adapter.url + "/ping", timeout=2)
-        except httpx.HTTPError:
-            pass
-        assert refused is None  # no longer accepting
+        assert adapter.process.wait(timeout=GRACE_S + 5) == 0
+        assert time.monotonic() - sigterm_at < GRACE_S
+    assert outcome["r"].status_code == 200
+    assert outcome["r"].json()["result"]["input_tokens"] > 1500

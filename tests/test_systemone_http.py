@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import httpx
 import numpy as np
@@ -204,7 +203,7 @@ def test_busy_model_answers_503_in_system_one_shape(adapter):
     finished = {}
     worker = threading.Thread(target=lambda: finished.update(r=ask(adapter, long_chat, path="/invocations")))
     worker.start()
-    time.sleep(1.0)
+    adapter.wait_until_in_flight(1)  # the chat holds the model
     busy = ask(adapter, body({"refund": REFUND}))
     worker.join()
     assert finished["r"].status_code == 200
