@@ -117,9 +117,11 @@ def test_a_configured_queue_lets_requests_wait_instead_of_503(tmp_path):
         adapter.wait_until_in_flight(1)  # the slow decision holds the model
         queued = httpx.post(adapter.url + "/invocations", json=DECISION, timeout=60)
         worker.join()
+        admission = adapter.stats()["admission"]
     assert outcome["slow"].status_code == 200
     assert queued.status_code == 200
     assert queued.json()["result"]["timing"]["admission_wait_ms"] > 100
+    assert admission["admitted"] == 2 and admission["waited"] == 1
 
 
 def test_the_queue_is_bounded_in_count_and_time(tmp_path):

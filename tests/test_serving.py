@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from urllib.parse import urlsplit
@@ -12,7 +16,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from model_packaging.manifest import sha256_of_file
-from tests.adapter_process import run_adapter_until_exit, running_adapter, wait_until
+from tests.adapter_process import (adapter_environment, free_port, run_adapter_until_exit,
+                                   running_adapter, wait_until)
 
 
 def test_gpu_layers_without_a_gpu_backend_refuse_to_start():
@@ -25,6 +30,33 @@ def test_impossible_configuration_exits_with_one_line():
     finished = run_adapter_until_exit({"DECISION_N_CTX": "ten"})
     assert finished.returncode == 2
     assert "DECISION_N_CTX" in finished.stderr and "Traceback" not in finished.stderr
+
+
+def test_ping_answers_503_loading_while_the_model_loads(tmp_path):
+    os.mkfifo(tmp_path / "model.gguf")  # checksumming it waits for a writer: loading never ends
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "decision_adapter", "serve"],
+                               env=adapter_environment(PORT=str(port),
+                                                       DECISION_MODEL_DIR=str(tmp_path)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url, answers = f"http://127.0.0.1:{port}", []
+
+    def answered() -> bool:
+        with contextlib.suppress(httpx.TransportError):
+            answers.append(httpx.get(url + "/ping", timeout=2))
+        return bool(answers)
+
+    try:
+        wait_until(answered, what="the server listening")
+        assert answers[0].status_code == 503
+        assert answers[0].json() == {"status": "loading"}
+        decision = {"id": "d", "state": "s", "question": "q?",
+                    "options": [{"id": "a"}, {"id": "b"}]}
+        busy = httpx.post(url + "/invocations", json={"decision": decision}, timeout=10)
+        assert busy.status_code == 503 and busy.json()["retryable"] is True
+    finally:
+        process.kill()  # SIGTERM would wait for the loader, blocked on the FIFO
+        process.wait(timeout=30)
 
 
 def test_manifest_mismatch_refuses_to_start(tmp_path, gemma_gguf):
