@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -31,6 +33,44 @@ class Adapter:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def stats(self, **headers: str) -> dict:
+        return httpx.get(f"{self.url}/stats", headers=headers, timeout=10).json()
+
+    def wait_until_in_flight(self, count: int = 1, *, waiting: int = 0, **headers: str) -> None:
+        """Until `count` model jobs run and `waiting` wait (as /stats counts them)."""
+        def reached() -> bool:
+            admission = self.stats(**headers)["admission"]
+            return admission["in_flight"] == count and admission["waiting"] == waiting
+
+        wait_until(reached, what=f"{count} in flight, {waiting} waiting")
+
+
+LONG_CHAT = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
+             "max_tokens": 1000, "temperature": 0, "stop": ["@@@"]}
+
+
+@contextlib.contextmanager
+def model_held(adapter: Adapter, **headers: str) -> Iterator[None]:
+    """The model busy with a long chat while the body runs; the chat's client then leaves,
+    which stops the generation, and the model is free again on exit."""
+    body = json.dumps(LONG_CHAT).encode()
+    parts = urlsplit(adapter.url)
+    with socket.create_connection((parts.hostname, parts.port)) as connection:
+        connection.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        adapter.wait_until_in_flight(1, **headers)
+        yield
+    adapter.wait_until_in_flight(0, **headers)
+
+
+def wait_until(condition, *, timeout: float = 60, what: str = "condition") -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached within {timeout}s: {what}"
+        time.sleep(0.02)
 
 
 def adapter_environment(**overrides: str) -> dict[str, str]:

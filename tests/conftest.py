@@ -41,11 +41,13 @@ def renderer(engine):
 
 API_KEY = "test-key-4f1c9a"
 CALIBRATION_TEMPERATURE = 2.0
+RETRY_AFTER_S = 3  # not the default (1), so a test can tell the setting is used
 
 
 @pytest.fixture(scope="session")
 def secured_adapter(tmp_path_factory):
-    """A second live adapter with bearer auth on and a calibration temperature."""
+    """A second live adapter with bearer auth on, a calibration temperature and a Retry-After."""
     with running_adapter(tmp_path_factory.mktemp("secured"), DECISION_API_KEY=API_KEY,
-                         DECISION_CALIBRATION_TEMPERATURE=str(CALIBRATION_TEMPERATURE)) as running:
+                         DECISION_CALIBRATION_TEMPERATURE=str(CALIBRATION_TEMPERATURE),
+                         DECISION_RETRY_AFTER_S=str(RETRY_AFTER_S)) as running:
         yield running

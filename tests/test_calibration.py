@@ -8,6 +8,7 @@ import pytest
 
 from decision_adapter.calibration import Calibration, CalibrationError, load_calibration
 from decision_adapter.settings import Settings, SettingsError
+from tests.adapter_process import run_adapter_until_exit
 
 SHA = "a" * 64
 
@@ -61,3 +62,14 @@ def test_settings_read_the_temperature_and_the_api_key():
     assert defaults.calibration_temperature is None and defaults.api_key is None
     with pytest.raises(SettingsError, match="DECISION_CALIBRATION_TEMPERATURE"):
         Settings.from_environment({"DECISION_CALIBRATION_TEMPERATURE": "0"})
+
+
+def test_a_file_for_another_gguf_stops_the_server_at_start(tmp_path, gemma_gguf):
+    (tmp_path / gemma_gguf.name).symlink_to(gemma_gguf)
+    (tmp_path / "calibration.json").write_text(json.dumps({"temperature": 1.7,
+                                                           "gguf_sha256": "b" * 64}))
+    finished = run_adapter_until_exit({"DECISION_MODEL_DIR": str(tmp_path)})
+    assert finished.returncode == 1
+    lines = [line for line in finished.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "calibration.json" in lines[0], finished.stderr
+    assert "refusing to serve" in lines[0]

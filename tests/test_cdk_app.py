@@ -586,6 +586,25 @@ def test_cdk_nag_finds_nothing_unacknowledged_and_every_acknowledgement_has_a_re
     assert rules == {"AwsSolutions-IAM5", "AwsSolutions-CB4"}
 
 
+def test_an_unacknowledged_cdk_nag_finding_stops_synthesis(tmp_path):
+    from aws_cdk import aws_s3 as s3
+
+    context = cdk_json_context()
+    app = cdk.App(outdir=str(tmp_path), context=context)
+    stateful, _ = compose(app, config=AppConfig.from_context(context), repository_root=ROOT)
+    s3.Bucket(stateful, "Careless")  # no access logs, plain HTTP allowed: AwsSolutions-S1, S10
+    with pytest.raises(Exception, match="ValidationFailed") as failed:
+        app.synth()
+    message = str(failed.value)
+    assert "Acknowledge with 'AwsSolutions::AwsSolutions-S1'" in message
+    assert "Acknowledge with 'AwsSolutions::AwsSolutions-S10'" in message
+    named = set(re.findall(r"^\s+(\S+/\S+) aws-cdk-lib", message, re.MULTILINE))
+    assert named == {f"{STATEFUL}/Careless/Resource"}, message  # the rest stays compliant
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    (nag,) = [p for p in report["pluginReports"] if p["pluginName"] == "AwsSolutions"]
+    assert nag["conclusion"] == "failure"
+
+
 def cfn_lint(assembly: Path) -> dict[str, list[str]]:
     from cfnlint.api import lint
 

