@@ -10,8 +10,10 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def latest() -> Path:
-    files = sorted(RESULTS.glob("*.json"))
+def latest(results: Path = RESULTS) -> Path:
+    """The newest `make bench` result, `<date>-<machine>.json`; other benchmarks' JSON files
+    (hostile bodies, overload) live beside it."""
+    files = sorted(results.glob("[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]-*.json"))
     if not files:
         raise SystemExit("no results in bench/results/: run make bench")
     return files[-1]
