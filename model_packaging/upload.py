@@ -53,11 +53,12 @@ def _object_exists(s3_client, bucket: str, key: str) -> bool:
     try:
         listed = s3_client.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
     except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if error.get("Code") in {"AccessDenied", "403"}:
+        # A listing denied has an error body: code AccessDenied and a message (never a bare 403).
+        error = exc.response["Error"]
+        if error.get("Code") == "AccessDenied":
             raise PackagingError(
                 f"not allowed to check for s3://{bucket}/{key}: the uploader needs s3:ListBucket "
-                f"on {bucket} for the prefix {key} ({error.get('Message', 'AccessDenied')})"
+                f"on {bucket} for the prefix {key} ({error['Message']})"
             ) from exc
         raise
     # The key itself sorts before any longer key it prefixes, so it comes first when present.
