@@ -1,10 +1,9 @@
 """ops build: CodeBuild through botocore's Stubber; polling with an injected sleep."""
 
-import boto3
 import pytest
-from botocore.stub import Stubber
 
 from ops.cli import main
+from tests.aws_stubs import stubbed_client
 
 BUILD_ID = "decision-image-build:1234"
 IMAGE_URI = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" + "e" * 64
@@ -12,12 +11,8 @@ IMAGE_URI = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha25
 
 @pytest.fixture
 def codebuild():
-    client = boto3.client(
-        "codebuild", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test"
-    )
-    with Stubber(client) as stubber:
-        yield client, stubber
-        stubber.assert_no_pending_responses()
+    with stubbed_client("codebuild") as stubbed:
+        yield stubbed
 
 
 def build(phase, complete=False, status="IN_PROGRESS", **extra):
@@ -213,13 +208,7 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(
     """Each target starts its own project: the outputs name all three, only one is right."""
     client, stubber = codebuild
     monkeypatch.delenv(env, raising=False)
-    cloudformation = boto3.client(
-        "cloudformation",
-        region_name="eu-west-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
-    with Stubber(cloudformation) as cfn:
+    with stubbed_client("cloudformation") as (cloudformation, cfn):
         cfn.add_response(
             "describe_stacks",
             {
@@ -266,7 +255,6 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(
             sleep=lambda s: None,
         )
 
-        cfn.assert_no_pending_responses()
     assert code == 0
     assert f"{exported}={outputs[exported]}\n" in capsys.readouterr().out
 
@@ -359,13 +347,7 @@ def test_every_missing_export_is_named_and_an_empty_value_counts_as_missing(code
 
 def test_a_stack_without_outputs_names_no_project(monkeypatch, capsys):
     monkeypatch.delenv("OPS_MODEL_BUILD_PROJECT", raising=False)
-    cloudformation = boto3.client(
-        "cloudformation",
-        region_name="eu-west-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
-    with Stubber(cloudformation) as cfn:
+    with stubbed_client("cloudformation") as (cloudformation, cfn):
         cfn.add_response(
             "describe_stacks",
             {

@@ -6,13 +6,12 @@ import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import boto3
 import pytest
 from botocore.response import StreamingBody
-from botocore.stub import Stubber
 
 from ops.cli import main
 from ops.retry import Backoff
+from tests.aws_stubs import stubbed_client
 
 DECISION_BODY = {
     "decision": {
@@ -45,15 +44,8 @@ def streaming(payload: dict) -> StreamingBody:
 
 @pytest.fixture
 def runtime():
-    client = boto3.client(
-        "sagemaker-runtime",
-        region_name="eu-west-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
-    with Stubber(client) as stubber:
-        yield client, stubber
-        stubber.assert_no_pending_responses()
+    with stubbed_client("sagemaker-runtime") as stubbed:
+        yield stubbed
 
 
 @pytest.fixture

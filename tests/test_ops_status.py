@@ -3,11 +3,10 @@
 import json
 from datetime import datetime, timezone
 
-import boto3
 import pytest
-from botocore.stub import Stubber
 
 from ops.cli import main
+from tests.aws_stubs import stubbed_client
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ARN = "arn:aws:sagemaker:eu-west-1:123456789012:endpoint/decisions"
@@ -21,12 +20,8 @@ def by_service(client):
 
 @pytest.fixture
 def sagemaker():
-    client = boto3.client(
-        "sagemaker", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test"
-    )
-    with Stubber(client) as stubber:
-        yield client, stubber
-        stubber.assert_no_pending_responses()
+    with stubbed_client("sagemaker") as stubbed:
+        yield stubbed
 
 
 def endpoint(status="InService", variants=None, **extra):

@@ -2,16 +2,13 @@
 local server that records what arrived."""
 
 import io
-import json
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
-from botocore.stub import Stubber
 
 from ops.retry import Retryable
 from ops.transports import (
@@ -20,19 +17,13 @@ from ops.transports import (
     SageMakerTransport,
     _classify_client_error,
 )
+from tests.aws_stubs import stubbed_client
 
 
 @pytest.fixture
 def runtime():
-    client = boto3.client(
-        "sagemaker-runtime",
-        region_name="eu-west-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
-    with Stubber(client) as stubber:
-        yield client, stubber
-        stubber.assert_no_pending_responses()
+    with stubbed_client("sagemaker-runtime") as stubbed:
+        yield stubbed
 
 
 def test_sagemaker_reply_carries_body_and_content_type(runtime):

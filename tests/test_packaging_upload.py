@@ -6,23 +6,20 @@ import json
 import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
-from botocore.stub import ANY, Stubber
+from botocore.stub import ANY
 
 from model_packaging.cli import main
 from model_packaging.errors import PackagingError
 from model_packaging.upload import archive_key, parse_s3_destination, upload_archive
+from tests.aws_stubs import stubbed_client
 
 ARCHIVE_SHA = "ab" * 32
 
 
 @pytest.fixture
 def s3():
-    client = boto3.client(
-        "s3", region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test"
-    )
-    with Stubber(client) as stubber:
-        yield client, stubber
-        stubber.assert_no_pending_responses()
+    with stubbed_client("s3", "us-east-1") as stubbed:
+        yield stubbed
 
 
 def single_threaded():

@@ -1,0 +1,20 @@
+"""A real boto3 client answering from botocore's Stubber (dummy credentials, no network)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import boto3
+from botocore.stub import Stubber
+
+
+@contextlib.contextmanager
+def stubbed_client(service: str, region: str = "eu-west-1") -> Iterator[tuple[object, Stubber]]:
+    """Yields (client, stubber); every response queued must have been used by the end."""
+    client = boto3.client(
+        service, region_name=region, aws_access_key_id="test", aws_secret_access_key="test"
+    )
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
