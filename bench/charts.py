@@ -36,23 +36,47 @@ def reliability_diagram(result: dict[str, Any], path: Path) -> Path:
     bins = result["reliability"]
     m = result["metrics"]
     width = bins[0]["upper"] - bins[0]["lower"]
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True,
-                                         gridspec_kw={"height_ratios": [3, 1]})
+    figure, (top, bottom) = plt.subplots(
+        2, 1, figsize=(6, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
     filled = [b for b in bins if b["count"]]
-    top.bar([b["lower"] for b in filled], [b["accuracy"] for b in filled], width=width,
-            align="edge", color=ADAPTER, edgecolor="white", label="accuracy in bin")
-    top.bar([b["lower"] for b in filled], [b["confidence"] - b["accuracy"] for b in filled],
-            bottom=[b["accuracy"] for b in filled],
-            width=width, align="edge", color=SECOND, alpha=0.3, edgecolor=SECOND,
-            label="gap to mean confidence")
+    top.bar(
+        [b["lower"] for b in filled],
+        [b["accuracy"] for b in filled],
+        width=width,
+        align="edge",
+        color=ADAPTER,
+        edgecolor="white",
+        label="accuracy in bin",
+    )
+    top.bar(
+        [b["lower"] for b in filled],
+        [b["confidence"] - b["accuracy"] for b in filled],
+        bottom=[b["accuracy"] for b in filled],
+        width=width,
+        align="edge",
+        color=SECOND,
+        alpha=0.3,
+        edgecolor=SECOND,
+        label="gap to mean confidence",
+    )
     top.plot([0, 1], [0, 1], linestyle="--", color=FLOOR, label="perfect calibration")
     top.set_ylim(0, 1)
     top.set_ylabel("accuracy")
-    top.set_title(f"Reliability: n={m['n']}, accuracy {m['accuracy']:.2f}, ECE {m['ece']:.3f}, "
-                  f"Brier {m['brier']:.3f}", fontsize=10)
+    top.set_title(
+        f"Reliability: n={m['n']}, accuracy {m['accuracy']:.2f}, ECE {m['ece']:.3f}, "
+        f"Brier {m['brier']:.3f}",
+        fontsize=10,
+    )
     top.legend(loc="upper left", fontsize=8)
-    bottom.bar([b["lower"] for b in bins], [b["count"] for b in bins], width=width, align="edge",
-               color=FLOOR, edgecolor="white")
+    bottom.bar(
+        [b["lower"] for b in bins],
+        [b["count"] for b in bins],
+        width=width,
+        align="edge",
+        color=FLOOR,
+        edgecolor="white",
+    )
     bottom.set_xlim(0, 1)
     bottom.set_xlabel("top-option probability (confidence)")
     bottom.set_ylabel("items")
@@ -72,8 +96,11 @@ def single_decision(result: dict[str, Any], path: Path) -> Path:
         patch.set_alpha(0.5)
     axis.set_ylabel("milliseconds")
     axis.set_ylim(bottom=0)
-    axis.set_title(f"(a) One decision, {a['prompt_tokens']} prompt tokens: overhead "
-                   f"{a['overhead_ratio']:.2f}x the floor\n{_subtitle(result)}", fontsize=10)
+    axis.set_title(
+        f"(a) One decision, {a['prompt_tokens']} prompt tokens: overhead "
+        f"{a['overhead_ratio']:.2f}x the floor\n{_subtitle(result)}",
+        fontsize=10,
+    )
     return _save(figure, path)
 
 
@@ -82,14 +109,30 @@ def shared_state(result: dict[str, Any], path: Path) -> Path:
     rows = result["shared_state_sweep"]["rows"]
     n = [r["questions"] for r in rows]
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(n, [r["shared_median_ms"] / 1000 for r in rows], marker="o", color=ADAPTER,
-              label="one request, state shared")
-    left.plot(n, [r["separate_median_ms"] / 1000 for r in rows], marker="s", color=SECOND,
-              label="separate requests, one after another")
+    left.plot(
+        n,
+        [r["shared_median_ms"] / 1000 for r in rows],
+        marker="o",
+        color=ADAPTER,
+        label="one request, state shared",
+    )
+    left.plot(
+        n,
+        [r["separate_median_ms"] / 1000 for r in rows],
+        marker="s",
+        color=SECOND,
+        label="separate requests, one after another",
+    )
     cached = (result["shared_state_sweep"].get("with_state_cache") or {}).get("rows")
     if cached:
-        left.plot(n, [r["separate_cached_median_ms"] / 1000 for r in cached], marker="^",
-                  color=THIRD, linestyle="--", label="separate requests, state cache on")
+        left.plot(
+            n,
+            [r["separate_cached_median_ms"] / 1000 for r in cached],
+            marker="^",
+            color=THIRD,
+            linestyle="--",
+            label="separate requests, state cache on",
+        )
     left.set_xscale("log", base=2)
     left.set_xticks(n, [str(x) for x in n])
     left.set_xlabel("questions on the same state")
@@ -99,17 +142,33 @@ def shared_state(result: dict[str, Any], path: Path) -> Path:
     left.set_title(f"State of {result['shared_state_sweep']['state_tokens']} tokens", fontsize=10)
     positions = range(len(n))
     offset = 0.2 if cached else 0.0
-    right.bar([x - offset for x in positions], [r["speedup"] for r in rows], width=0.4,
-              color=ADAPTER, label="vs separate requests")
+    right.bar(
+        [x - offset for x in positions],
+        [r["speedup"] for r in rows],
+        width=0.4,
+        color=ADAPTER,
+        label="vs separate requests",
+    )
     for x, r in enumerate(rows):
-        right.annotate(f"{r['speedup']:.1f}x", (x - offset, r["speedup"]), ha="center",
-                       va="bottom", fontsize=8)
+        right.annotate(
+            f"{r['speedup']:.1f}x", (x - offset, r["speedup"]), ha="center", va="bottom", fontsize=8
+        )
     if cached:
-        right.bar([x + offset for x in positions], [r["speedup_of_shared"] for r in cached],
-                  width=0.4, color=THIRD, label="vs separate requests, state cache on")
+        right.bar(
+            [x + offset for x in positions],
+            [r["speedup_of_shared"] for r in cached],
+            width=0.4,
+            color=THIRD,
+            label="vs separate requests, state cache on",
+        )
         for x, r in enumerate(cached):
-            right.annotate(f"{r['speedup_of_shared']:.1f}x", (x + offset, r["speedup_of_shared"]),
-                           ha="center", va="bottom", fontsize=8)
+            right.annotate(
+                f"{r['speedup_of_shared']:.1f}x",
+                (x + offset, r["speedup_of_shared"]),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
     right.set_xticks(list(positions), [str(x) for x in n])
     right.legend(fontsize=8)
     right.axhline(1, color=FLOOR, linestyle="--")
@@ -128,19 +187,36 @@ def prompt_length(result: dict[str, Any], path: Path) -> Path:
     adapter = [r["http_median_ms"] for r in rows]
     low = [r["http_median_ms"] - r["http_min_ms"] for r in rows]
     high = [r["http_max_ms"] - r["http_median_ms"] for r in rows]
-    left.errorbar(tokens, adapter, yerr=[low, high], marker="o", color=ADAPTER, capsize=3,
-                  label="adapter, HTTP (median, min-max)")
+    left.errorbar(
+        tokens,
+        adapter,
+        yerr=[low, high],
+        marker="o",
+        color=ADAPTER,
+        capsize=3,
+        label="adapter, HTTP (median, min-max)",
+    )
     if all(r.get("llama_cpp_prefill_median_ms") for r in rows):
-        left.plot(tokens, [r["llama_cpp_prefill_median_ms"] for r in rows], marker="s",
-                  color=FLOOR, label="llama.cpp prefill (floor)")
+        left.plot(
+            tokens,
+            [r["llama_cpp_prefill_median_ms"] for r in rows],
+            marker="s",
+            color=FLOOR,
+            label="llama.cpp prefill (floor)",
+        )
     left.set_xscale("log", base=2)
     left.set_yscale("log")
     left.set_xlabel("prompt tokens")
     left.set_ylabel("milliseconds")
     left.legend(fontsize=8)
     left.set_title("Latency", fontsize=10)
-    right.plot(tokens, [r["prompt_tokens"] / r["http_median_ms"] * 1000 for r in rows],
-               marker="o", color=ADAPTER, label="adapter")
+    right.plot(
+        tokens,
+        [r["prompt_tokens"] / r["http_median_ms"] * 1000 for r in rows],
+        marker="o",
+        color=ADAPTER,
+        label="adapter",
+    )
     if all(r.get("llama_cpp_prefill_median_ms") for r in rows):
         floor_rate = [r["prompt_tokens"] / r["llama_cpp_prefill_median_ms"] * 1000 for r in rows]
         right.plot(tokens, floor_rate, marker="s", color=FLOOR, label="llama.cpp prefill")
@@ -163,13 +239,31 @@ def concurrency(result: dict[str, Any], path: Path) -> Path:
         rows = run["rows"]
         clients = [r["clients"] for r in rows]
         label = f"DECISION_MAX_QUEUE={run['max_queue']}"
-        axes[0].plot(clients, [r["throughput_rps"] for r in rows], linestyle=line, marker=marker,
-                     color=ADAPTER, label=label)
+        axes[0].plot(
+            clients,
+            [r["throughput_rps"] for r in rows],
+            linestyle=line,
+            marker=marker,
+            color=ADAPTER,
+            label=label,
+        )
         for key, colour in (("p50_ms", ADAPTER), ("p95_ms", SECOND), ("p99_ms", THIRD)):
-            axes[1].plot(clients, [r["latency"].get(key) for r in rows], linestyle=line,
-                         marker=marker, color=colour, label=f"{key[:3]}, queue {run['max_queue']}")
-        axes[2].plot(clients, [100 * r["share_503"] for r in rows], linestyle=line, marker=marker,
-                     color=SECOND, label=label)
+            axes[1].plot(
+                clients,
+                [r["latency"].get(key) for r in rows],
+                linestyle=line,
+                marker=marker,
+                color=colour,
+                label=f"{key[:3]}, queue {run['max_queue']}",
+            )
+        axes[2].plot(
+            clients,
+            [100 * r["share_503"] for r in rows],
+            linestyle=line,
+            marker=marker,
+            color=SECOND,
+            label=label,
+        )
     for axis, ylabel, title in (
         (axes[0], "answered decisions per second", "Throughput"),
         (axes[1], "milliseconds (answered requests)", "Latency"),
@@ -183,8 +277,11 @@ def concurrency(result: dict[str, Any], path: Path) -> Path:
         axis.set_ylim(bottom=0)
         axis.set_title(title, fontsize=10)
         axis.legend(fontsize=7)
-    figure.suptitle(f"(d) Concurrency, one decision of {result['concurrency']['prompt_tokens']} "
-                    f"tokens per request\n{_subtitle(result)}", fontsize=10)
+    figure.suptitle(
+        f"(d) Concurrency, one decision of {result['concurrency']['prompt_tokens']} "
+        f"tokens per request\n{_subtitle(result)}",
+        fontsize=10,
+    )
     return _save(figure, path)
 
 
@@ -208,14 +305,22 @@ def chat_alternative(result: dict[str, Any], path: Path) -> Path:
         positions = [i + (offset - 0.5) * 0.4 for i in range(len(metrics))]
         bars = right.bar(positions, row, width=0.4, color=colour, label=name)
         for bar, value in zip(bars, row):
-            right.annotate(f"{value:.0%}", (bar.get_x() + bar.get_width() / 2, value),
-                           ha="center", va="bottom", fontsize=8)
+            right.annotate(
+                f"{value:.0%}",
+                (bar.get_x() + bar.get_width() / 2, value),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
     right.set_xticks(range(len(metrics)), ["accuracy", "answer is an option"])
     right.set_ylim(0, 1.1)
     right.legend(fontsize=8)
     right.set_title("What comes back", fontsize=10)
-    figure.suptitle(f"(e) The alternative: a one-token chat completion, same model and prompt\n"
-                    f"{_subtitle(result)}", fontsize=10)
+    figure.suptitle(
+        f"(e) The alternative: a one-token chat completion, same model and prompt\n"
+        f"{_subtitle(result)}",
+        fontsize=10,
+    )
     return _save(figure, path)
 
 
@@ -230,9 +335,13 @@ EXPERIMENT_CHARTS = {
 
 def experiment_charts(result: dict[str, Any], stem: Path) -> dict[str, str]:
     """Every chart whose experiment is in `result`, as `<stem>-<name>.png`."""
-    keys = {"a-single-decision": "single_decision", "b-shared-state": "shared_state_sweep",
-            "c-prompt-length": "prompt_length", "d-concurrency": "concurrency",
-            "e-chat-alternative": "chat_alternative"}
+    keys = {
+        "a-single-decision": "single_decision",
+        "b-shared-state": "shared_state_sweep",
+        "c-prompt-length": "prompt_length",
+        "d-concurrency": "concurrency",
+        "e-chat-alternative": "chat_alternative",
+    }
     written = {}
     for name, draw in EXPERIMENT_CHARTS.items():
         if result.get(keys[name]):

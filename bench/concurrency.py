@@ -39,8 +39,9 @@ class LoadResult:
         }
 
 
-async def _load(url: str, body: dict, clients: int, duration_s: float,
-                timeout_s: float) -> LoadResult:
+async def _load(
+    url: str, body: dict, clients: int, duration_s: float, timeout_s: float
+) -> LoadResult:
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(limits=limits, timeout=timeout_s) as client:
         await client.post(url, json=body)  # one connection warmed, the model ready
@@ -76,6 +77,7 @@ async def _load(url: str, body: dict, clients: int, duration_s: float,
         return result
 
 
-def run_load(url: str, body: dict, clients: int, duration_s: float,
-             timeout_s: float = 120.0) -> LoadResult:
+def run_load(
+    url: str, body: dict, clients: int, duration_s: float, timeout_s: float = 120.0
+) -> LoadResult:
     return asyncio.run(_load(url, body, clients, duration_s, timeout_s))

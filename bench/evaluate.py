@@ -43,21 +43,31 @@ class Target:
 
     @classmethod
     def url(cls, base_url: str, max_attempts: int, timeout_s: float) -> Target:
-        return cls({
-            "decision": HttpTransport(base_url, path="/invocations", timeout_seconds=timeout_s),
-            "systemone": HttpTransport(base_url, path="/v1/systemone", timeout_seconds=timeout_s),
-        }, base_url, max_attempts)
+        return cls(
+            {
+                "decision": HttpTransport(base_url, path="/invocations", timeout_seconds=timeout_s),
+                "systemone": HttpTransport(
+                    base_url, path="/v1/systemone", timeout_seconds=timeout_s
+                ),
+            },
+            base_url,
+            max_attempts,
+        )
 
     @classmethod
     def endpoint(cls, name: str, region: str | None, max_attempts: int) -> Target:
         from ops.cli import _boto3_clients  # one retry layer (ours), SageMaker's read timeout
 
         client = _boto3_clients(region)("sagemaker-runtime")
-        return cls({
-            "decision": SageMakerTransport(client, name),
-            # /invocations picks the System One format from SageMaker's custom attributes.
-            "systemone": SageMakerTransport(client, name, custom_attributes="format=systemone"),
-        }, f"endpoint {name}", max_attempts)
+        return cls(
+            {
+                "decision": SageMakerTransport(client, name),
+                # /invocations picks the System One format from SageMaker's custom attributes.
+                "systemone": SageMakerTransport(client, name, custom_attributes="format=systemone"),
+            },
+            f"endpoint {name}",
+            max_attempts,
+        )
 
     def send(self, kind: str, body: dict[str, Any]) -> tuple[dict[str, Any], float, int]:
         """(answer, seconds including retries, retries)."""
@@ -69,15 +79,17 @@ class Target:
             retries += 1
 
         started = time.perf_counter()
-        reply = call_with_retries(lambda: self.transports[kind].send(payload), self.backoff,
-                                  on_retry=count)
+        reply = call_with_retries(
+            lambda: self.transports[kind].send(payload), self.backoff, on_retry=count
+        )
         elapsed = time.perf_counter() - started
         self.retries += retries
         return json.loads(reply.body), elapsed, retries
 
 
-def run(items: list[Item], target: Target, *, order_check: bool, progress: bool
-        ) -> tuple[list[Case], list[tuple[dict[str, float], dict[str, float], str]]]:
+def run(
+    items: list[Item], target: Target, *, order_check: bool, progress: bool
+) -> tuple[list[Case], list[tuple[dict[str, float], dict[str, float], str]]]:
     """Score every item (and its reversed twin); returns the cases and the (original,
     reversed, id) probability pairs for the order check."""
     from tqdm import tqdm
@@ -85,8 +97,14 @@ def run(items: list[Item], target: Target, *, order_check: bool, progress: bool
     cases: list[Case] = []
     pairs: list[tuple[dict[str, float], dict[str, float], str]] = []
     requests = len(items) + (sum(item.reversible for item in items) if order_check else 0)
-    with tqdm(total=requests, desc="evaluate", unit="req", disable=not progress,
-              file=sys.stderr, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=requests,
+        desc="evaluate",
+        unit="req",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
         for item in items:
             answer, seconds, retries = target.send(item.kind, item.body())
             scored = item.cases(answer, seconds, retries)
@@ -103,8 +121,15 @@ def run(items: list[Item], target: Target, *, order_check: bool, progress: bool
     return cases, pairs
 
 
-def report(cases: list[Case], *, source: Path, target: str, fit: bool,
-           pairs: list | None, temperature: float | None = None) -> dict[str, Any]:
+def report(
+    cases: list[Case],
+    *,
+    source: Path,
+    target: str,
+    fit: bool,
+    pairs: list | None,
+    temperature: float | None = None,
+) -> dict[str, Any]:
     probabilities = [c.probabilities for c in cases]
     expected = [c.expected_index for c in cases]
     categories: dict[str, list[Case]] = defaultdict(list)
@@ -121,19 +146,26 @@ def report(cases: list[Case], *, source: Path, target: str, fit: bool,
         "served_temperature": served.pop() if len(served) == 1 else sorted(served) or None,
         "metrics": metrics.summary(probabilities, expected),
         "by_category": {
-            name: {"n": len(group),
-                   "accuracy": metrics.accuracy([c.probabilities for c in group],
-                                                [c.expected_index for c in group])}
+            name: {
+                "n": len(group),
+                "accuracy": metrics.accuracy(
+                    [c.probabilities for c in group], [c.expected_index for c in group]
+                ),
+            }
             for name, group in sorted(categories.items())
         },
         "latency": metrics.latency_summary([c.latency_s for c in cases]),
         "retries": sum(c.retries for c in cases),
         "reliability": [b.as_dict() for b in metrics.reliability_bins(probabilities, expected)],
         "items": [
-            {"id": c.item_id, "category": c.category, "expected": c.expected,
-             "predicted": c.predicted,
-             "probabilities": {k: round(p, 6) for k, p in c.by_id.items()},
-             "latency_ms": round(c.latency_s * 1000, 2)}
+            {
+                "id": c.item_id,
+                "category": c.category,
+                "expected": c.expected,
+                "predicted": c.predicted,
+                "probabilities": {k: round(p, 6) for k, p in c.by_id.items()},
+                "latency_ms": round(c.latency_s * 1000, 2),
+            }
             for c in cases
         ],
     }
@@ -144,29 +176,40 @@ def report(cases: list[Case], *, source: Path, target: str, fit: bool,
         found = metrics.fit_temperature(logits, labels)
         calibrated = [metrics.softmax(z, found.temperature).tolist() for z in logits]
         result["temperature_fit"] = {
-            "temperature": found.temperature, "n": len(with_logits),
-            "nll_before": found.nll_before, "nll_after": found.nll_after,
+            "temperature": found.temperature,
+            "n": len(with_logits),
+            "nll_before": found.nll_before,
+            "nll_after": found.nll_after,
             "bounds": list(metrics.TEMPERATURE_BOUNDS),
-            "metrics_before": metrics.summary([metrics.softmax(z).tolist() for z in logits],
-                                              labels),
+            "metrics_before": metrics.summary(
+                [metrics.softmax(z).tolist() for z in logits], labels
+            ),
             "metrics_after": metrics.summary(calibrated, labels),
         }
     if temperature is not None:
         # A temperature fitted on another file, applied here to the raw logits: held-out
         # metrics without restarting the adapter.
         with_logits = [c for c in cases if len(c.logits) == len(c.option_ids)]
-        result["at_temperature"] = {"temperature": temperature, **metrics.summary(
-            [metrics.softmax(c.logits, temperature).tolist() for c in with_logits],
-            [c.expected_index for c in with_logits])}
+        result["at_temperature"] = {
+            "temperature": temperature,
+            **metrics.summary(
+                [metrics.softmax(c.logits, temperature).tolist() for c in with_logits],
+                [c.expected_index for c in with_logits],
+            ),
+        }
     if pairs is not None:
         if pairs:
-            result["order_check"] = metrics.order_sensitivity([a for a, _, _ in pairs],
-                                                              [b for _, b, _ in pairs])
+            result["order_check"] = metrics.order_sensitivity(
+                [a for a, _, _ in pairs], [b for _, b, _ in pairs]
+            )
             result["order_check"]["per_item"] = [
-                {"id": name, "max_abs_diff": round(max(abs(a[k] - b[k]) for k in a), 6),
-                 "argmax_changed": max(a, key=a.get) != max(a, key=b.get),
-                 "original": {k: round(v, 6) for k, v in a.items()},
-                 "reversed": {k: round(b[k], 6) for k in a}}
+                {
+                    "id": name,
+                    "max_abs_diff": round(max(abs(a[k] - b[k]) for k in a), 6),
+                    "argmax_changed": max(a, key=a.get) != max(a, key=b.get),
+                    "original": {k: round(v, 6) for k, v in a.items()},
+                    "reversed": {k: round(b[k], 6) for k in a},
+                }
                 for a, b, name in pairs
             ]
         else:
@@ -205,43 +248,69 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"  {name:<12} accuracy {group['accuracy']:.3f}  (n={group['n']})")
     if "temperature_fit" in result:
         fit = result["temperature_fit"]
-        lines.append(f"  temperature {fit['temperature']:.4f}: NLL {fit['nll_before']:.4f} -> "
-                     f"{fit['nll_after']:.4f}, ECE {fit['metrics_before']['ece']:.4f} -> "
-                     f"{fit['metrics_after']['ece']:.4f}")
+        lines.append(
+            f"  temperature {fit['temperature']:.4f}: NLL {fit['nll_before']:.4f} -> "
+            f"{fit['nll_after']:.4f}, ECE {fit['metrics_before']['ece']:.4f} -> "
+            f"{fit['metrics_after']['ece']:.4f}"
+        )
     if "at_temperature" in result:
         at = result["at_temperature"]
-        lines.append(f"  at temperature {at['temperature']:g} (raw logits): Brier {at['brier']:.4f}"
-                     f"   ECE(10) {at['ece']:.4f}   NLL {at['nll']:.4f}")
+        lines.append(
+            f"  at temperature {at['temperature']:g} (raw logits): Brier {at['brier']:.4f}"
+            f"   ECE(10) {at['ece']:.4f}   NLL {at['nll']:.4f}"
+        )
     if result.get("order_check", {}).get("items"):
         oc = result["order_check"]
-        lines.append(f"  options reversed: mean |dp| {oc['mean_abs_diff']:.4f}, max |dp| "
-                     f"{oc['max_abs_diff']:.4f}, top option changed in {oc['argmax_changed']}/"
-                     f"{oc['items']} ({oc['argmax_change_rate']:.0%})")
+        lines.append(
+            f"  options reversed: mean |dp| {oc['mean_abs_diff']:.4f}, max |dp| "
+            f"{oc['max_abs_diff']:.4f}, top option changed in {oc['argmax_changed']}/"
+            f"{oc['items']} ({oc['argmax_change_rate']:.0%})"
+        )
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench.evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("file", type=Path, help="labelled JSONL (see bench/labelled.py)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--url", help="adapter base URL, e.g. http://127.0.0.1:8080")
     where.add_argument("--endpoint", help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)")
     parser.add_argument("--region", help="AWS region for --endpoint")
-    parser.add_argument("--out", type=Path, help="directory for report.json and reliability.png "
-                        "(default: bench/results/evaluate/<file name>)")
-    parser.add_argument("--fit-temperature", action="store_true",
-                        help="fit one temperature on this file and write calibration.json")
-    parser.add_argument("--calibration", type=Path,
-                        help="where to write calibration.json (default: in --out)")
-    parser.add_argument("--temperature", type=float, metavar="T",
-                        help="also report the metrics of softmax(option_logits / T), e.g. a "
-                        "temperature fitted on another file")
-    parser.add_argument("--order-check", action="store_true",
-                        help="re-run each decision with its options reversed")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="directory for report.json and reliability.png "
+        "(default: bench/results/evaluate/<file name>)",
+    )
+    parser.add_argument(
+        "--fit-temperature",
+        action="store_true",
+        help="fit one temperature on this file and write calibration.json",
+    )
+    parser.add_argument(
+        "--calibration", type=Path, help="where to write calibration.json (default: in --out)"
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        metavar="T",
+        help="also report the metrics of softmax(option_logits / T), e.g. a "
+        "temperature fitted on another file",
+    )
+    parser.add_argument(
+        "--order-check", action="store_true", help="re-run each decision with its options reversed"
+    )
     parser.add_argument("--limit", type=int, help="evaluate only the first N items")
-    parser.add_argument("--max-attempts", type=int, default=Backoff.max_attempts,
-                        help="attempts per request when the model answers 503")
+    parser.add_argument(
+        "--max-attempts",
+        type=int,
+        default=Backoff.max_attempts,
+        help="attempts per request when the model answers 503",
+    )
     parser.add_argument("--timeout", type=float, default=65.0, help="seconds per HTTP request")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
@@ -266,8 +335,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         target = Target.endpoint(endpoint, args.region, args.max_attempts)
     try:
-        cases, pairs = run(items, target, order_check=args.order_check,
-                           progress=not args.no_progress)
+        cases, pairs = run(
+            items, target, order_check=args.order_check, progress=not args.no_progress
+        )
     except (RetriesExhausted, InvokeFailed) as error:
         detail = f": {error.body}" if getattr(error, "body", None) else ""
         print(f"bench.evaluate: error: {error}{detail}", file=sys.stderr)
@@ -275,9 +345,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.temperature is not None and args.temperature <= 0:
         print("bench.evaluate: error: --temperature must be positive", file=sys.stderr)
         return 2
-    result = report(cases, source=args.file, target=target.description,
-                    fit=args.fit_temperature, pairs=pairs if args.order_check else None,
-                    temperature=args.temperature)
+    result = report(
+        cases,
+        source=args.file,
+        target=target.description,
+        fit=args.fit_temperature,
+        pairs=pairs if args.order_check else None,
+        temperature=args.temperature,
+    )
 
     out = args.out or DEFAULT_OUT / args.file.stem
     out.mkdir(parents=True, exist_ok=True)
@@ -292,8 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "report.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else render(result))
     if not args.json:
-        print(f"  report {out / 'report.json'}, diagram {result['reliability_png']}"
-              + (f", calibration {result['calibration_json']}" if args.fit_temperature else ""))
+        print(
+            f"  report {out / 'report.json'}, diagram {result['reliability_png']}"
+            + (f", calibration {result['calibration_json']}" if args.fit_temperature else "")
+        )
     return 0
 
 

@@ -44,17 +44,26 @@ class Plan:
     follow_up_repeats: int = 3
 
 
-QUICK = Plan(single_repeats=5, shared_sizes=(1, 2, 4, 8), shared_repeats=1, separate_repeats=1,
-             lengths=(64, 256, 1024), length_repeats=1, load_seconds=2.0, chat_items=8,
-             follow_up_repeats=1)
+QUICK = Plan(
+    single_repeats=5,
+    shared_sizes=(1, 2, 4, 8),
+    shared_repeats=1,
+    separate_repeats=1,
+    lengths=(64, 256, 1024),
+    length_repeats=1,
+    load_seconds=2.0,
+    chat_items=8,
+    follow_up_repeats=1,
+)
 
 # Cumulative shares of the budget: the deadline by which each phase stops adding repetitions.
 SHARES = {"single": 0.05, "shared": 0.35, "length": 0.58, "chat": 0.66, "cached": 0.72}
 
 
 # --- (a) ------------------------------------------------------------------------------------
-def single_decision(caller: Caller, url: str, plan: Plan, budget: Budget,
-                    tokens: list[int], floor: Floor) -> dict[str, Any]:
+def single_decision(
+    caller: Caller, url: str, plan: Plan, budget: Budget, tokens: list[int], floor: Floor
+) -> dict[str, Any]:
     """Adapter and floor take turns, request by request, so both see the same machine (on a
     shared one, background load drifts by the minute)."""
     body = {"decision": decision(SHORT_STATE, QUESTIONS[0])}
@@ -73,8 +82,9 @@ def single_decision(caller: Caller, url: str, plan: Plan, budget: Budget,
         "http_p95_ms": ms(metrics.percentile(single, 95)),
         "llama_cpp_prefill_median_ms": median_ms(prefill),
         "overhead_ratio": round(overhead, 3),
-        "paired_overhead_median": round(statistics.median(
-            h / f for h, f in zip(single, prefill)), 3),
+        "paired_overhead_median": round(
+            statistics.median(h / f for h, f in zip(single, prefill)), 3
+        ),
         "target_max": OVERHEAD_TARGET,
         "meets_target": overhead <= OVERHEAD_TARGET,
         "repeats": len(single),
@@ -83,8 +93,9 @@ def single_decision(caller: Caller, url: str, plan: Plan, budget: Budget,
 
 
 # --- (b) ------------------------------------------------------------------------------------
-def shared_state(caller: Caller, url: str, plan: Plan, budget: Budget,
-                 state: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def shared_state(
+    caller: Caller, url: str, plan: Plan, budget: Budget, state: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Returns the sweep and, for n = 8, the must-show summary under its established keys.
 
     Separate requests run one after another, so n of them take the sum of their latencies:
@@ -108,18 +119,24 @@ def shared_state(caller: Caller, url: str, plan: Plan, budget: Budget,
     rows = []
     for n in plan.shared_sizes:
         shared_s, separate_s = statistics.median(shared[n]), statistics.median(separate[n])
-        rows.append({
-            "questions": n,
-            "shared_median_ms": ms(shared_s),
-            "separate_median_ms": ms(separate_s),
-            "speedup": round(separate_s / shared_s, 2),
-            "shared_ms_per_question": ms(shared_s / n),
-            "shared_samples_ms": samples_ms(shared[n]),
-            "separate_samples_ms": samples_ms(separate[n]),
-        })
+        rows.append(
+            {
+                "questions": n,
+                "shared_median_ms": ms(shared_s),
+                "separate_median_ms": ms(separate_s),
+                "speedup": round(separate_s / shared_s, 2),
+                "shared_ms_per_question": ms(shared_s / n),
+                "shared_samples_ms": samples_ms(shared[n]),
+                "separate_samples_ms": samples_ms(separate[n]),
+            }
+        )
     state_tokens = answer["timing"]["prefix_tokens"]
-    sweep = {"state_tokens": state_tokens, "shared_repeats": len(shared[plan.shared_sizes[0]]),
-             "separate_repeats": len(separate[plan.shared_sizes[0]]), "rows": rows}
+    sweep = {
+        "state_tokens": state_tokens,
+        "shared_repeats": len(shared[plan.shared_sizes[0]]),
+        "separate_repeats": len(separate[plan.shared_sizes[0]]),
+        "rows": rows,
+    }
     eight = next((r for r in rows if r["questions"] == SHARING_DECISIONS), rows[-1])
     summary = {
         "state_tokens": state_tokens,
@@ -133,8 +150,9 @@ def shared_state(caller: Caller, url: str, plan: Plan, budget: Budget,
     return sweep, summary
 
 
-def separate_with_state_cache(caller: Caller, url: str, plan: Plan, budget: Budget,
-                              state: str, sweep: dict[str, Any]) -> dict[str, Any]:
+def separate_with_state_cache(
+    caller: Caller, url: str, plan: Plan, budget: Budget, state: str, sweep: dict[str, Any]
+) -> dict[str, Any]:
     """(b) again with the adapter's state cache on (its default): separate requests on one state
     now prefill it once and restore it for the others. Each repetition uses a new state (a
     suffix marks it), so its first request misses the cache as a first request would."""
@@ -156,20 +174,33 @@ def separate_with_state_cache(caller: Caller, url: str, plan: Plan, budget: Budg
     for row in sweep["rows"]:
         n = row["questions"]
         cached_s = statistics.median(separate[n])
-        rows.append({"questions": n, "separate_cached_median_ms": ms(cached_s),
-                     "speedup_of_shared": round(cached_s * 1000 / row["shared_median_ms"], 2),
-                     "separate_cached_samples_ms": samples_ms(separate[n])})
+        rows.append(
+            {
+                "questions": n,
+                "separate_cached_median_ms": ms(cached_s),
+                "speedup_of_shared": round(cached_s * 1000 / row["shared_median_ms"], 2),
+                "separate_cached_samples_ms": samples_ms(separate[n]),
+            }
+        )
     return {"repeats": done, "cache_hits": hits, "requests": done * largest, "rows": rows}
 
 
 # --- (c) ------------------------------------------------------------------------------------
-def prompt_length(caller: Caller, url: str, plan: Plan, budget: Budget,
-                  cases: list[tuple[int, str, list[int]]], floor: Floor) -> dict[str, Any]:
+def prompt_length(
+    caller: Caller,
+    url: str,
+    plan: Plan,
+    budget: Budget,
+    cases: list[tuple[int, str, list[int]]],
+    floor: Floor,
+) -> dict[str, Any]:
     """Each length over HTTP and then on the floor, in turns (see single_decision)."""
     from bench.workloads import LENGTH_OPTIONS, LENGTH_QUESTION
 
-    bodies = {target: {"decision": decision(state, LENGTH_QUESTION, options=LENGTH_OPTIONS)}
-              for target, state, _ in cases}
+    bodies = {
+        target: {"decision": decision(state, LENGTH_QUESTION, options=LENGTH_OPTIONS)}
+        for target, state, _ in cases
+    }
     caller.seconds(url, bodies[cases[0][0]])  # warm-up
     floor.prefill(cases[0][2])
     http: dict[int, list[float]] = {target: [] for target, _, _ in cases}
@@ -183,37 +214,49 @@ def prompt_length(caller: Caller, url: str, plan: Plan, budget: Budget,
     rows = []
     for target, _, tokens in cases:
         h, f = http[target], prefill[target]
-        rows.append({
-            "target_tokens": target,
-            "prompt_tokens": len(tokens),
-            "http_median_ms": median_ms(h),
-            "http_min_ms": ms(min(h)),
-            "http_max_ms": ms(max(h)),
-            "llama_cpp_prefill_median_ms": median_ms(f),
-            "overhead_ratio": round(statistics.median(h) / statistics.median(f), 3),
-            "http_samples_ms": samples_ms(h),
-            "llama_cpp_prefill_samples_ms": samples_ms(f),
-        })
-    return {"question": LENGTH_QUESTION, "options": [o["id"] for o in LENGTH_OPTIONS],
-            "repeats": done, "rows": rows}
+        rows.append(
+            {
+                "target_tokens": target,
+                "prompt_tokens": len(tokens),
+                "http_median_ms": median_ms(h),
+                "http_min_ms": ms(min(h)),
+                "http_max_ms": ms(max(h)),
+                "llama_cpp_prefill_median_ms": median_ms(f),
+                "overhead_ratio": round(statistics.median(h) / statistics.median(f), 3),
+                "http_samples_ms": samples_ms(h),
+                "llama_cpp_prefill_samples_ms": samples_ms(f),
+            }
+        )
+    return {
+        "question": LENGTH_QUESTION,
+        "options": [o["id"] for o in LENGTH_OPTIONS],
+        "repeats": done,
+        "rows": rows,
+    }
 
 
 # --- (d) ------------------------------------------------------------------------------------
-def concurrency_run(url: str, plan: Plan, seconds: float, max_queue: int,
-                    admission_wait_s: float) -> dict[str, Any]:
+def concurrency_run(
+    url: str, plan: Plan, seconds: float, max_queue: int, admission_wait_s: float
+) -> dict[str, Any]:
     body = {"decision": decision(SHORT_STATE, QUESTIONS[0])}
     with httpx.Client() as client:
         caller = Caller(client)
         for _ in range(3):
             caller.seconds(url, body)  # a fresh adapter: warm it before the first level
     rows = [run_load(url, body, clients, seconds).as_dict() for clients in plan.clients]
-    return {"max_queue": max_queue, "admission_wait_s": admission_wait_s,
-            "seconds_per_level": seconds, "rows": rows}
+    return {
+        "max_queue": max_queue,
+        "admission_wait_s": admission_wait_s,
+        "seconds_per_level": seconds,
+        "rows": rows,
+    }
 
 
 # --- (e) ------------------------------------------------------------------------------------
-def chat_alternative(caller: Caller, base_url: str, plan: Plan, budget: Budget,
-                     examples: list[dict[str, Any]]) -> dict[str, Any]:
+def chat_alternative(
+    caller: Caller, base_url: str, plan: Plan, budget: Budget, examples: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Each labelled example twice: as a decision, and as a chat completion of one token at
     temperature 0 whose user message is the decision prompt's text."""
     items = examples[: plan.chat_items] if plan.chat_items else examples
@@ -221,8 +264,10 @@ def chat_alternative(caller: Caller, base_url: str, plan: Plan, budget: Budget,
     decision_hits, chat_hits, valid, agree = 0, 0, 0, 0
     answers: Counter[str] = Counter()
     content, _ = chat_prompt(items[0])
-    caller.post(base_url + "/v1/chat/completions",  # warm-up
-                {"messages": [{"role": "user", "content": content}], "max_tokens": 1})
+    caller.post(
+        base_url + "/v1/chat/completions",  # warm-up
+        {"messages": [{"role": "user", "content": content}], "max_tokens": 1},
+    )
     done = 0
     for item in items:
         if not budget.more(SHARES["chat"], done, minimum=min(10, len(items))):
@@ -235,8 +280,11 @@ def chat_alternative(caller: Caller, base_url: str, plan: Plan, budget: Budget,
         decision_hits += predicted == item["expected"]
 
         content, labels = chat_prompt(item)
-        chat_body = {"messages": [{"role": "user", "content": content}], "max_tokens": 1,
-                     "temperature": 0}
+        chat_body = {
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": 1,
+            "temperature": 0,
+        }
         seconds, reply = caller.post(base_url + "/v1/chat/completions", chat_body)
         chat_s.append(seconds)
         text = reply["choices"][0]["message"]["content"]
@@ -250,14 +298,23 @@ def chat_alternative(caller: Caller, base_url: str, plan: Plan, budget: Budget,
         done += 1
     return {
         "items": done,
-        "chat_request": {"max_tokens": 1, "temperature": 0,
-                         "message": "the decision prompt's text as one user message"},
-        "decision": {"accuracy": decision_hits / done, "valid_answer_rate": 1.0,
-                     "latency": metrics.latency_summary(decision_s)},
-        "chat": {"accuracy": chat_hits / done, "valid_answer_rate": valid / done,
-                 "agreement_with_decision": agree / done,
-                 "latency": metrics.latency_summary(chat_s),
-                 "answers": dict(answers.most_common(8))},
+        "chat_request": {
+            "max_tokens": 1,
+            "temperature": 0,
+            "message": "the decision prompt's text as one user message",
+        },
+        "decision": {
+            "accuracy": decision_hits / done,
+            "valid_answer_rate": 1.0,
+            "latency": metrics.latency_summary(decision_s),
+        },
+        "chat": {
+            "accuracy": chat_hits / done,
+            "valid_answer_rate": valid / done,
+            "agreement_with_decision": agree / done,
+            "latency": metrics.latency_summary(chat_s),
+            "answers": dict(answers.most_common(8)),
+        },
     }
 
 
@@ -266,8 +323,9 @@ FOLLOW_UPS = 8
 CACHE_TARGET = 0.2
 
 
-def state_cache_follow_ups(caller: Caller, base_url: str, state: str, repeats: int,
-                           label: str) -> dict[str, Any]:
+def state_cache_follow_ups(
+    caller: Caller, base_url: str, state: str, repeats: int, label: str
+) -> dict[str, Any]:
     """Eight separate, consecutive requests with different questions about one ~1,000-token
     state, each repetition on a new state so the first request starts cold. Per position: the
     median latency, and for positions 2-8 its ratio to the first (target <= 0.2 with the cache).
@@ -277,8 +335,9 @@ def state_cache_follow_ups(caller: Caller, base_url: str, state: str, repeats: i
     for repetition in range(repeats):
         fresh = f"{state}(Conversation {label}-{repetition}.)"
         for position, question in enumerate(QUESTIONS[:FOLLOW_UPS]):
-            seconds, answer = caller.post(base_url + "/invocations",
-                                          {"decision": decision(fresh, question, position)})
+            seconds, answer = caller.post(
+                base_url + "/invocations", {"decision": decision(fresh, question, position)}
+            )
             by_position[position].append(seconds)
             outcomes[answer["result"]["timing"].get("state_cache", "off")] += 1
     first = statistics.median(by_position[0])

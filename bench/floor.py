@@ -15,8 +15,15 @@ class Floor:
 
         # flash_attn: the adapter's context keeps llama.cpp's default (auto, which is on for the
         # CPU backend); Llama's own default (off) is ~20% slower at 2,048 tokens here.
-        self.llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_batch=n_batch, n_threads=THREADS,
-                         n_threads_batch=THREADS, flash_attn=True, verbose=False)
+        self.llm = Llama(
+            model_path=str(gguf),
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_threads=THREADS,
+            n_threads_batch=THREADS,
+            flash_attn=True,
+            verbose=False,
+        )
 
     def prefill(self, tokens: list[int]) -> float:
         self.llm.reset()

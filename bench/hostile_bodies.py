@@ -23,13 +23,22 @@ def newlines_chat() -> dict:  # 225 KB: 25.5 s to a 413 before the linear tokeni
 
 def state_of_lists() -> dict:  # 238 KB, 10,000 small lists
     state = {f"key{i}": [i, "x"] for i in range(10_000)}
-    return {"decision": {"id": "lists", "state": state, "question": "Which team?",
-                         "options": [{"id": "data"}, {"id": "infra"}]}}
+    return {
+        "decision": {
+            "id": "lists",
+            "state": state,
+            "question": "Which team?",
+            "options": [{"id": "data"}, {"id": "infra"}],
+        }
+    }
 
 
 def tags_to_the_body_limit() -> dict:  # just under DECISION_MAX_BODY_BYTES (1 MiB)
-    return {"model": "jev-latest", "state": "<b>" * 349_000,
-            "questions": {"q": {"type": "noul", "instructions": "Bold?"}}}
+    return {
+        "model": "jev-latest",
+        "state": "<b>" * 349_000,
+        "questions": {"q": {"type": "noul", "instructions": "Bold?"}},
+    }
 
 
 BODIES = {
@@ -54,14 +63,21 @@ def send_while_pinging(url: str, path: str, body: dict) -> dict:
     pinger.start()
     try:
         started = time.monotonic()
-        response = httpx.post(url + path, content=payload, timeout=120,
-                              headers={"Content-Type": "application/json"})
+        response = httpx.post(
+            url + path, content=payload, timeout=120, headers={"Content-Type": "application/json"}
+        )
         seconds = time.monotonic() - started
     finally:
         done.set()
         pinger.join()
-    return {"bytes": len(payload), "status": response.status_code, "text": response.text,
-            "seconds": seconds, "slowest_ping_s": max(pings, default=0.0), "pings": len(pings)}
+    return {
+        "bytes": len(payload),
+        "status": response.status_code,
+        "text": response.text,
+        "seconds": seconds,
+        "slowest_ping_s": max(pings, default=0.0),
+        "pings": len(pings),
+    }
 
 
 def measure(url: str) -> dict[str, dict]:
@@ -81,11 +97,17 @@ def main() -> None:
         with running_adapter(Path(tempfile.mkdtemp())) as adapter:
             results = measure(adapter.url)
     for name, result in results.items():
-        print(f"{name}: {result['bytes']} bytes, {result['status']} in {result['seconds']:.3f} s, "
-              f"slowest /ping {result['slowest_ping_s']:.3f} s of {result['pings']}")
+        print(
+            f"{name}: {result['bytes']} bytes, {result['status']} in {result['seconds']:.3f} s, "
+            f"slowest /ping {result['slowest_ping_s']:.3f} s of {result['pings']}"
+        )
     if args.output:
-        args.output.write_text(json.dumps(
-            {k: {f: v for f, v in r.items() if f != "text"} for k, r in results.items()}, indent=2))
+        args.output.write_text(
+            json.dumps(
+                {k: {f: v for f, v in r.items() if f != "text"} for k, r in results.items()},
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

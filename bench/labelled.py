@@ -79,13 +79,20 @@ class DecisionItem:
 
     def cases(self, answer: dict[str, Any], latency_s: float, retries: int) -> list[Case]:
         result = answer["result"]
-        return [Case(
-            item_id=self.item_id, category=self.category, option_ids=list(result["option_ids"]),
-            probabilities=[float(p) for p in result["probabilities"]],
-            logits=[float(z) for z in result["option_logits"]], expected=self.expected,
-            latency_s=latency_s, retries=retries, model=result.get("model") or {},
-            served_temperature=result.get("temperature"),
-        )]
+        return [
+            Case(
+                item_id=self.item_id,
+                category=self.category,
+                option_ids=list(result["option_ids"]),
+                probabilities=[float(p) for p in result["probabilities"]],
+                logits=[float(z) for z in result["option_logits"]],
+                expected=self.expected,
+                latency_s=latency_s,
+                retries=retries,
+                model=result.get("model") or {},
+                served_temperature=result.get("temperature"),
+            )
+        ]
 
 
 @dataclass
@@ -103,7 +110,8 @@ class SystemOneItem:
             # true/false and score levels are numbered by position.
             body["questions"] = {
                 qid: {**q, "criteria": dict(reversed(list(q["criteria"].items())))}
-                if q.get("type") == "choice" else q
+                if q.get("type") == "choice"
+                else q
                 for qid, q in body["questions"].items()
             }
         return body
@@ -124,14 +132,20 @@ class SystemOneItem:
                 keys = list(got["probabilities"])
                 probabilities = [float(got["probabilities"][k]) for k in keys]
             logits = got.get("x_logits") or {}
-            cases.append(Case(
-                item_id=f"{self.item_id}/{qid}", category=self.category, option_ids=keys,
-                probabilities=probabilities,
-                logits=[float(logits[k]) for k in keys] if logits else [],
-                expected=expected, latency_s=latency_s, retries=retries,
-                model=answer.get("x_model_info") or {},
-                served_temperature=got.get("x_temperature"),
-            ))
+            cases.append(
+                Case(
+                    item_id=f"{self.item_id}/{qid}",
+                    category=self.category,
+                    option_ids=keys,
+                    probabilities=probabilities,
+                    logits=[float(logits[k]) for k in keys] if logits else [],
+                    expected=expected,
+                    latency_s=latency_s,
+                    retries=retries,
+                    model=answer.get("x_model_info") or {},
+                    served_temperature=got.get("x_temperature"),
+                )
+            )
         return cases
 
     def reorderable(self, case_id: str) -> bool:
@@ -202,5 +216,9 @@ def _systemone(row: dict[str, Any], category: str, number: int) -> SystemOneItem
             raise LabelError(f"{qid}: unknown question type {kind!r}")
     if not expected:
         raise LabelError("a System One line needs `expected` answers")
-    return SystemOneItem(request=request, expected=expected, category=category,
-                         item_id=str(row.get("id", f"line{number}")))
+    return SystemOneItem(
+        request=request,
+        expected=expected,
+        category=category,
+        item_id=str(row.get("id", f"line{number}")),
+    )

@@ -62,8 +62,9 @@ def brier_score(probabilities: Vectors, expected: Sequence[int]) -> float:
 
 def negative_log_likelihood(probabilities: Vectors, expected: Sequence[int]) -> float:
     _check(probabilities, expected)
-    return -sum(math.log(max(float(p[e]), PROBABILITY_FLOOR))
-                for p, e in zip(probabilities, expected)) / len(expected)
+    return -sum(
+        math.log(max(float(p[e]), PROBABILITY_FLOOR)) for p, e in zip(probabilities, expected)
+    ) / len(expected)
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,18 @@ class Bin:
     accuracy: float | None  # share of those items whose top label is the expected one
 
     def as_dict(self) -> dict:
-        return {"lower": self.lower, "upper": self.upper, "count": self.count,
-                "confidence": self.confidence, "accuracy": self.accuracy}
+        return {
+            "lower": self.lower,
+            "upper": self.upper,
+            "count": self.count,
+            "confidence": self.confidence,
+            "accuracy": self.accuracy,
+        }
 
 
-def reliability_bins(probabilities: Vectors, expected: Sequence[int],
-                     bins: int = DEFAULT_BINS) -> list[Bin]:
+def reliability_bins(
+    probabilities: Vectors, expected: Sequence[int], bins: int = DEFAULT_BINS
+) -> list[Bin]:
     _check(probabilities, expected)
     members: list[list[tuple[float, bool]]] = [[] for _ in range(bins)]
     for p, e in zip(_arrays(probabilities), expected):
@@ -89,16 +96,21 @@ def reliability_bins(probabilities: Vectors, expected: Sequence[int],
         members[min(int(confidence * bins), bins - 1)].append((confidence, top == e))
     result = []
     for index, items in enumerate(members):
-        result.append(Bin(
-            lower=index / bins, upper=(index + 1) / bins, count=len(items),
-            confidence=sum(c for c, _ in items) / len(items) if items else None,
-            accuracy=sum(hit for _, hit in items) / len(items) if items else None,
-        ))
+        result.append(
+            Bin(
+                lower=index / bins,
+                upper=(index + 1) / bins,
+                count=len(items),
+                confidence=sum(c for c, _ in items) / len(items) if items else None,
+                accuracy=sum(hit for _, hit in items) / len(items) if items else None,
+            )
+        )
     return result
 
 
-def expected_calibration_error(probabilities: Vectors, expected: Sequence[int],
-                               bins: int = DEFAULT_BINS) -> float:
+def expected_calibration_error(
+    probabilities: Vectors, expected: Sequence[int], bins: int = DEFAULT_BINS
+) -> float:
     table = reliability_bins(probabilities, expected, bins)
     total = sum(b.count for b in table)
     return sum(b.count / total * abs(b.accuracy - b.confidence) for b in table if b.count)
@@ -151,8 +163,9 @@ class TemperatureFit:
     nll_after: float
 
 
-def fit_temperature(logits: Vectors, expected: Sequence[int],
-                    bounds: tuple[float, float] = TEMPERATURE_BOUNDS) -> TemperatureFit:
+def fit_temperature(
+    logits: Vectors, expected: Sequence[int], bounds: tuple[float, float] = TEMPERATURE_BOUNDS
+) -> TemperatureFit:
     """The T in `bounds` minimising the NLL of softmax(logits / T): a bounded 1-D search over
     ln T (scipy's Brent method), which is smooth and unimodal enough for one parameter."""
     from scipy.optimize import minimize_scalar
@@ -160,7 +173,8 @@ def fit_temperature(logits: Vectors, expected: Sequence[int],
     _check(logits, expected)
     found = minimize_scalar(
         lambda log_t: nll_at_temperature(logits, expected, math.exp(log_t)),
-        bounds=(math.log(bounds[0]), math.log(bounds[1])), method="bounded",
+        bounds=(math.log(bounds[0]), math.log(bounds[1])),
+        method="bounded",
         options={"xatol": 1e-6},
     )
     temperature = math.exp(found.x)
@@ -172,8 +186,9 @@ def fit_temperature(logits: Vectors, expected: Sequence[int],
 
 
 # --- option order ----------------------------------------------------------------------------
-def order_sensitivity(original: Sequence[dict[str, float]],
-                      reordered: Sequence[dict[str, float]]) -> dict:
+def order_sensitivity(
+    original: Sequence[dict[str, float]], reordered: Sequence[dict[str, float]]
+) -> dict:
     """How far probabilities move when the same options are shown in another order.
 
     Each item is {option id: probability}; options are matched by id, never by position.

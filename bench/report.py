@@ -39,25 +39,40 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
     ]
     sweep = result.get("shared_state_sweep")
     if sweep:
-        lines.append("| (b) speedup of sharing, by questions | " + ", ".join(
-            f"{r['questions']}: {r['speedup']:.1f}x" for r in sweep["rows"]) + " |")
+        lines.append(
+            "| (b) speedup of sharing, by questions | "
+            + ", ".join(f"{r['questions']}: {r['speedup']:.1f}x" for r in sweep["rows"])
+            + " |"
+        )
         cached = (sweep.get("with_state_cache") or {}).get("rows")
         if cached:
-            lines.append("| (b) the same against separate requests with the state cache on | "
-                         + ", ".join(f"{r['questions']}: {r['speedup_of_shared']:.1f}x"
-                                     for r in cached) + " |")
+            lines.append(
+                "| (b) the same against separate requests with the state cache on | "
+                + ", ".join(f"{r['questions']}: {r['speedup_of_shared']:.1f}x" for r in cached)
+                + " |"
+            )
     lengths = result.get("prompt_length")
     if lengths:
-        lines.append("| (c) latency by prompt tokens | " + ", ".join(
-            f"{r['prompt_tokens']}: {r['http_median_ms']:.0f} ms"
-            + (f" ({r['overhead_ratio']:.2f}x floor)" if "overhead_ratio" in r else "")
-            for r in lengths["rows"]) + " |")
+        lines.append(
+            "| (c) latency by prompt tokens | "
+            + ", ".join(
+                f"{r['prompt_tokens']}: {r['http_median_ms']:.0f} ms"
+                + (f" ({r['overhead_ratio']:.2f}x floor)" if "overhead_ratio" in r else "")
+                for r in lengths["rows"]
+            )
+            + " |"
+        )
     for run in (result.get("concurrency") or {}).get("runs", []):
-        lines.append(f"| (d) DECISION_MAX_QUEUE={run['max_queue']}, clients: decisions/s, "
-                     "p95, 503s | "
-                     + ", ".join(f"{r['clients']}: {r['throughput_rps']:.1f}/s, "
-                                 f"{r['latency'].get('p95_ms', 0):.0f} ms, {r['share_503']:.0%}"
-                                 for r in run["rows"]) + " |")
+        lines.append(
+            f"| (d) DECISION_MAX_QUEUE={run['max_queue']}, clients: decisions/s, "
+            "p95, 503s | "
+            + ", ".join(
+                f"{r['clients']}: {r['throughput_rps']:.1f}/s, "
+                f"{r['latency'].get('p95_ms', 0):.0f} ms, {r['share_503']:.0%}"
+                for r in run["rows"]
+            )
+            + " |"
+        )
     cache = result.get("state_cache")
     if cache:
         on, off = cache["with_cache"], cache["without_cache"]
@@ -67,7 +82,8 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
             f"(target <= {cache['target_max_ratio']}), {off['worst_ratio']:.2f}x without; "
             f"first {on['median_ms_by_position'][0]:.0f} ms, then "
             f"{max(on['median_ms_by_position'][1:]):.0f} ms at most; cache "
-            f"{on['cache_bytes'] / 2**20:.1f} of {on['cache_budget_bytes'] / 2**20:.0f} MiB |")
+            f"{on['cache_bytes'] / 2**20:.1f} of {on['cache_budget_bytes'] / 2**20:.0f} MiB |"
+        )
     chat = result.get("chat_alternative")
     if chat:
         d, c = chat["decision"], chat["chat"]
@@ -76,7 +92,8 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
             f"{d['latency']['p50_ms']:.0f} vs {c['latency']['p50_ms']:.0f} ms; accuracy "
             f"{d['accuracy']:.0%} vs {c['accuracy']:.0%}; answer is an option "
             f"{d['valid_answer_rate']:.0%} "
-            f"vs {c['valid_answer_rate']:.0%} |")
+            f"vs {c['valid_answer_rate']:.0%} |"
+        )
     charts = result.get("charts") or {}
     if charts:
         lines += ["", " ".join(f"![{name}]({link_prefix}{file})" for name, file in charts.items())]

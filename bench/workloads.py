@@ -15,14 +15,22 @@ OPTIONS = [
     {"id": "shipping", "description": "Delivery and tracking problems."},
 ]
 QUESTIONS = [
-    "Which queue should handle this ticket?", "Which team owns the next action?",
-    "Where should this be escalated first?", "Which specialist should reply?",
-    "Which queue fits the customer's main problem?", "Which group resolves this fastest?",
-    "Which backlog should this ticket join?", "Who should the agent hand this to?",
-    "Which department should read this first?", "Which desk is responsible for this case?",
-    "Which support line should call the customer back?", "Which queue has the right expertise?",
-    "Which team should the supervisor assign this to?", "Where does this ticket belong?",
-    "Which unit should own the follow-up?", "Which queue should the bot forward this to?",
+    "Which queue should handle this ticket?",
+    "Which team owns the next action?",
+    "Where should this be escalated first?",
+    "Which specialist should reply?",
+    "Which queue fits the customer's main problem?",
+    "Which group resolves this fastest?",
+    "Which backlog should this ticket join?",
+    "Who should the agent hand this to?",
+    "Which department should read this first?",
+    "Which desk is responsible for this case?",
+    "Which support line should call the customer back?",
+    "Which queue has the right expertise?",
+    "Which team should the supervisor assign this to?",
+    "Where does this ticket belong?",
+    "Which unit should own the follow-up?",
+    "Which queue should the bot forward this to?",
 ]
 # The prompt-length sweep uses the smallest decision (two bare options) so 64 tokens fits.
 LENGTH_QUESTION = "Is this urgent?"
@@ -39,10 +47,10 @@ def machine_name() -> str:
     return f"{platform.machine()}-{os.cpu_count()}cpu"
 
 
-def decision(state: Any, question: str, index: int = 0,
-             options: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {"id": f"d{index}", "state": state, "question": question,
-            "options": options or OPTIONS}
+def decision(
+    state: Any, question: str, index: int = 0, options: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    return {"id": f"d{index}", "state": state, "question": question, "options": options or OPTIONS}
 
 
 def long_state(tokens_wanted: int, renderer) -> str:
@@ -58,8 +66,11 @@ def prompt_tokens(renderer, state: Any, question: str, options: list[dict[str, A
     """The exact tokens the adapter decodes for one decision (state prefix + question suffix)."""
     from decision_adapter.scoring import Question, build_plan
 
-    plan = build_plan(renderer, state, [Question(
-        question, [o["id"] for o in options], [o.get("description") for o in options])])
+    plan = build_plan(
+        renderer,
+        state,
+        [Question(question, [o["id"] for o in options], [o.get("description") for o in options])],
+    )
     return plan.prefix_tokens + plan.questions[0].suffix_tokens
 
 
@@ -69,8 +80,9 @@ def state_for_prompt_length(renderer, total_tokens: int) -> tuple[str, list[int]
     words = (FILLER * (total_tokens // 40 + 2)).split()
 
     def tokens_for(count: int) -> list[int]:
-        return prompt_tokens(renderer, " ".join(words[:count]) or "-", LENGTH_QUESTION,
-                             LENGTH_OPTIONS)
+        return prompt_tokens(
+            renderer, " ".join(words[:count]) or "-", LENGTH_QUESTION, LENGTH_OPTIONS
+        )
 
     low, high = 1, len(words)
     if len(tokens_for(low)) > total_tokens:
@@ -91,8 +103,11 @@ def chat_prompt(item: dict[str, Any]) -> tuple[str, list[str]]:
     from decision_adapter.scoring import option_labels
 
     labels = option_labels(len(item["options"]))
-    lines = [f"{SYSTEM_TEXT}\n\nState:\n{state_text(item['state'])}\n",
-             f"Question: {item['question']}", "Options:"]
+    lines = [
+        f"{SYSTEM_TEXT}\n\nState:\n{state_text(item['state'])}\n",
+        f"Question: {item['question']}",
+        "Options:",
+    ]
     for label, option in zip(labels, item["options"]):
         description = option.get("description")
         lines.append(f"{label}. {option['id']}" + (f": {description}" if description else ""))

@@ -67,17 +67,23 @@ CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
 
 def release_config() -> AppConfig:
     context = CONTEXT
-    return AppConfig.from_context({
-        **context,
-        "stackPrefix": "DecisionModelsInteg",
-        "modelDataUri": os.environ.get("INTEG_MODEL_DATA_URI", PLACEHOLDER_MODEL),
-        "decisionCpuImage": os.environ.get("INTEG_DECISION_CPU_IMAGE", PLACEHOLDER_IMAGE),
-        "textGenerationEndpoint": {"enabled": False},
-        "decisionGpuEndpoint": {"enabled": False},
-        # The smallest current CPU type: 2 vCPUs, 4 GiB, ample for a 250 MB model.
-        "decisionCpuEndpoint": {"endpointName": ENDPOINT_NAME, "instanceType": "ml.c6i.large",
-                                "nThreads": 2, "nCtx": 2048},
-    })
+    return AppConfig.from_context(
+        {
+            **context,
+            "stackPrefix": "DecisionModelsInteg",
+            "modelDataUri": os.environ.get("INTEG_MODEL_DATA_URI", PLACEHOLDER_MODEL),
+            "decisionCpuImage": os.environ.get("INTEG_DECISION_CPU_IMAGE", PLACEHOLDER_IMAGE),
+            "textGenerationEndpoint": {"enabled": False},
+            "decisionGpuEndpoint": {"enabled": False},
+            # The smallest current CPU type: 2 vCPUs, 4 GiB, ample for a 250 MB model.
+            "decisionCpuEndpoint": {
+                "endpointName": ENDPOINT_NAME,
+                "instanceType": "ml.c6i.large",
+                "nThreads": 2,
+                "nCtx": 2048,
+            },
+        }
+    )
 
 
 # cdk.json's feature flags too, as `cdk deploy --app` from the repository root passes them.
@@ -87,32 +93,48 @@ endpoints = EndpointStack(app, "DecisionModelsInteg-Endpoints", config=release_c
 checks = cdk.Stack(app, "DecisionModelsInteg-Checker")
 checks.node.add_dependency(endpoints)  # the checker calls the endpoint
 checker = lambda_.Function(
-    checks, "Checker",
+    checks,
+    "Checker",
     runtime=lambda_.Runtime.PYTHON_3_12,
     handler="index.handler",
     code=lambda_.Code.from_inline(CHECKER),
     timeout=cdk.Duration.seconds(120),
     environment={"ENDPOINT_NAME": ENDPOINT_NAME},
 )
-checker.add_to_role_policy(iam.PolicyStatement(
-    actions=["sagemaker:InvokeEndpoint"],
-    resources=[checks.format_arn(service="sagemaker", resource="endpoint",
-                                 resource_name=ENDPOINT_NAME)],
-))
+checker.add_to_role_policy(
+    iam.PolicyStatement(
+        actions=["sagemaker:InvokeEndpoint"],
+        resources=[
+            checks.format_arn(service="sagemaker", resource="endpoint", resource_name=ENDPOINT_NAME)
+        ],
+    )
+)
 
 integ = IntegTest(app, "DecisionRelease", test_cases=[endpoints, checks])
 # The endpoint answers JSON through SageMaker (no retry: the stack is InService when this runs).
 integ.assertions.aws_api_call(
-    "SageMakerRuntime", "invokeEndpoint",
-    {"EndpointName": ENDPOINT_NAME, "ContentType": "application/json",
-     "Body": json.dumps(DECISION)},
+    "SageMakerRuntime",
+    "invokeEndpoint",
+    {
+        "EndpointName": ENDPOINT_NAME,
+        "ContentType": "application/json",
+        "Body": json.dumps(DECISION),
+    },
 ).expect(ExpectedResult.object_like({"ContentType": "application/json"}))
 # A decision whose probabilities sum to 1, over the declared options, and a chat answer.
 integ.assertions.invoke_function(
     function_name=checker.function_name,
     payload=json.dumps({"decision": DECISION, "chat": CHAT}),
-).expect(ExpectedResult.object_like({"Payload": {
-    "optionIds": ["billing", "tech"], "probabilitySumIsOne": True, "chatAnswered": True,
-}}))
+).expect(
+    ExpectedResult.object_like(
+        {
+            "Payload": {
+                "optionIds": ["billing", "tech"],
+                "probabilitySumIsOne": True,
+                "chatAnswered": True,
+            }
+        }
+    )
+)
 
 app.synth()

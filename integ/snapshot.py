@@ -26,8 +26,9 @@ def synthesize(outdir: Path) -> dict[str, dict]:
     """File name -> parsed JSON, for every template and the integ manifest."""
     env = {k: v for k, v in os.environ.items() if k not in RUN_INPUTS}
     env.update(CDK_OUTDIR=str(outdir), JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20")
-    subprocess.run([sys.executable, str(APP)], env=env, check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, str(APP)], env=env, check=True, capture_output=True, timeout=300
+    )
     return read(outdir)
 
 

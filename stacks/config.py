@@ -298,8 +298,10 @@ class AppConfig(_Config):
     # never blocks a fresh deploy. Set it for a stable name (and for moto, which rejects the
     # generated one; see README, "Rehearsed offline").
     image_repository_name: str | None = Field(
-        None, pattern=r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$",
-        min_length=2, max_length=256,
+        None,
+        pattern=r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$",
+        min_length=2,
+        max_length=256,
     )
     dlc: DlcImages = DlcImages()
     builds: Builds = Builds()

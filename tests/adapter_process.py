@@ -39,6 +39,7 @@ class Adapter:
 
     def wait_until_in_flight(self, count: int = 1, *, waiting: int = 0, **headers: str) -> None:
         """Until `count` model jobs run and `waiting` wait (as /stats counts them)."""
+
         def reached() -> bool:
             admission = self.stats(**headers)["admission"]
             return admission["in_flight"] == count and admission["waiting"] == waiting
@@ -46,8 +47,12 @@ class Adapter:
         wait_until(reached, what=f"{count} in flight, {waiting} waiting")
 
 
-LONG_CHAT = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
-             "max_tokens": 1000, "temperature": 0, "stop": ["@@@"]}
+LONG_CHAT = {
+    "messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
+    "max_tokens": 1000,
+    "temperature": 0,
+    "stop": ["@@@"],
+}
 
 
 @contextlib.contextmanager
@@ -57,9 +62,11 @@ def model_held(adapter: Adapter, **headers: str) -> Iterator[None]:
     body = json.dumps(LONG_CHAT).encode()
     parts = urlsplit(adapter.url)
     with socket.create_connection((parts.hostname, parts.port)) as connection:
-        connection.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\n"
-                           b"Content-Type: application/json\r\n"
-                           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        connection.sendall(
+            b"POST /invocations HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
         adapter.wait_until_in_flight(1, **headers)
         yield
     adapter.wait_until_in_flight(0, **headers)
@@ -74,28 +81,36 @@ def wait_until(condition, *, timeout: float = 60, what: str = "condition") -> No
 
 
 def adapter_environment(**overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DECISION_", "SM_LLAMA_CPP_", "SAGEMAKER_"))}
-    env.update({
-        "PYTHONPATH": f"{REPO / 'container'}{os.pathsep}{REPO}",
-        "HOST": "127.0.0.1",
-        "DECISION_MODEL_DIR": "/nonexistent-model-dir",  # local run: the bundled model
-        "DECISION_N_THREADS": "2",
-        "DECISION_N_CTX": "8192",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DECISION_", "SM_LLAMA_CPP_", "SAGEMAKER_"))
+    }
+    env.update(
+        {
+            "PYTHONPATH": f"{REPO / 'container'}{os.pathsep}{REPO}",
+            "HOST": "127.0.0.1",
+            "DECISION_MODEL_DIR": "/nonexistent-model-dir",  # local run: the bundled model
+            "DECISION_N_THREADS": "2",
+            "DECISION_N_CTX": "8192",
+        }
+    )
     env.update(overrides)
     return env
 
 
 @contextlib.contextmanager
-def running_adapter(tmp_dir: Path, *, ready_timeout: float = 180, preexec_fn=None,
-                    **env: str) -> Iterator[Adapter]:
+def running_adapter(
+    tmp_dir: Path, *, ready_timeout: float = 180, preexec_fn=None, **env: str
+) -> Iterator[Adapter]:
     port = free_port()
     log_path = tmp_dir / f"adapter-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "decision_adapter", "serve"],
-            env=adapter_environment(PORT=str(port), **env), stdout=log, stderr=subprocess.STDOUT,
+            env=adapter_environment(PORT=str(port), **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             preexec_fn=preexec_fn,
         )
     adapter = Adapter(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
@@ -120,10 +135,14 @@ def running_adapter(tmp_dir: Path, *, ready_timeout: float = 180, preexec_fn=Non
                 process.kill()
 
 
-def run_adapter_until_exit(env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+def run_adapter_until_exit(
+    env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Start the adapter expecting it to refuse; returns the finished process."""
     return subprocess.run(
         [sys.executable, "-m", "decision_adapter", "serve"],
         env=adapter_environment(**{"PORT": str(free_port()), **env}),
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )

@@ -84,10 +84,14 @@ class Resolver:
     def __call__(self, value):
         if isinstance(value, str):
             return value
-        (function, argument), = value.items()
+        ((function, argument),) = value.items()
         if function == "Ref":
-            pseudo = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT,
-                      "AWS::URLSuffix": "amazonaws.com", "AWS::Partition": "aws"}
+            pseudo = {
+                "AWS::Region": REGION,
+                "AWS::AccountId": ACCOUNT,
+                "AWS::URLSuffix": "amazonaws.com",
+                "AWS::Partition": "aws",
+            }
             return pseudo.get(argument) or self.refs[argument]
         if function == "Fn::GetAtt":
             return self.attributes[tuple(argument)]

@@ -26,8 +26,9 @@ def adapter(tmp_path_factory):
 def engine(gemma_gguf):
     from decision_adapter.engine import Engine, EngineConfig
 
-    engine = Engine(gemma_gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=2,
-                                             n_gpu_layers=0, n_seq_max=64))
+    engine = Engine(
+        gemma_gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=2, n_gpu_layers=0, n_seq_max=64)
+    )
     yield engine
     engine.close()
 
@@ -47,7 +48,10 @@ RETRY_AFTER_S = 3  # not the default (1), so a test can tell the setting is used
 @pytest.fixture(scope="session")
 def secured_adapter(tmp_path_factory):
     """A second live adapter with bearer auth on, a calibration temperature and a Retry-After."""
-    with running_adapter(tmp_path_factory.mktemp("secured"), DECISION_API_KEY=API_KEY,
-                         DECISION_CALIBRATION_TEMPERATURE=str(CALIBRATION_TEMPERATURE),
-                         DECISION_RETRY_AFTER_S=str(RETRY_AFTER_S)) as running:
+    with running_adapter(
+        tmp_path_factory.mktemp("secured"),
+        DECISION_API_KEY=API_KEY,
+        DECISION_CALIBRATION_TEMPERATURE=str(CALIBRATION_TEMPERATURE),
+        DECISION_RETRY_AFTER_S=str(RETRY_AFTER_S),
+    ) as running:
         yield running

@@ -75,19 +75,24 @@ def included_files(context: Path, dockerfile: Path) -> set[str]:
         if line.strip() and not line.startswith("#")
     ]
     relative = str(dockerfile.resolve().relative_to(context.resolve()))
-    return {path for path in exclude_paths(str(context), patterns, relative)
-            if (context / path).is_file()}
+    return {
+        path
+        for path in exclude_paths(str(context), patterns, relative)
+        if (context / path).is_file()
+    }
 
 
 def copied_files(source: str, files: set[str]) -> list[str]:
     prefix = source.strip("/").removeprefix("./")
-    return sorted(f for f in files
-                  if fnmatch.fnmatch(f, prefix) or f.startswith(prefix.rstrip("/") + "/"))
+    return sorted(
+        f for f in files if fnmatch.fnmatch(f, prefix) or f.startswith(prefix.rstrip("/") + "/")
+    )
 
 
 def substitute(text: str, values: dict[str, str | None]) -> str:
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2)) or "",
-                  text)
+    return re.sub(
+        r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2)) or "", text
+    )
 
 
 def build(arguments: list[str]) -> None:
@@ -136,8 +141,16 @@ def build(arguments: list[str]) -> None:
         for name in matched:
             content.update(name.encode() + b"\0" + (context / name).read_bytes())
     content.update(json.dumps(given, sort_keys=True).encode())
-    record({"command": "build", "dockerfile": options.file, "tags": options.tag,
-            "build_args": given, "layer": f"sha256:{content.hexdigest()}", "files": len(files)})
+    record(
+        {
+            "command": "build",
+            "dockerfile": options.file,
+            "tags": options.tag,
+            "build_args": given,
+            "layer": f"sha256:{content.hexdigest()}",
+            "files": len(files),
+        }
+    )
     print(f"[stand-in] built {', '.join(options.tag)} from {len(files)} context files")
 
 
@@ -156,14 +169,25 @@ def push(arguments: list[str]) -> None:
     manifest = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 2,
-                   "digest": built[-1]["layer"]},
-        "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
-                    "size": 2, "digest": built[-1]["layer"]}],
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "size": 2,
+            "digest": built[-1]["layer"],
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                "size": 2,
+                "digest": built[-1]["layer"],
+            }
+        ],
     }
     image = boto3.client("ecr", region_name=ecr.group(2)).put_image(
-        registryId=ecr.group(1), repositoryName=repository, imageTag=tag,
-        imageManifest=json.dumps(manifest), imageManifestMediaType=manifest["mediaType"],
+        registryId=ecr.group(1),
+        repositoryName=repository,
+        imageTag=tag,
+        imageManifest=json.dumps(manifest),
+        imageManifestMediaType=manifest["mediaType"],
     )["image"]
     record({"command": "push", "reference": reference, "digest": image["imageId"]["imageDigest"]})
     print(f"{tag}: digest: {image['imageId']['imageDigest']}")

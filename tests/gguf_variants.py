@@ -18,9 +18,18 @@ def with_chat_template(source: Path, directory: Path, template: str) -> Path:
     template_file.write_text(template)
     target = directory / "model.gguf"
     subprocess.run(
-        [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(source), str(target),
-         "--chat-template-file", str(template_file), "--force"],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "gguf.scripts.gguf_new_metadata",
+            str(source),
+            str(target),
+            "--chat-template-file",
+            str(template_file),
+            "--force",
+        ],
+        check=True,
+        capture_output=True,
     )
     template_file.unlink()
     return target

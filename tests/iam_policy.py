@@ -90,9 +90,7 @@ def _matches(pattern: str, value: str, *, ignore_case: bool = False) -> bool:
     if ignore_case:
         pattern, value = pattern.lower(), value.lower()
     # IAM's wildcards: * any run of characters, ? one character; nothing else is special.
-    regex = "".join(
-        ".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern
-    )
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
     return re.fullmatch(regex, value, re.S) is not None
 
 
@@ -135,4 +133,3 @@ def allows(statements: list[dict], request: Request, rendered: Rendered) -> bool
     if any(s["Effect"] == "Deny" for s in applying):
         return False
     return any(s["Effect"] == "Allow" for s in applying)
-

@@ -7,8 +7,10 @@ import pytest
 
 from bench import evaluate, labelled
 
-OPTIONS = [{"id": "billing", "description": "Invoices and refunds."},
-           {"id": "shipping", "description": "Deliveries."}]
+OPTIONS = [
+    {"id": "billing", "description": "Invoices and refunds."},
+    {"id": "shipping", "description": "Deliveries."},
+]
 
 
 def write_jsonl(path, rows):
@@ -17,45 +19,83 @@ def write_jsonl(path, rows):
 
 
 def test_flat_and_nested_decision_lines(tmp_path):
-    path = write_jsonl(tmp_path / "set.jsonl", [
-        {"id": "a", "state": "Refund please.", "question": "Queue?", "options": OPTIONS,
-         "expected": "billing", "category": "routing"},
-        {"decision": {"id": "b", "state": "Where is my parcel?", "question": "Queue?",
-                      "options": OPTIONS}, "expected": "shipping"},
-    ])
+    path = write_jsonl(
+        tmp_path / "set.jsonl",
+        [
+            {
+                "id": "a",
+                "state": "Refund please.",
+                "question": "Queue?",
+                "options": OPTIONS,
+                "expected": "billing",
+                "category": "routing",
+            },
+            {
+                "decision": {
+                    "id": "b",
+                    "state": "Where is my parcel?",
+                    "question": "Queue?",
+                    "options": OPTIONS,
+                },
+                "expected": "shipping",
+            },
+        ],
+    )
     first, second = labelled.load(path)
-    assert first.body() == {"decision": {"id": "a", "state": "Refund please.",
-                                         "question": "Queue?", "options": OPTIONS}}
+    assert first.body() == {
+        "decision": {"id": "a", "state": "Refund please.", "question": "Queue?", "options": OPTIONS}
+    }
     assert first.body(reverse=True)["decision"]["options"] == OPTIONS[::-1]
     assert (first.category, second.category, second.expected) == ("routing", "all", "shipping")
 
 
 def test_a_label_outside_the_options_names_the_line(tmp_path):
-    path = write_jsonl(tmp_path / "bad.jsonl", [
-        {"id": "a", "state": "s", "question": "q", "options": OPTIONS, "expected": "sales"}])
+    path = write_jsonl(
+        tmp_path / "bad.jsonl",
+        [{"id": "a", "state": "s", "question": "q", "options": OPTIONS, "expected": "sales"}],
+    )
     with pytest.raises(labelled.LabelError, match=r"bad.jsonl:1: expected 'sales'"):
         labelled.load(path)
 
 
 def test_systemone_lines_become_one_case_per_expected_question():
-    item = labelled.parse_line({
-        "id": "t1",
-        "systemone": {"state": "Refund not received.", "questions": {
-            "angry": {"type": "noul"},
-            "queue": {"type": "choice", "criteria": {"billing": "Money", "shipping": "Parcels"}},
-            "urgency": {"type": "score", "criteria": ["low", "medium", "high"]}}},
-        "expected": {"angry": False, "queue": "billing", "urgency": 1},
-    }, 1)
+    item = labelled.parse_line(
+        {
+            "id": "t1",
+            "systemone": {
+                "state": "Refund not received.",
+                "questions": {
+                    "angry": {"type": "noul"},
+                    "queue": {
+                        "type": "choice",
+                        "criteria": {"billing": "Money", "shipping": "Parcels"},
+                    },
+                    "urgency": {"type": "score", "criteria": ["low", "medium", "high"]},
+                },
+            },
+            "expected": {"angry": False, "queue": "billing", "urgency": 1},
+        },
+        1,
+    )
     assert item.expected == {"angry": "false", "queue": "billing", "urgency": "1"}
     reversed_body = item.body(reverse=True)
     assert list(reversed_body["questions"]["queue"]["criteria"]) == ["shipping", "billing"]
     assert reversed_body["questions"]["urgency"] == item.request["questions"]["urgency"]
-    answer = {"answers": {
-        "angry": {"type": "noul", "noul": 0.25, "x_logits": {"true": 0.0, "false": 1.1}},
-        "queue": {"type": "choice", "probabilities": {"billing": 0.9, "shipping": 0.1},
-                  "x_logits": {"billing": 2.0, "shipping": -0.2}},
-        "urgency": {"type": "score", "probabilities": {"0": 0.2, "1": 0.5, "2": 0.3},
-                    "x_logits": {"0": 0.1, "1": 1.0, "2": 0.5}}}}
+    answer = {
+        "answers": {
+            "angry": {"type": "noul", "noul": 0.25, "x_logits": {"true": 0.0, "false": 1.1}},
+            "queue": {
+                "type": "choice",
+                "probabilities": {"billing": 0.9, "shipping": 0.1},
+                "x_logits": {"billing": 2.0, "shipping": -0.2},
+            },
+            "urgency": {
+                "type": "score",
+                "probabilities": {"0": 0.2, "1": 0.5, "2": 0.3},
+                "x_logits": {"0": 0.1, "1": 1.0, "2": 0.5},
+            },
+        }
+    }
     cases = item.cases(answer, 0.1, 0)
     assert [(c.item_id, c.option_ids, c.probabilities, c.expected) for c in cases] == [
         ("t1/angry", ["true", "false"], [0.25, 0.75], "false"),
@@ -67,29 +107,71 @@ def test_systemone_lines_become_one_case_per_expected_question():
 
 def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
     rows = [
-        {"id": "r1", "state": "I was charged twice for my subscription.", "question": "Which queue?",
-         "options": OPTIONS, "expected": "billing", "category": "routing"},
-        {"id": "r2", "state": "My parcel never arrived.", "question": "Which queue?",
-         "options": OPTIONS, "expected": "shipping", "category": "routing"},
-        {"id": "p1", "state": "Checkout is down for everyone.", "question": "How urgent?",
-         "options": [{"id": "low"}, {"id": "high"}], "expected": "high", "category": "priority"},
+        {
+            "id": "r1",
+            "state": "I was charged twice for my subscription.",
+            "question": "Which queue?",
+            "options": OPTIONS,
+            "expected": "billing",
+            "category": "routing",
+        },
+        {
+            "id": "r2",
+            "state": "My parcel never arrived.",
+            "question": "Which queue?",
+            "options": OPTIONS,
+            "expected": "shipping",
+            "category": "routing",
+        },
+        {
+            "id": "p1",
+            "state": "Checkout is down for everyone.",
+            "question": "How urgent?",
+            "options": [{"id": "low"}, {"id": "high"}],
+            "expected": "high",
+            "category": "priority",
+        },
     ]
-    rows.append({"id": "s1", "category": "systemone", "systemone": {
-        "state": "Refund not received after 10 days.", "questions": {
-            "queue": {"type": "choice", "criteria": {"billing": "Money.", "shipping": "Parcels."}},
-            "urgent": {"type": "noul"}}},
-        "expected": {"queue": "billing", "urgent": True}})
+    rows.append(
+        {
+            "id": "s1",
+            "category": "systemone",
+            "systemone": {
+                "state": "Refund not received after 10 days.",
+                "questions": {
+                    "queue": {
+                        "type": "choice",
+                        "criteria": {"billing": "Money.", "shipping": "Parcels."},
+                    },
+                    "urgent": {"type": "noul"},
+                },
+            },
+            "expected": {"queue": "billing", "urgent": True},
+        }
+    )
     data = write_jsonl(tmp_path / "mini.jsonl", rows)
     out = tmp_path / "out"
-    code = evaluate.main([str(data), "--url", adapter.url, "--out", str(out),
-                          "--fit-temperature", "--order-check", "--no-progress"])
+    code = evaluate.main(
+        [
+            str(data),
+            "--url",
+            adapter.url,
+            "--out",
+            str(out),
+            "--fit-temperature",
+            "--order-check",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     assert report["metrics"]["n"] == 5  # three decisions, two System One questions
     assert 0 <= report["metrics"]["accuracy"] <= 1
     assert 0 <= report["metrics"]["ece"] <= 1 and report["metrics"]["nll"] > 0
     assert set(report["by_category"]) == {"routing", "priority", "systemone"}
-    assert report["latency"]["n"] == 5 and report["latency"]["p95_ms"] >= report["latency"]["p50_ms"]
+    assert (
+        report["latency"]["n"] == 5 and report["latency"]["p95_ms"] >= report["latency"]["p50_ms"]
+    )
     assert report["order_check"]["items"] == 4  # the noul question has no order to reverse
     assert {item["id"] for item in report["items"]} >= {"s1/queue", "s1/urgent"}
     assert 0 <= report["order_check"]["max_abs_diff"] <= 1
@@ -116,30 +198,72 @@ def test_evaluate_an_endpoint_through_sagemaker_runtime(tmp_path, monkeypatch, c
     from botocore.response import StreamingBody
     from botocore.stub import Stubber
 
-    client = boto3.client("sagemaker-runtime", region_name="us-east-1",
-                          aws_access_key_id="x", aws_secret_access_key="x")
+    client = boto3.client(
+        "sagemaker-runtime",
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
     stubber = Stubber(client)
-    answer = json.dumps({"result": {
-        "id": "r1", "option_ids": ["billing", "shipping"], "probabilities": [0.75, 0.25],
-        "option_logits": [1.0986123, 0.0], "temperature": 1.0,
-        "model": {"name": "gemma", "gguf_sha256": "ab" * 32}}}).encode()
-    body = {"decision": {"id": "r1", "state": "Refund please.", "question": "Queue?",
-                         "options": OPTIONS}}
-    expected_params = {"EndpointName": "decisions", "Body": json.dumps(body, separators=(",", ":")).encode(),
-                       "ContentType": "application/json", "Accept": "application/json"}
-    stubber.add_client_error("invoke_endpoint", service_error_code="ModelError",
-                             http_status_code=424, expected_params=expected_params,
-                             response_meta={"HTTPHeaders": {"retry-after": "0"}},
-                             modeled_fields={"OriginalStatusCode": 503})
-    stubber.add_response("invoke_endpoint", {
-        "Body": StreamingBody(io.BytesIO(answer), len(answer)), "ContentType": "application/json"},
-        expected_params)
+    answer = json.dumps(
+        {
+            "result": {
+                "id": "r1",
+                "option_ids": ["billing", "shipping"],
+                "probabilities": [0.75, 0.25],
+                "option_logits": [1.0986123, 0.0],
+                "temperature": 1.0,
+                "model": {"name": "gemma", "gguf_sha256": "ab" * 32},
+            }
+        }
+    ).encode()
+    body = {
+        "decision": {
+            "id": "r1",
+            "state": "Refund please.",
+            "question": "Queue?",
+            "options": OPTIONS,
+        }
+    }
+    expected_params = {
+        "EndpointName": "decisions",
+        "Body": json.dumps(body, separators=(",", ":")).encode(),
+        "ContentType": "application/json",
+        "Accept": "application/json",
+    }
+    stubber.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelError",
+        http_status_code=424,
+        expected_params=expected_params,
+        response_meta={"HTTPHeaders": {"retry-after": "0"}},
+        modeled_fields={"OriginalStatusCode": 503},
+    )
+    stubber.add_response(
+        "invoke_endpoint",
+        {"Body": StreamingBody(io.BytesIO(answer), len(answer)), "ContentType": "application/json"},
+        expected_params,
+    )
     stubber.activate()
     monkeypatch.setattr("ops.cli._boto3_clients", lambda region: lambda service: client)
     data = write_jsonl(tmp_path / "one.jsonl", [{**body["decision"], "expected": "billing"}])
     out = tmp_path / "out"
-    assert evaluate.main([str(data), "--endpoint", "decisions", "--out", str(out),
-                          "--fit-temperature", "--temperature", "2", "--no-progress"]) == 0
+    assert (
+        evaluate.main(
+            [
+                str(data),
+                "--endpoint",
+                "decisions",
+                "--out",
+                str(out),
+                "--fit-temperature",
+                "--temperature",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     stubber.assert_no_pending_responses()
     report = json.loads((out / "report.json").read_text())
     assert report["target"] == "endpoint decisions"

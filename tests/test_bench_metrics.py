@@ -8,11 +8,11 @@ from bench import metrics
 
 # (probabilities, expected index): top-label confidence, hit
 PROBABILITIES = [
-    [0.7, 0.2, 0.1],    # 0.7, right
-    [0.4, 0.6],         # 0.6, wrong
+    [0.7, 0.2, 0.1],  # 0.7, right
+    [0.4, 0.6],  # 0.6, wrong
     [0.25, 0.25, 0.5],  # 0.5, right
-    [0.9, 0.1],         # 0.9, wrong
-    [0.65, 0.35],       # 0.65, right
+    [0.9, 0.1],  # 0.9, wrong
+    [0.65, 0.35],  # 0.65, right
 ]
 EXPECTED = [0, 0, 2, 1, 0]
 
@@ -62,8 +62,9 @@ def test_confidence_one_falls_in_the_last_bin():
 
 def test_summary_collects_the_four_metrics():
     result = metrics.summary(PROBABILITIES, EXPECTED)
-    assert result == pytest.approx({"n": 5, "accuracy": 0.6, "brier": 0.62, "ece": 0.39,
-                                    "nll": 0.9398962}, abs=1e-7)
+    assert result == pytest.approx(
+        {"n": 5, "accuracy": 0.6, "brier": 0.62, "ece": 0.39, "nll": 0.9398962}, abs=1e-7
+    )
 
 
 def test_mismatched_or_out_of_range_labels_are_refused():
@@ -86,7 +87,8 @@ def test_percentiles_interpolate_between_ranks():
 def test_softmax_with_temperature():
     assert metrics.softmax([2.0, 0.0]).tolist() == pytest.approx([0.8807971, 0.1192029])
     assert metrics.softmax([2.0, 0.0], temperature=2.0).tolist() == pytest.approx(
-        [1 / (1 + math.exp(-1)), 1 / (1 + math.exp(1))])
+        [1 / (1 + math.exp(-1)), 1 / (1 + math.exp(1))]
+    )
     with pytest.raises(ValueError):
         metrics.softmax([1.0, 0.0], temperature=0)
 
@@ -117,10 +119,16 @@ def test_order_sensitivity_matches_options_by_id():
     reversed_ = [{"b": 0.55, "a": 0.45}, {"z": 0.45, "y": 0.35, "x": 0.2}]
     result = metrics.order_sensitivity(original, reversed_)
     # differences: a 0.15, b 0.15; x 0, y 0.05, z 0.05
-    assert result == pytest.approx({
-        "items": 2, "mean_abs_diff": 0.4 / 5, "max_abs_diff": 0.15,
-        "mean_item_max_abs_diff": 0.1, "argmax_changed": 1, "argmax_change_rate": 0.5,
-    })
+    assert result == pytest.approx(
+        {
+            "items": 2,
+            "mean_abs_diff": 0.4 / 5,
+            "max_abs_diff": 0.15,
+            "mean_item_max_abs_diff": 0.1,
+            "argmax_changed": 1,
+            "argmax_change_rate": 0.5,
+        }
+    )
 
 
 def test_order_sensitivity_tie_is_not_a_change():

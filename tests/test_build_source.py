@@ -45,8 +45,10 @@ def assembly(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def projects(assembly):
     found = build_projects(assembly, STATEFUL)
-    assert {p.buildspec for p in found} == {"model_packaging/buildspec.yml",
-                                             "container/buildspec.yml"}
+    assert {p.buildspec for p in found} == {
+        "model_packaging/buildspec.yml",
+        "container/buildspec.yml",
+    }
     return found
 
 
@@ -101,6 +103,6 @@ def test_every_dockerfile_copies_only_what_the_staged_source_holds(assembly, pro
 def test_the_dockerfile_reader_skips_copies_from_other_stages():
     text = (
         "FROM a AS builder\n# comment\nCOPY --chown=1:1 x/y \\\n  z/ /dst/\n"
-        "FROM b\nCOPY --from=builder /opt/venv /opt/venv\nADD [\"w\", \"/w\"]\n"
+        'FROM b\nCOPY --from=builder /opt/venv /opt/venv\nADD ["w", "/w"]\n'
     )
     assert context_sources(text) == ["x/y", "z/", "w"]

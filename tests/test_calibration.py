@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from decision_adapter.calibration import Calibration, CalibrationError, load_calibration
 from decision_adapter.settings import Settings, SettingsError
+
 from tests.adapter_process import run_adapter_until_exit
 
 SHA = "a" * 64
@@ -27,7 +27,9 @@ def test_no_variable_and_no_file_means_raw_probabilities(gguf):
 
 def test_file_beside_the_gguf_or_one_directory_up(gguf):
     (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7, "ece": 0.02}))
-    assert load_calibration(None, gguf, SHA) == Calibration(1.7, str(gguf.parent / "calibration.json"))
+    assert load_calibration(None, gguf, SHA) == Calibration(
+        1.7, str(gguf.parent / "calibration.json")
+    )
     (gguf.parent / "calibration.json").unlink()
     (gguf.parent.parent / "calibration.json").write_text(json.dumps({"temperature": 0.8}))
     assert load_calibration(None, gguf, SHA).temperature == 0.8
@@ -39,15 +41,21 @@ def test_the_variable_wins_over_the_file(gguf):
 
 
 def test_a_file_fitted_for_another_model_is_refused(gguf):
-    (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7, "gguf_sha256": "b" * 64}))
+    (gguf.parent / "calibration.json").write_text(
+        json.dumps({"temperature": 1.7, "gguf_sha256": "b" * 64})
+    )
     with pytest.raises(CalibrationError, match="refusing to serve"):
         load_calibration(None, gguf, SHA)
-    (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7, "gguf_sha256": SHA}))
+    (gguf.parent / "calibration.json").write_text(
+        json.dumps({"temperature": 1.7, "gguf_sha256": SHA})
+    )
     assert load_calibration(None, gguf, SHA).temperature == 1.7
 
 
-@pytest.mark.parametrize("content", ['{"temperature": 0}', '{"temperature": -1}', "{}", "not json",
-                                     '{"temperature": "hot"}'])
+@pytest.mark.parametrize(
+    "content",
+    ['{"temperature": 0}', '{"temperature": -1}', "{}", "not json", '{"temperature": "hot"}'],
+)
 def test_an_unusable_file_stops_the_server_naming_it(gguf, content):
     (gguf.parent / "calibration.json").write_text(content)
     with pytest.raises(CalibrationError, match="calibration.json"):
@@ -55,7 +63,9 @@ def test_an_unusable_file_stops_the_server_naming_it(gguf, content):
 
 
 def test_settings_read_the_temperature_and_the_api_key():
-    settings = Settings.from_environment({"DECISION_CALIBRATION_TEMPERATURE": "1.5", "DECISION_API_KEY": "s3cret-key"})
+    settings = Settings.from_environment(
+        {"DECISION_CALIBRATION_TEMPERATURE": "1.5", "DECISION_API_KEY": "s3cret-key"}
+    )
     assert settings.calibration_temperature == 1.5
     assert settings.api_key.get_secret_value() == "s3cret-key" and "s3cret" not in repr(settings)
     defaults = Settings.from_environment({})
@@ -66,8 +76,9 @@ def test_settings_read_the_temperature_and_the_api_key():
 
 def test_a_file_for_another_gguf_stops_the_server_at_start(tmp_path, gemma_gguf):
     (tmp_path / gemma_gguf.name).symlink_to(gemma_gguf)
-    (tmp_path / "calibration.json").write_text(json.dumps({"temperature": 1.7,
-                                                           "gguf_sha256": "b" * 64}))
+    (tmp_path / "calibration.json").write_text(
+        json.dumps({"temperature": 1.7, "gguf_sha256": "b" * 64})
+    )
     finished = run_adapter_until_exit({"DECISION_MODEL_DIR": str(tmp_path)})
     assert finished.returncode == 1
     lines = [line for line in finished.stderr.splitlines() if line.strip()]

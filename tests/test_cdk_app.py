@@ -275,8 +275,9 @@ def test_the_gpu_image_build_follows_the_configured_pool(tmp_path):
     assembly = synthesize(
         tmp_path, decisionGpuEndpoint={"instancePool": ["ml.g6e.xlarge", "ml.p5.48xlarge"]}
     )
-    _, props = project(template(assembly, STATEFUL), "container/buildspec.yml",
-                       "container/Dockerfile.gpu")
+    _, props = project(
+        template(assembly, STATEFUL), "container/buildspec.yml", "container/Dockerfile.gpu"
+    )
     assert variables(props)["CUDA_ARCHITECTURES"] == "89;90"
 
 
@@ -325,9 +326,7 @@ def test_model_build_may_write_only_under_the_model_prefix(stateful):
         if "VersioningConfiguration" in b["Properties"]
     )
     # Presence is checked by listing the key (model_packaging/upload.py), never by reading it.
-    assert granted[("s3:AbortMultipartUpload", "s3:PutObject")] == [
-        f"<{bucket}.Arn>/models/*"
-    ]
+    assert granted[("s3:AbortMultipartUpload", "s3:PutObject")] == [f"<{bucket}.Arn>/models/*"]
     assert granted[("s3:ListBucket",)] == [f"<{bucket}.Arn>"]
     listing = next(s for s in policy_statements(stateful, role) if s["Action"] == "s3:ListBucket")
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["models/*"]}}

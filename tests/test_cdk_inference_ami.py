@@ -27,8 +27,9 @@ def documentation() -> str:
 
 
 def config(**context) -> AppConfig:
-    return AppConfig.from_context({**json.loads((ROOT / "cdk.json").read_text())["context"],
-                                   **context})
+    return AppConfig.from_context(
+        {**json.loads((ROOT / "cdk.json").read_text())["context"], **context}
+    )
 
 
 def test_every_ami_the_api_accepts_is_read_from_botocores_documentation():
@@ -63,8 +64,13 @@ def test_the_default_gpu_endpoints_run_the_cuda_13_dlc():
     [
         ({"decisionGpuEndpoint": {"inferenceAmiVersion": OLD_AMI}}, "decisionGpuEndpoint"),
         (
-            {"textGenerationEndpoint": {"instanceType": "ml.g5.xlarge", "image": "cuda",
-                                        "inferenceAmiVersion": OLD_AMI}},
+            {
+                "textGenerationEndpoint": {
+                    "instanceType": "ml.g5.xlarge",
+                    "image": "cuda",
+                    "inferenceAmiVersion": OLD_AMI,
+                }
+            },
             "textGenerationEndpoint",
         ),
     ],
@@ -80,8 +86,9 @@ def test_an_ami_whose_driver_is_too_old_for_cuda_13_fails_at_synth(context, fiel
 def test_the_check_follows_the_images_cuda_version():
     with pytest.raises(ValidationError, match="needs CUDA 14"):
         config(dlc={"cudaMajorVersion": 14})
-    assert config(dlc={"cudaMajorVersion": 12},
-                  decisionGpuEndpoint={"inferenceAmiVersion": OLD_AMI})
+    assert config(
+        dlc={"cudaMajorVersion": 12}, decisionGpuEndpoint={"inferenceAmiVersion": OLD_AMI}
+    )
 
 
 def test_unknown_or_non_cuda_amis_fail_naming_the_known_ones():
@@ -92,5 +99,7 @@ def test_unknown_or_non_cuda_amis_fail_naming_the_known_ones():
 
 
 def test_cpu_and_disabled_endpoints_are_not_held_to_a_gpu_ami():
-    assert config(textGenerationEndpoint={"inferenceAmiVersion": OLD_AMI},
-                  decisionGpuEndpoint={"enabled": False, "inferenceAmiVersion": OLD_AMI})
+    assert config(
+        textGenerationEndpoint={"inferenceAmiVersion": OLD_AMI},
+        decisionGpuEndpoint={"enabled": False, "inferenceAmiVersion": OLD_AMI},
+    )

@@ -10,8 +10,8 @@ from aws_cdk.region_info import Fact, FactName, RegionInfo
 from pydantic import ValidationError
 
 from stacks.config import DEFAULT_DLC_CUDA_DIGEST, AppConfig
-from stacks.dlc_registry import DLC_ACCOUNTS, RULE_ID, UnsupportedRegion, registry_domain
 from stacks.constructs.artifacts import ContainerImage
+from stacks.dlc_registry import DLC_ACCOUNTS, RULE_ID, UnsupportedRegion, registry_domain
 from tests.test_cdk_app import STATEFUL, cdk_json_context, run_app, synthesize
 
 
@@ -38,8 +38,15 @@ def agnostic(tmp_path_factory) -> dict:
 
 
 def test_the_regions_the_issue_found_missing_are_served():
-    for region in ("ap-northeast-3", "il-central-1", "ca-west-1", "af-south-1",
-                   "ap-southeast-5", "ap-southeast-7", "mx-central-1"):
+    for region in (
+        "ap-northeast-3",
+        "il-central-1",
+        "ca-west-1",
+        "af-south-1",
+        "ap-southeast-5",
+        "ap-southeast-7",
+        "mx-central-1",
+    ):
         assert len(DLC_ACCOUNTS[region]) == 12
 
 

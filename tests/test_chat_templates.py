@@ -25,31 +25,62 @@ def templated_adapter(tmp_path_factory, gemma_gguf):
 
 
 def test_the_template_renders_decisions_and_chats(templated_adapter):
-    assert httpx.get(templated_adapter.url + "/v1/models").json()["models"][0][
-        "description"].endswith("(chat-template prompt), served by llama.cpp")
-    decision = {"decision": {"id": "d", "state": "The VPN drops.", "question": "Which team?",
-                             "options": [{"id": "network"}, {"id": "desktop"}]}}
-    assert httpx.post(templated_adapter.url + "/invocations", json=decision,
-                      timeout=60).status_code == 200
-    chat = {"messages": [{"role": "system", "content": "Be brief."},
-                         {"role": "user", "content": "Name a colour."}], "max_tokens": 4}
-    assert httpx.post(templated_adapter.url + "/v1/chat/completions", json=chat,
-                      timeout=60).status_code == 200
+    assert (
+        httpx.get(templated_adapter.url + "/v1/models")
+        .json()["models"][0]["description"]
+        .endswith("(chat-template prompt), served by llama.cpp")
+    )
+    decision = {
+        "decision": {
+            "id": "d",
+            "state": "The VPN drops.",
+            "question": "Which team?",
+            "options": [{"id": "network"}, {"id": "desktop"}],
+        }
+    }
+    assert (
+        httpx.post(templated_adapter.url + "/invocations", json=decision, timeout=60).status_code
+        == 200
+    )
+    chat = {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Name a colour."},
+        ],
+        "max_tokens": 4,
+    }
+    assert (
+        httpx.post(
+            templated_adapter.url + "/v1/chat/completions", json=chat, timeout=60
+        ).status_code
+        == 200
+    )
 
 
-@pytest.mark.parametrize("messages", [
-    [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],  # not alternating
-    [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Hi"}],
-    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-     {"role": "tool", "content": "42"}],
-    [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-], ids=["user-user", "assistant-first", "tool", "developer"])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],  # not alternating
+        [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Hi"}],
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "tool", "content": "42"},
+        ],
+        [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+    ],
+    ids=["user-user", "assistant-first", "tool", "developer"],
+)
 @pytest.mark.parametrize("path", ["/invocations", "/v1/chat/completions"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_conversation_the_template_refuses_is_a_422_naming_messages(
-        templated_adapter, messages, path, stream):
-    response = httpx.post(templated_adapter.url + path, timeout=60,
-                          json={"messages": messages, "max_tokens": 4, "stream": stream})
+    templated_adapter, messages, path, stream
+):
+    response = httpx.post(
+        templated_adapter.url + path,
+        timeout=60,
+        json={"messages": messages, "max_tokens": 4, "stream": stream},
+    )
     assert response.status_code == 422, response.text
     error = response.json()
     assert error["field"] == "messages" and error["error_type"] == "validation_error"
@@ -59,8 +90,10 @@ def test_a_conversation_the_template_refuses_is_a_422_naming_messages(
 
 
 def test_a_template_that_drops_the_content_is_refused_at_start_up(tmp_path, gemma_gguf):
-    drops_content = ("{% for m in messages %}<start_of_turn>{{ m['role'] }}\n<end_of_turn>\n"
-                     "{% endfor %}<start_of_turn>model\n")
+    drops_content = (
+        "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n<end_of_turn>\n"
+        "{% endfor %}<start_of_turn>model\n"
+    )
     with_chat_template(gemma_gguf, tmp_path, drops_content)
     finished = run_adapter_until_exit({"DECISION_MODEL_DIR": str(tmp_path)}, timeout=90)
     assert finished.returncode == 1

@@ -87,7 +87,8 @@ def staged_copy(assembly: Path, project, tmp_path: Path) -> Path:
 
 def project_for(assembly: Path, buildspec: str, dockerfile: str | None = None):
     (project,) = [
-        p for p in build_projects(assembly, STATEFUL)
+        p
+        for p in build_projects(assembly, STATEFUL)
         if p.buildspec == buildspec
         and (dockerfile is None or p.environment.get("DOCKERFILE") == dockerfile)
     ]

@@ -15,8 +15,14 @@ import pytest
 from tests.adapter_process import running_adapter
 
 HEADER_TIMEOUT_S = 1.0
-DECISION = {"decision": {"id": "d", "state": "The VPN drops every hour.", "question": "Which team?",
-                         "options": [{"id": "network"}, {"id": "desktop"}]}}
+DECISION = {
+    "decision": {
+        "id": "d",
+        "state": "The VPN drops every hour.",
+        "question": "Which team?",
+        "options": [{"id": "network"}, {"id": "desktop"}],
+    }
+}
 
 
 def _connect(url: str) -> socket.socket:
@@ -51,8 +57,9 @@ def _rss_mib(pid: int) -> float:
 
 @pytest.fixture(scope="module")
 def strict_adapter(tmp_path_factory):
-    with running_adapter(tmp_path_factory.mktemp("strict"),
-                         DECISION_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S)) as adapter:
+    with running_adapter(
+        tmp_path_factory.mktemp("strict"), DECISION_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S)
+    ) as adapter:
         yield adapter
 
 
@@ -82,8 +89,9 @@ def _lower_file_limit() -> None:
 
 
 def test_more_connections_than_descriptors_are_refused_cleanly(tmp_path):
-    with running_adapter(tmp_path, preexec_fn=_lower_file_limit,
-                         DECISION_HEADER_TIMEOUT_S="5") as adapter:
+    with running_adapter(
+        tmp_path, preexec_fn=_lower_file_limit, DECISION_HEADER_TIMEOUT_S="5"
+    ) as adapter:
         hoarders = [_half_a_head(adapter.url) for _ in range(400)]
         refused = []
         for connection in hoarders:
@@ -120,8 +128,10 @@ def test_memory_returns_after_many_large_unfinished_bodies(tmp_path):
         uploads = []
         for _ in range(connections):
             upload = _connect(adapter.url)
-            upload.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                           b"application/json\r\nContent-Length: %d\r\n\r\n" % size)
+            upload.sendall(
+                b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                b"application/json\r\nContent-Length: %d\r\n\r\n" % size
+            )
             uploads.append(upload)
         chunk = b" " * 65536
         for upload in uploads:
@@ -132,11 +142,11 @@ def test_memory_returns_after_many_large_unfinished_bodies(tmp_path):
             upload.close()
         assert _decide(adapter).status_code == 200
         # Back within seconds of the closes, not whenever glibc happens to trim its heap.
-        after = _settled_rss(adapter.process.pid, until=lambda rss: rss < before * 1.10,
-                             within_s=8)
+        after = _settled_rss(adapter.process.pid, until=lambda rss: rss < before * 1.10, within_s=8)
     assert grown > before + 150, "the bodies must be buffered, or the test measures nothing"
-    assert after < before * 1.10, (f"{before:.0f} MiB before, {grown:.0f} with the bodies, "
-                                   f"{after:.0f} after")
+    assert after < before * 1.10, (
+        f"{before:.0f} MiB before, {grown:.0f} with the bodies, " f"{after:.0f} after"
+    )
 
 
 def _settled_rss(pid: int, until, within_s: float = 20) -> float:

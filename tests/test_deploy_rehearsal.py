@@ -79,7 +79,11 @@ class Cdk:
             flags += ["-c", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
         result = subprocess.run(
             [str(CDK), *arguments, "--no-notices", "-o", str(self.outdir), *flags],
-            cwd=cwd, env=self.env, capture_output=True, text=True, timeout=300,
+            cwd=cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert result.returncode == 0, f"cdk {arguments[0]}:\n{result.stderr[-4000:]}"
         return result.stdout + result.stderr
@@ -87,13 +91,24 @@ class Cdk:
 
 def physical_ids(cloudformation, stack: str) -> dict[str, str]:
     resources = cloudformation.list_stack_resources(StackName=stack)["StackResourceSummaries"]
-    return {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources
-            if r.get("LogicalResourceId")}
+    return {
+        r["LogicalResourceId"]: r["PhysicalResourceId"]
+        for r in resources
+        if r.get("LogicalResourceId")
+    }
 
 
 def deploy(cdk: Cdk, outputs: Path, context: dict) -> dict:
-    cdk("deploy", "--all", "--require-approval", "never", "--method=direct",
-        "--outputs-file", str(outputs), context=context)
+    cdk(
+        "deploy",
+        "--all",
+        "--require-approval",
+        "never",
+        "--method=direct",
+        "--outputs-file",
+        str(outputs),
+        context=context,
+    )
     return json.loads(outputs.read_text())
 
 
@@ -102,14 +117,17 @@ def inventory(client) -> dict[str, set[str]]:
     sagemaker, iam = client("sagemaker"), client("iam")
     return {
         "buckets": {b["Name"] for b in client("s3").list_buckets()["Buckets"]},
-        "repositories": {r["repositoryName"] for r in
-                         client("ecr").describe_repositories()["repositories"]},
-        "log groups": {g["logGroupName"] for g in
-                       client("logs").describe_log_groups()["logGroups"]},
+        "repositories": {
+            r["repositoryName"] for r in client("ecr").describe_repositories()["repositories"]
+        },
+        "log groups": {
+            g["logGroupName"] for g in client("logs").describe_log_groups()["logGroups"]
+        },
         "roles": {r["RoleName"] for r in iam.list_roles()["Roles"]},
         "endpoints": {e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]},
-        "endpoint configs": {c["EndpointConfigName"] for c in
-                             sagemaker.list_endpoint_configs()["EndpointConfigs"]},
+        "endpoint configs": {
+            c["EndpointConfigName"] for c in sagemaker.list_endpoint_configs()["EndpointConfigs"]
+        },
         "models": {m["ModelName"] for m in sagemaker.list_models()["Models"]},
     }
 
@@ -119,8 +137,9 @@ def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
     with warnings.catch_warnings(record=True) as caught, moto_server() as endpoint:
         warnings.simplefilter("always")
         aws = aws_environment(endpoint)
-        session = boto3.Session(region_name=REGION, aws_access_key_id="testing",
-                                aws_secret_access_key="testing")
+        session = boto3.Session(
+            region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+        )
 
         def client(service: str):
             return session.client(service, endpoint_url=endpoint)
@@ -135,24 +154,32 @@ def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
         # 1. The stateful stack (no model yet: the app holds only this stack).
         stateful = deploy(cdk, tmp_path / "stateful.json", REHEARSAL_CONTEXT)[STATEFUL]
         assert stateful["ImageRepositoryUri"] == (
-            f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{REPOSITORY}")
+            f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{REPOSITORY}"
+        )
         assert stateful["ModelArtifactsUri"] == f"s3://{stateful['ArtifactBucketName']}/models/"
 
         # 2. The builds, as CodeBuild would run them on the deployed resources (moto's
         # CloudFormation creates no CodeBuild project and moto's CodeBuild runs no buildspec).
         template = json.loads((cdk.outdir / f"{STATEFUL}.template.json").read_text())
         ids = physical_ids(cloudformation, STATEFUL)
-        (repository_id,) = [logical_id for logical_id, r in template["Resources"].items()
-                            if r["Type"] == "AWS::ECR::Repository"]
-        repository_arn = client("ecr").describe_repositories(
-            repositoryNames=[ids[repository_id]])["repositories"][0]["repositoryArn"]
+        (repository_id,) = [
+            logical_id
+            for logical_id, r in template["Resources"].items()
+            if r["Type"] == "AWS::ECR::Repository"
+        ]
+        repository_arn = client("ecr").describe_repositories(repositoryNames=[ids[repository_id]])[
+            "repositories"
+        ][0]["repositoryArn"]
         resolve = Resolver(template, ids, {(repository_id, "Arn"): repository_arn})
         produced = {}
         for project in build_projects(cdk.outdir, STATEFUL):
             if project.environment.get("DOCKERFILE") == "container/Dockerfile.gpu":
                 continue  # no GPU endpoint in moto; the GPU build is rehearsed elsewhere
-            source = Path(shutil.copytree(staged_source(cdk.outdir, STATEFUL, project),
-                                          tmp_path / project.logical_id))
+            source = Path(
+                shutil.copytree(
+                    staged_source(cdk.outdir, STATEFUL, project), tmp_path / project.logical_id
+                )
+            )
             result = run_build(
                 project.buildspec,
                 source=source,
@@ -166,22 +193,29 @@ def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
         assert produced["IMAGE_URI"].startswith(stateful["ImageRepositoryUri"] + "@sha256:")
 
         # 3. The release: endpoints on what the builds produced.
-        release = {**REHEARSAL_CONTEXT, "modelDataUri": produced["MODEL_URI"],
-                   "decisionCpuImage": produced["IMAGE_URI"]}
+        release = {
+            **REHEARSAL_CONTEXT,
+            "modelDataUri": produced["MODEL_URI"],
+            "decisionCpuImage": produced["IMAGE_URI"],
+        }
         outputs = deploy(cdk, tmp_path / "release.json", release)[ENDPOINTS]
         sagemaker = client("sagemaker")
         cpu_endpoint = outputs["DecisionCpuEndpointName"]
         config = sagemaker.describe_endpoint(EndpointName=cpu_endpoint)["EndpointConfigName"]
         variant = sagemaker.describe_endpoint_config(EndpointConfigName=config)[
-            "ProductionVariants"][0]
+            "ProductionVariants"
+        ][0]
         container = sagemaker.describe_model(ModelName=variant["ModelName"])["PrimaryContainer"]
         assert container["Image"] == produced["IMAGE_URI"]
         assert container["ModelDataUrl"] == produced["MODEL_URI"]
 
         status = subprocess.run(
             [sys.executable, "-m", "ops", "status", "--endpoint", cpu_endpoint],
-            cwd=ROOT, env={**cdk.env, "PYTHONPATH": str(ROOT)},
-            capture_output=True, text=True, timeout=60,
+            cwd=ROOT,
+            env={**cdk.env, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert status.returncode == 0, status.stderr
         assert f"endpoint {cpu_endpoint}: InService" in status.stdout
@@ -201,14 +235,20 @@ def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
         }
         cdk("destroy", "--all", "--force", context=release)
         left = inventory(client)
-        stacks = {s["StackName"]: s["StackStatus"] for s in
-                  cloudformation.list_stacks()["StackSummaries"] if s["StackName"] != "CDKToolkit"}
+        stacks = {
+            s["StackName"]: s["StackStatus"]
+            for s in cloudformation.list_stacks()["StackSummaries"]
+            if s["StackName"] != "CDKToolkit"
+        }
         assert stacks == {STATEFUL: "DELETE_COMPLETE", ENDPOINTS: "DELETE_COMPLETE"}
         new = {kind: names - before[kind] for kind, names in left.items()}
         assert {name for names in new.values() for name in names} == retained
         assert stateful["ArtifactBucketName"] in new["buckets"]
         assert new["repositories"] == {REPOSITORY}
 
-    skipped = {str(w.message).split(" but ")[0].removeprefix("Tried to parse ")
-               for w in caught if "not supported by moto's CloudFormation" in str(w.message)}
+    skipped = {
+        str(w.message).split(" but ")[0].removeprefix("Tried to parse ")
+        for w in caught
+        if "not supported by moto's CloudFormation" in str(w.message)
+    }
     assert skipped == SKIPPED_BY_MOTO

@@ -71,7 +71,9 @@ def test_entrypoint_runs_the_adapter_for_serve(name):
     env = env_values(text)
     assert env["HOST"] == "0.0.0.0"
     assert env["DECISION_MODEL_DIR"] == "/opt/ml/model"
-    assert env["DECISION_ALLOW_BUNDLED_MODEL"] == "false"  # an endpoint serves its archive or nothing
+    assert (
+        env["DECISION_ALLOW_BUNDLED_MODEL"] == "false"
+    )  # an endpoint serves its archive or nothing
     assert "COPY container/decision_adapter /opt/program/decision_adapter" in text
     assert "model_packaging/manifest.py" in text
 

@@ -35,19 +35,36 @@ def fuzz_adapter(tmp_path_factory):
 def test_the_document_describes_every_route(fuzz_adapter):
     document = httpx.get(fuzz_adapter.url + "/openapi.json").json()
     assert document["openapi"].startswith("3.")
-    assert set(document["paths"]) == {"/ping", "/invocations", "/v1/systemone", "/v1/chat/completions",
-                                      "/v1/models", "/stats", "/openapi.json"}
-    invocation = document["paths"]["/invocations"]["post"]["requestBody"]["content"]["application/json"]
+    assert set(document["paths"]) == {
+        "/ping",
+        "/invocations",
+        "/v1/systemone",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/stats",
+        "/openapi.json",
+    }
+    invocation = document["paths"]["/invocations"]["post"]["requestBody"]["content"][
+        "application/json"
+    ]
     assert set(invocation["examples"]) == {"decision", "decisions", "systemone", "chat"}
     for example in invocation["examples"].values():  # the documented examples are answered
-        assert httpx.post(fuzz_adapter.url + "/invocations", json=example["value"], timeout=60).status_code == 200
+        assert (
+            httpx.post(
+                fuzz_adapter.url + "/invocations", json=example["value"], timeout=60
+            ).status_code
+            == 200
+        )
 
 
 def _names_the_field(response) -> bool:
     body = response.json()
     if "field" in body:
-        return bool(body["field"]) and body["field"].split(".")[0].split("[")[0] in body["error"] \
+        return (
+            bool(body["field"])
+            and body["field"].split(".")[0].split("[")[0] in body["error"]
             or body["field"] == "body"
+        )
     detail = body.get("detail")
     if isinstance(detail, list):
         return all(item.get("loc") for item in detail)
@@ -61,8 +78,13 @@ def _check(case) -> None:
         assert "retry-after" in response.headers
     elif 400 <= response.status_code < 500:
         assert _names_the_field(response), response.text
-    case.validate_response(response, checks=[schemathesis.checks.status_code_conformance,
-                                             schemathesis.checks.content_type_conformance])
+    case.validate_response(
+        response,
+        checks=[
+            schemathesis.checks.status_code_conformance,
+            schemathesis.checks.content_type_conformance,
+        ],
+    )
 
 
 # schemathesis's own pytest plugin does not run on pytest 9 yet; drive its strategies directly.
@@ -72,29 +94,42 @@ def test_fuzzed_requests_never_get_a_server_error(fuzz_adapter, generation):
     mode = schemathesis.GenerationMode(generation)
     operations = [result.ok() for result in api.get_all_operations()]
     assert {o.label for o in operations} >= {
-        "GET /ping", "POST /invocations", "POST /v1/systemone", "POST /v1/chat/completions",
-        "GET /v1/models", "GET /stats"}
+        "GET /ping",
+        "POST /invocations",
+        "POST /v1/systemone",
+        "POST /v1/chat/completions",
+        "GET /v1/models",
+        "GET /stats",
+    }
     for operation in operations:
         if generation == "negative" and operation.method.upper() == "GET":
             continue  # no parameters or body: nothing invalid to generate
-        run = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                       suppress_health_check=list(HealthCheck))(
-            given(case=operation.as_strategy(generation_mode=mode))(_check))
+        run = settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )(given(case=operation.as_strategy(generation_mode=mode))(_check))
         run()
 
 
 def test_max_chat_tokens_is_the_default_and_the_cap(fuzz_adapter):
     cap = int(FUZZ_ENV["DECISION_MAX_CHAT_TOKENS"])
-    chat = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
-            "temperature": 0, "stop": ["@@@"]}
+    chat = {
+        "messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
+        "temperature": 0,
+        "stop": ["@@@"],
+    }
     unset = httpx.post(fuzz_adapter.url + "/v1/chat/completions", json=chat, timeout=60).json()
     assert unset["usage"]["completion_tokens"] == cap
     assert unset["choices"][0]["finish_reason"] == "length"
     for field in ("max_tokens", "max_completion_tokens"):
-        over = httpx.post(fuzz_adapter.url + "/v1/chat/completions",
-                          json={**chat, field: cap + 1}, timeout=60)
+        over = httpx.post(
+            fuzz_adapter.url + "/v1/chat/completions", json={**chat, field: cap + 1}, timeout=60
+        )
         assert over.status_code == 422 and over.json()["field"] == field, over.text
         assert "DECISION_MAX_CHAT_TOKENS" in over.json()["error"]
-    at_cap = httpx.post(fuzz_adapter.url + "/v1/chat/completions",
-                        json={**chat, "max_tokens": cap}, timeout=60)
+    at_cap = httpx.post(
+        fuzz_adapter.url + "/v1/chat/completions", json={**chat, "max_tokens": cap}, timeout=60
+    )
     assert at_cap.status_code == 200

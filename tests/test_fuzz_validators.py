@@ -6,32 +6,48 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from pydantic import ValidationError
-
 from decision_adapter.errors import RequestError, validation_details
 from decision_adapter.formats.decision import DecisionRequest
 from decision_adapter.formats.openai_chat import ChatRequest
 from decision_adapter.formats.systemone import SystemOneRequest
 from decision_adapter.http_body import parse_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 SCHEMAS = [DecisionRequest, ChatRequest, SystemOneRequest]
 
 # JSON values with awkward content: Unicode, huge and tiny numbers, blank strings, nesting.
 scalars = (
-    st.none() | st.booleans()
+    st.none()
+    | st.booleans()
     | st.integers(min_value=-(10**40), max_value=10**40)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=30) | st.sampled_from(["", " ", "\t\n", "\u0000", "<end_of_turn>", "é" * 5])
+    | st.text(max_size=30)
+    | st.sampled_from(["", " ", "\t\n", "\u0000", "<end_of_turn>", "é" * 5])
 )
 json_values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=25,
 )
-field_names = st.sampled_from(["decision", "decisions", "messages", "questions", "state", "model",
-                               "id", "question", "options", "type", "criteria", "stream"])
+field_names = st.sampled_from(
+    [
+        "decision",
+        "decisions",
+        "messages",
+        "questions",
+        "state",
+        "model",
+        "id",
+        "question",
+        "options",
+        "type",
+        "criteria",
+        "stream",
+    ]
+)
 near_valid = st.dictionaries(field_names, json_values, max_size=4)
 
 
@@ -50,14 +66,19 @@ def test_any_json_is_accepted_or_rejected_cleanly(schema, body):
     _check(schema, body)
 
 
-option = st.fixed_dictionaries({"id": st.text(min_size=1, max_size=6)},
-                               optional={"description": st.none() | st.text(max_size=10)})
+option = st.fixed_dictionaries(
+    {"id": st.text(min_size=1, max_size=6)},
+    optional={"description": st.none() | st.text(max_size=10)},
+)
 
 
 @settings(max_examples=100, deadline=None)
 @given(options=st.lists(option, max_size=8), state=json_values, question=st.text(max_size=10))
 def test_decisions_with_generated_parts(options, state, question):
-    _check(DecisionRequest, {"decision": {"id": "x", "state": state, "question": question, "options": options}})
+    _check(
+        DecisionRequest,
+        {"decision": {"id": "x", "state": state, "question": question, "options": options}},
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -69,8 +90,16 @@ def test_arbitrary_bytes_parse_or_give_a_400(raw):
         assert error.status == 400 and error.field == "body"
 
 
-@pytest.mark.parametrize("raw", [b'{"a": NaN}', b'{"a": Infinity}', b'{"a": -Infinity}',
-                                 b'{"a": 1, "a": 2}', b"[" * 100_000 + b"]" * 100_000])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": NaN}',
+        b'{"a": Infinity}',
+        b'{"a": -Infinity}',
+        b'{"a": 1, "a": 2}',
+        b"[" * 100_000 + b"]" * 100_000,
+    ],
+)
 def test_nan_infinity_duplicates_and_deep_nesting_are_400(raw):
     with pytest.raises(RequestError) as caught:
         parse_json(raw)
@@ -78,8 +107,14 @@ def test_nan_infinity_duplicates_and_deep_nesting_are_400(raw):
 
 
 def _decision(n_options: int) -> dict:
-    return {"decision": {"id": "d", "state": "s", "question": "q",
-                         "options": [{"id": f"o{i}"} for i in range(n_options)]}}
+    return {
+        "decision": {
+            "id": "d",
+            "state": "s",
+            "question": "q",
+            "options": [{"id": f"o{i}"} for i in range(n_options)],
+        }
+    }
 
 
 def test_255_options_validate_and_256_name_the_field():
@@ -87,8 +122,11 @@ def test_255_options_validate_and_256_name_the_field():
     with pytest.raises(ValidationError) as caught:
         DecisionRequest.model_validate(_decision(256))
     assert validation_details(caught.value)[0]["field"] == "decision.options"
-    choice = {"model": "jev-latest", "state": "s", "questions": {"q": {
-        "type": "choice", "criteria": {f"o{i}": None for i in range(256)}}}}
+    choice = {
+        "model": "jev-latest",
+        "state": "s",
+        "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(256)}}},
+    }
     with pytest.raises(ValidationError):
         SystemOneRequest.model_validate(choice)
     choice["questions"]["q"]["criteria"].pop("o255")
@@ -105,6 +143,18 @@ def test_blank_question_and_ids_are_rejected(blank):
 
 def test_nested_json_state_survives_validation_unchanged():
     state = {"a": [1, {"b": "ü" * 3, "c": None}], "n": 10**30}
-    parsed = DecisionRequest.model_validate(json.loads(json.dumps(
-        {"decision": {"id": "d", "state": state, "question": "q", "options": [{"id": "a"}, {"id": "b"}]}})))
+    parsed = DecisionRequest.model_validate(
+        json.loads(
+            json.dumps(
+                {
+                    "decision": {
+                        "id": "d",
+                        "state": state,
+                        "question": "q",
+                        "options": [{"id": "a"}, {"id": "b"}],
+                    }
+                }
+            )
+        )
+    )
     assert parsed.decision.state == state

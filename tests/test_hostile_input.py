@@ -11,8 +11,12 @@ LONE = "x\ud800"  # half a UTF-16 pair: json.dumps writes it as the escape \ud80
 
 
 def _decision(**changes) -> dict:
-    decision = {"id": "d", "state": "The VPN drops every hour.", "question": "Which team?",
-                "options": [{"id": "network"}, {"id": "desktop", "description": "Laptops."}]}
+    decision = {
+        "id": "d",
+        "state": "The VPN drops every hour.",
+        "question": "Which team?",
+        "options": [{"id": "network"}, {"id": "desktop", "description": "Laptops."}],
+    }
     decision.update(changes)
     return {"decision": decision}
 
@@ -22,8 +26,11 @@ def _chat(**changes) -> dict:
 
 
 def _system_one(**changes) -> dict:
-    body = {"model": "jev-latest", "state": "Charged twice.",
-            "questions": {"team": {"type": "choice", "criteria": {"Billing": None, "Tech": None}}}}
+    body = {
+        "model": "jev-latest",
+        "state": "Charged twice.",
+        "questions": {"team": {"type": "choice", "criteria": {"Billing": None, "Tech": None}}},
+    }
     body.update(changes)
     return body
 
@@ -40,19 +47,35 @@ def client(adapter):
         yield client
 
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("/invocations", _decision(state=LONE), "decision.state"),
-    ("/invocations", _decision(state={"paid": LONE}), "decision.state.paid"),
-    ("/invocations", _decision(state={LONE: 1}), "decision.state.x\\ud800"),
-    ("/invocations", _decision(options=[{"id": "a"}, {"id": "b", "description": LONE}]),
-     "decision.options[1].description"),
-    ("/invocations", _chat(messages=[{"role": "user", "content": LONE}]), "messages[0].content"),
-    ("/v1/chat/completions", _chat(messages=[{"role": "user", "content": LONE}]),
-     "messages[0].content"),
-    ("/v1/chat/completions", _chat(messages=[{"role": "user", "content": LONE}], stream=True),
-     "messages[0].content"),
-    ("/v1/chat/completions", _chat(model=LONE), "model"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/invocations", _decision(state=LONE), "decision.state"),
+        ("/invocations", _decision(state={"paid": LONE}), "decision.state.paid"),
+        ("/invocations", _decision(state={LONE: 1}), "decision.state.x\\ud800"),
+        (
+            "/invocations",
+            _decision(options=[{"id": "a"}, {"id": "b", "description": LONE}]),
+            "decision.options[1].description",
+        ),
+        (
+            "/invocations",
+            _chat(messages=[{"role": "user", "content": LONE}]),
+            "messages[0].content",
+        ),
+        (
+            "/v1/chat/completions",
+            _chat(messages=[{"role": "user", "content": LONE}]),
+            "messages[0].content",
+        ),
+        (
+            "/v1/chat/completions",
+            _chat(messages=[{"role": "user", "content": LONE}], stream=True),
+            "messages[0].content",
+        ),
+        ("/v1/chat/completions", _chat(model=LONE), "model"),
+    ],
+)
 def test_lone_surrogates_get_a_400_naming_the_field(client, path, body, field):
     response = _post(client, path, body)
     assert response.status_code == 400, response.text
@@ -61,12 +84,19 @@ def test_lone_surrogates_get_a_400_naming_the_field(client, path, body, field):
     assert "surrogate" in error["error"] and error["error"].startswith(field)
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    (_system_one(state=LONE), ["body", "state"]),
-    (_system_one(state={"note": [LONE]}), ["body", "state", "note", 0]),
-    (_system_one(questions={"team": {"type": "choice", "criteria": {LONE: None, "Tech": None}}}),
-     ["body", "questions", "team", "criteria", "x\\ud800"]),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (_system_one(state=LONE), ["body", "state"]),
+        (_system_one(state={"note": [LONE]}), ["body", "state", "note", 0]),
+        (
+            _system_one(
+                questions={"team": {"type": "choice", "criteria": {LONE: None, "Tech": None}}}
+            ),
+            ["body", "questions", "team", "criteria", "x\\ud800"],
+        ),
+    ],
+)
 def test_lone_surrogates_in_system_one_get_its_422(client, body, loc):
     response = _post(client, "/v1/systemone", body)
     assert response.status_code == 422, response.text
@@ -80,32 +110,39 @@ def test_the_connection_survives_a_lone_surrogate(client):
 
 def test_a_number_too_large_for_a_float_is_a_400(client):
     raw = json.dumps(_decision(state={"x": "PLACEHOLDER"})).replace('"PLACEHOLDER"', "1e999")
-    response = client.post("/invocations", content=raw,
-                           headers={"Content-Type": "application/json"})
+    response = client.post(
+        "/invocations", content=raw, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 400, response.text
     assert response.json()["field"] == "decision.state.x"
     assert "Infinity" not in client.post("/invocations", json=_decision()).text
 
 
-@pytest.mark.parametrize(("changes", "field"), [
-    ({"options": [{"id": "billing\nC. fake"}, {"id": "tech"}]}, "decision.options[0].id"),
-    ({"options": [{"id": "billing"}, {"id": "tech\u2028support"}]}, "decision.options[1].id"),
-    ({"question": "\u200b"}, "decision.question"),
-    ({"question": " \ufeff\u2060 "}, "decision.question"),
-    ({"options": [{"id": "caf\u00e9"}, {"id": "cafe\u0301"}]}, "decision.options"),
-])
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"options": [{"id": "billing\nC. fake"}, {"id": "tech"}]}, "decision.options[0].id"),
+        ({"options": [{"id": "billing"}, {"id": "tech\u2028support"}]}, "decision.options[1].id"),
+        ({"question": "\u200b"}, "decision.question"),
+        ({"question": " \ufeff\u2060 "}, "decision.question"),
+        ({"options": [{"id": "caf\u00e9"}, {"id": "cafe\u0301"}]}, "decision.options"),
+    ],
+)
 def test_option_ids_and_questions_that_would_mislead_the_prompt_are_422(client, changes, field):
     response = client.post("/invocations", json=_decision(**changes))
     assert response.status_code == 422, response.text
     assert response.json()["field"] == field
 
 
-@pytest.mark.parametrize("criteria", [
-    {"": None, "Tech": None},
-    {" ": None, "Tech": None},
-    {"Billing\nC. fake": None, "Tech": None},
-    {"caf\u00e9": None, "cafe\u0301": None},
-])
+@pytest.mark.parametrize(
+    "criteria",
+    [
+        {"": None, "Tech": None},
+        {" ": None, "Tech": None},
+        {"Billing\nC. fake": None, "Tech": None},
+        {"caf\u00e9": None, "cafe\u0301": None},
+    ],
+)
 def test_system_one_choice_names_follow_the_decision_format_rules(client, criteria):
     body = _system_one(questions={"team": {"type": "choice", "criteria": criteria}})
     response = client.post("/v1/systemone", json=body)

@@ -16,7 +16,9 @@ def client(adapter):
 
 def test_chat_completion(client):
     completion = client.chat.completions.create(
-        model="gemma", messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8,
+        model="gemma",
+        messages=[{"role": "user", "content": "Name a colour."}],
+        max_tokens=8,
         temperature=0,
     )
     choice = completion.choices[0]
@@ -24,21 +26,32 @@ def test_chat_completion(client):
     assert choice.finish_reason in {"stop", "length"}
     assert completion.usage.prompt_tokens > 3
     assert 1 <= completion.usage.completion_tokens <= 8
-    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
+    assert (
+        completion.usage.total_tokens
+        == completion.usage.prompt_tokens + completion.usage.completion_tokens
+    )
 
 
 def test_max_tokens_ends_with_length(client):
     completion = client.chat.completions.create(
-        model="gemma", messages=[{"role": "user", "content": "Count from 1 to 100: 1, 2, 3,"}],
-        max_tokens=5, temperature=0, stop=["@@@"],
+        model="gemma",
+        messages=[{"role": "user", "content": "Count from 1 to 100: 1, 2, 3,"}],
+        max_tokens=5,
+        temperature=0,
+        stop=["@@@"],
     )
     assert completion.choices[0].finish_reason == "length"
     assert completion.usage.completion_tokens == 5
 
 
 def test_streaming_matches_the_non_streamed_answer(client):
-    request = dict(model="gemma", messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
-                   max_tokens=10, temperature=0, stop=["@@@"])
+    request = dict(
+        model="gemma",
+        messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
+        max_tokens=10,
+        temperature=0,
+        stop=["@@@"],
+    )
     whole = client.chat.completions.create(**request).choices[0].message.content
     chunks = list(client.chat.completions.create(stream=True, **request))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -47,8 +60,12 @@ def test_streaming_matches_the_non_streamed_answer(client):
 
 
 def test_stop_strings_end_the_answer(client):
-    request = dict(model="gemma", messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
-                   max_tokens=20, temperature=0)
+    request = dict(
+        model="gemma",
+        messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
+        max_tokens=20,
+        temperature=0,
+    )
     free = client.chat.completions.create(stop=["@@@"], **request).choices[0].message.content
     assert "5" in free, free  # the greedy continuation counts on
     stopped = client.chat.completions.create(stop=["5"], **request)
@@ -72,20 +89,26 @@ def test_invocations_streams_server_sent_events(adapter):
     assert json.loads(lines[0][6:])["object"] == "chat.completion.chunk"
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"messages": []}, "messages"),
-    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
-    ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
-    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+    ],
+)
 def test_bad_chat_requests_name_the_field(adapter, body, field):
     response = httpx.post(adapter.url + "/v1/chat/completions", json=body, timeout=30)
     assert response.status_code == 422 and response.json()["field"] == field
 
 
 def test_each_request_logs_one_json_line_with_its_id(adapter):
-    response = httpx.post(adapter.url + "/v1/chat/completions", timeout=60,
-                          json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    response = httpx.post(
+        adapter.url + "/v1/chat/completions",
+        timeout=60,
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+    )
     request_id = response.headers["x-request-id"]
     lines = [json.loads(line) for line in adapter.log().splitlines() if request_id in line]
     assert len(lines) == 1
@@ -96,7 +119,14 @@ def test_each_request_logs_one_json_line_with_its_id(adapter):
 def test_the_model_is_free_as_soon_as_a_chat_answer_arrives(adapter):
     """A client alternating chat and decisions, one request at a time, is never refused."""
     chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
-    decision = {"decision": {"id": "d", "state": "s", "question": "q?", "options": [{"id": "a"}, {"id": "b"}]}}
+    decision = {
+        "decision": {
+            "id": "d",
+            "state": "s",
+            "question": "q?",
+            "options": [{"id": "a"}, {"id": "b"}],
+        }
+    }
     statuses = []
     with httpx.Client(base_url=adapter.url, timeout=60) as client:  # keep-alive: no pause between
         for _ in range(15):

@@ -10,11 +10,18 @@ from tests.adapter_process import model_held
 STATE = "The customer cannot receive a password reset email."
 
 
-def decision(id="support-route", state=STATE, question="Which queue should handle this request?",
-             options=None):
+def decision(
+    id="support-route",
+    state=STATE,
+    question="Which queue should handle this request?",
+    options=None,
+):
     return {
-        "id": id, "state": state, "question": question,
-        "options": options or [
+        "id": id,
+        "state": state,
+        "question": question,
+        "options": options
+        or [
             {"id": "account_access", "description": "Account access support."},
             {"id": "billing", "description": "Billing support."},
         ],
@@ -60,9 +67,14 @@ def test_same_prompt_same_hash_and_answer(adapter):
 def test_shared_state_matches_single_decisions(adapter):
     questions = [
         decision(id="route"),
-        decision(id="urgency", question="How urgent is it?",
-                 options=[{"id": "low"}, {"id": "medium"}, {"id": "high"}]),
-        decision(id="angry", question="Is the customer angry?", options=[{"id": "yes"}, {"id": "no"}]),
+        decision(
+            id="urgency",
+            question="How urgent is it?",
+            options=[{"id": "low"}, {"id": "medium"}, {"id": "high"}],
+        ),
+        decision(
+            id="angry", question="Is the customer angry?", options=[{"id": "yes"}, {"id": "no"}]
+        ),
     ]
     shared = post(adapter, {"decisions": questions})
     assert shared.status_code == 200, shared.text
@@ -79,8 +91,10 @@ def test_shared_budget_counts_the_state_once(adapter):
     """A long state shared by six questions: an even split of the 8,192-token budget (1,365
     each) would reject it, counting the prefix once accepts it."""
     long_state = "Ticket history: the customer reported that login fails after a reset. " * 110
-    questions = [decision(id=f"q{i}", state=long_state, question=f"Question {i}: which queue?")
-                 for i in range(6)]
+    questions = [
+        decision(id=f"q{i}", state=long_state, question=f"Question {i}: which queue?")
+        for i in range(6)
+    ]
     response = post(adapter, {"decisions": questions})
     assert response.status_code == 200, response.text
     timing = response.json()["timing"]
@@ -131,14 +145,17 @@ def test_bad_bodies_get_4xx_naming_the_field(adapter, body, status, field):
     assert field.split(".")[-1].split("[")[0] in payload["error"] or field == "body"
 
 
-@pytest.mark.parametrize("raw,headers,status,field", [
-    (b'{"decision": ', {"content-type": "application/json"}, 400, "body"),
-    (b'{"decision": NaN}', {"content-type": "application/json"}, 400, "body"),
-    (b'{"decision": {}, "decision": {}}', {"content-type": "application/json"}, 400, "body"),
-    (b"", {"content-type": "application/json"}, 400, "body"),
-    (b"decision=1", {"content-type": "application/x-www-form-urlencoded"}, 415, "Content-Type"),
-    (b"{" + b" " * 2_000_000 + b"}", {"content-type": "application/json"}, 413, "body"),
-])
+@pytest.mark.parametrize(
+    "raw,headers,status,field",
+    [
+        (b'{"decision": ', {"content-type": "application/json"}, 400, "body"),
+        (b'{"decision": NaN}', {"content-type": "application/json"}, 400, "body"),
+        (b'{"decision": {}, "decision": {}}', {"content-type": "application/json"}, 400, "body"),
+        (b"", {"content-type": "application/json"}, 400, "body"),
+        (b"decision=1", {"content-type": "application/x-www-form-urlencoded"}, 415, "Content-Type"),
+        (b"{" + b" " * 2_000_000 + b"}", {"content-type": "application/json"}, 413, "body"),
+    ],
+)
 def test_malformed_requests_get_4xx(adapter, raw, headers, status, field):
     response = httpx.post(adapter.url + "/invocations", content=raw, headers=headers, timeout=60)
     assert response.status_code == status, response.text
@@ -157,11 +174,21 @@ def test_busy_model_answers_503_retryable_with_retry_after(adapter):
 def test_states_equal_in_python_but_rendered_differently_are_scored_apart(adapter):
     # Each pair compares equal in Python (True == 1, 1 == 1.0, dicts ignore key order) but the
     # model reads different text; a fourth decision repeats the first state and shares its prefill.
-    states = [{"paid": True, "amount": 1}, {"paid": 1, "amount": 1.0},
-              {"amount": 1, "paid": True}, {"paid": True, "amount": 1}]
-    decisions = [decision(id=f"d{i}", state=state, question="Was the invoice paid?",
-                          options=[{"id": "paid"}, {"id": "unpaid"}])
-                 for i, state in enumerate(states)]
+    states = [
+        {"paid": True, "amount": 1},
+        {"paid": 1, "amount": 1.0},
+        {"amount": 1, "paid": True},
+        {"paid": True, "amount": 1},
+    ]
+    decisions = [
+        decision(
+            id=f"d{i}",
+            state=state,
+            question="Was the invoice paid?",
+            options=[{"id": "paid"}, {"id": "unpaid"}],
+        )
+        for i, state in enumerate(states)
+    ]
     response = post(adapter, {"decisions": decisions})
     assert response.status_code == 200, response.text
     together = response.json()
@@ -181,8 +208,12 @@ def test_a_chunked_body_over_the_limit_gets_413(adapter):
         for _ in range(20):
             yield b" " * 65536  # 1.25 MiB in all, over the 1 MiB DECISION_MAX_BODY_BYTES
 
-    response = httpx.post(adapter.url + "/invocations", content=chunks(),
-                          headers={"content-type": "application/json"}, timeout=60)
+    response = httpx.post(
+        adapter.url + "/invocations",
+        content=chunks(),
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
     assert response.request.headers.get("transfer-encoding") == "chunked"
     assert "content-length" not in response.request.headers
     assert response.status_code == 413, response.text

@@ -172,8 +172,7 @@ def test_image_build_role_allows_every_call_of_its_buildspec(stateful, tmp_path,
     calls = run_image_buildspec(tmp_path, {**env, "AWS_REGION": region})
 
     requests = [
-        Request(r.action, standins.back(r.resource))
-        for r in image_build_requests(calls, region)
+        Request(r.action, standins.back(r.resource)) for r in image_build_requests(calls, region)
     ]
     recorded = {(w[1], w[2]) for w in calls if w[0] == "aws"}
     # Every `aws` command of the buildspec ran (so each was checked with its real arguments).
@@ -219,12 +218,19 @@ def tiny_spec(directory: Path) -> Path:
     gguf = directory / "tiny.gguf"
     gguf.write_bytes(b"GGUF tiny")
     spec = directory / "spec.json"
-    spec.write_text(json.dumps({
-        "name": "tiny",
-        "model_name": "Tiny",
-        "gguf": {"kind": "local", "path": str(gguf),
-                 "sha256": hashlib.sha256(gguf.read_bytes()).hexdigest()},
-    }))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "tiny",
+                "model_name": "Tiny",
+                "gguf": {
+                    "kind": "local",
+                    "path": str(gguf),
+                    "sha256": hashlib.sha256(gguf.read_bytes()).hexdigest(),
+                },
+            }
+        )
+    )
     return spec
 
 
@@ -262,11 +268,17 @@ def test_model_build_role_allows_every_call_the_packaging_cli_makes(stateful, tm
         upload_archive(client, big, "ef" * 32, destination, config)
 
     operations = {operation for operation, _ in calls}
-    assert {"ListObjectsV2", "PutObject", "CreateMultipartUpload", "UploadPart",
-            "CompleteMultipartUpload"} <= operations
+    assert {
+        "ListObjectsV2",
+        "PutObject",
+        "CreateMultipartUpload",
+        "UploadPart",
+        "CompleteMultipartUpload",
+    } <= operations
     requests = [
-        Request(r.action, standins.back(r.resource),
-                tuple((k, standins.back(v)) for k, v in r.context))
+        Request(
+            r.action, standins.back(r.resource), tuple((k, standins.back(v)) for k, v in r.context)
+        )
         for r in s3_requests(calls)
     ]
     assert denied(stateful, built, requests) == []
@@ -396,7 +408,11 @@ def test_parliament_finds_nothing_unexplained_in_any_policy(release_templates):
 def test_parliament_and_the_acceptance_still_catch_a_real_mismatch():
     from parliament import analyze_policy_string
 
-    wrong = {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bucket"}]}
+    wrong = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bucket"}
+        ],
+    }
     findings = analyze_policy_string(json.dumps(wrong)).findings
     assert [f.issue for f in findings if not accepted(f.issue, f.detail)] == ["RESOURCE_MISMATCH"]

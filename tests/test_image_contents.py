@@ -19,8 +19,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = [ROOT / "container" / "Dockerfile", ROOT / "container" / "Dockerfile.gpu"]
 
 # Libraries every Amazon Linux 2023 image with Python has (glibc, the GCC runtime).
-IN_EVERY_BASE = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
-                 "ld-linux-x86-64.so.2", "libstdc++.so.6", "libgcc_s.so.1"}
+IN_EVERY_BASE = {
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "libpthread.so.0",
+    "librt.so.1",
+    "ld-linux-x86-64.so.2",
+    "libstdc++.so.6",
+    "libgcc_s.so.1",
+}
 # The Amazon Linux 2023 package that provides each other library llama.cpp may link.
 PACKAGE_OF = {"libgomp.so.1": "libgomp"}
 
@@ -64,12 +72,19 @@ def test_every_adapter_module_imports_from_what_the_image_copies(dockerfile, tmp
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(program)
     imported = subprocess.run(
-        [sys.executable, "-c",
-         "import pkgutil, importlib, decision_adapter as p\n"
-         "names = [m.name for m in pkgutil.walk_packages(p.__path__, 'decision_adapter.')]\n"
-         "for name in names: importlib.import_module(name)\n"
-         "print(len(names), p.__file__)"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import pkgutil, importlib, decision_adapter as p\n"
+            "names = [m.name for m in pkgutil.walk_packages(p.__path__, 'decision_adapter.')]\n"
+            "for name in names: importlib.import_module(name)\n"
+            "print(len(names), p.__file__)",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert imported.returncode == 0, imported.stderr
     count, location = imported.stdout.split()
@@ -81,13 +96,12 @@ def needed_libraries() -> set[str]:
     import llama_cpp
 
     libs = sorted((Path(llama_cpp.__file__).parent / "lib").glob("*.so"))
-    own = {path.name for path in libs} | {
-        path.name for path in libs[0].parent.glob("*.so.*")
-    }
+    own = {path.name for path in libs} | {path.name for path in libs[0].parent.glob("*.so.*")}
     needed = set()
     for lib in libs:
-        dynamic = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True,
-                                 check=True).stdout
+        dynamic = subprocess.run(
+            ["readelf", "-d", str(lib)], capture_output=True, text=True, check=True
+        ).stdout
         for line in dynamic.splitlines():
             if "(NEEDED)" in line:
                 needed.add(line.split("[", 1)[1].rstrip("]"))
@@ -96,8 +110,9 @@ def needed_libraries() -> set[str]:
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_the_runtime_installs_every_library_llama_cpp_links(dockerfile):
-    installs = " ".join(value for value in final_stage(dockerfile).values("RUN")
-                        if "dnf install" in value).split()
+    installs = " ".join(
+        value for value in final_stage(dockerfile).values("RUN") if "dnf install" in value
+    ).split()
     missing = []
     for soname in sorted(needed_libraries() - IN_EVERY_BASE):
         assert soname in PACKAGE_OF, f"{soname}: which package provides it? add it above"

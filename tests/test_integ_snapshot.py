@@ -34,14 +34,18 @@ def test_it_deploys_one_small_cpu_decision_endpoint(fresh):
     (config,) = resources(endpoints, "AWS::SageMaker::EndpointConfig")
     assert [v["InstanceType"] for v in config["ProductionVariants"]] == ["ml.c6i.large"]
     assert fresh["integ.json"]["testCases"]["DecisionRelease/DefaultTest"]["stacks"] == [
-        "DecisionModelsInteg-Endpoints", "DecisionModelsInteg-Checker"
+        "DecisionModelsInteg-Endpoints",
+        "DecisionModelsInteg-Checker",
     ]
 
 
 def test_it_asserts_through_invoke_endpoint_and_the_checker(fresh):
     asserts = next(t for name, t in fresh.items() if "DeployAssert" in name)
-    calls = {r["Type"]: r["Properties"] for r in asserts["Resources"].values()
-             if r["Type"].startswith("Custom::DeployAssert")}
+    calls = {
+        r["Type"]: r["Properties"]
+        for r in asserts["Resources"].values()
+        if r["Type"].startswith("Custom::DeployAssert")
+    }
     invoke = calls["Custom::DeployAssert@SdkCallSageMakerRuntimeinvokeEndpoint"]
     assert invoke["api"] == "invokeEndpoint"
     assert invoke["parameters"]["EndpointName"] == '"decision-models-integ"'
@@ -55,8 +59,12 @@ def test_it_asserts_through_invoke_endpoint_and_the_checker(fresh):
 
 def test_the_results_reader_fails_on_a_failed_or_missing_assertion():
     ok = {"S": {"AssertionResultsA": '{"status":"success"}', "Other": "x"}}
-    bad = {"S": {"AssertionResultsA": '{"status":"success"}',
-                 "AssertionResultsB": '{"status":"fail","message":"Expected true"}'}}
+    bad = {
+        "S": {
+            "AssertionResultsA": '{"status":"success"}',
+            "AssertionResultsB": '{"status":"fail","message":"Expected true"}',
+        }
+    }
     assert failures(ok) == (1, [])
     assert failures(bad) == (2, ["AssertionResultsB: Expected true"])
     assert failures({"S": {}}) == (0, [])

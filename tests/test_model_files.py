@@ -5,9 +5,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-
 from decision_adapter.model_files import ModelFileError, discover_gguf, load_model_file
 from decision_adapter.settings import Settings
+
 from model_packaging.manifest import sha256_of_file
 
 
@@ -22,14 +22,25 @@ def _gguf(path: Path, data: bytes = b"GGUF-test") -> Path:
 
 
 def _manifest(directory: Path, gguf: Path, sha256: str | None = None) -> None:
-    entry = {"path": gguf.name, "role": "gguf", "bytes": gguf.stat().st_size,
-             "sha256": sha256 or sha256_of_file(gguf),
-             "source": {"kind": "local", "file": str(gguf)}}
-    (directory / "model-manifest.json").write_text(json.dumps({
-        "manifest_version": 1, "tool": {"name": "model_packaging", "version": "1"}, "spec": "test",
-        "model": {"name": "Test", "gguf": gguf.name}, "files": [entry],
-        "created_at": datetime.now(timezone.utc).isoformat(),
-    }))
+    entry = {
+        "path": gguf.name,
+        "role": "gguf",
+        "bytes": gguf.stat().st_size,
+        "sha256": sha256 or sha256_of_file(gguf),
+        "source": {"kind": "local", "file": str(gguf)},
+    }
+    (directory / "model-manifest.json").write_text(
+        json.dumps(
+            {
+                "manifest_version": 1,
+                "tool": {"name": "model_packaging", "version": "1"},
+                "spec": "test",
+                "model": {"name": "Test", "gguf": gguf.name},
+                "files": [entry],
+                "created_at": datetime.now(timezone.utc).isoformat(),
+            }
+        )
+    )
 
 
 def test_explicit_path_comes_first(tmp_path):
@@ -44,10 +55,13 @@ def test_one_gguf_in_the_directory_or_one_level_down(tmp_path):
     assert discover_gguf(_settings(model_dir=tmp_path))[0] == nested
 
 
-@pytest.mark.parametrize("files,expected", [
-    ([], "no \\*.gguf files"),
-    (["a.gguf", "sub/b.gguf"], "a.gguf, sub/b.gguf"),
-])
+@pytest.mark.parametrize(
+    "files,expected",
+    [
+        ([], "no \\*.gguf files"),
+        (["a.gguf", "sub/b.gguf"], "a.gguf, sub/b.gguf"),
+    ],
+)
 def test_zero_or_several_candidates_refuse_and_name_what_was_found(tmp_path, files, expected):
     for name in files:
         _gguf(tmp_path / name)

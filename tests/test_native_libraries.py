@@ -39,12 +39,18 @@ def test_a_libggml_found_through_ld_library_path_shows_in_the_log(tmp_path):
     for library in WHEEL_LIB.glob("libggml*.so*"):
         shutil.copy(library, elsewhere / library.name)
     completed = subprocess.run(
-        [sys.executable, "-c",
-         "from decision_adapter.logs import configure_logging\n"
-         "from decision_adapter.native_libraries import log_llama_libraries\n"
-         "configure_logging('INFO'); log_llama_libraries()"],
+        [
+            sys.executable,
+            "-c",
+            "from decision_adapter.logs import configure_logging\n"
+            "from decision_adapter.native_libraries import log_llama_libraries\n"
+            "configure_logging('INFO'); log_llama_libraries()",
+        ],
         env={**adapter_environment(), "LD_LIBRARY_PATH": str(elsewhere)},
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     (entry,) = library_lines(completed.stdout)
     assert entry["ld_library_path"] == str(elsewhere)

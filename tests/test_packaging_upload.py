@@ -121,9 +121,7 @@ def test_first_and_repeated_upload_against_moto_s3(tmp_path):
             "s3", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
         )
         client.create_bucket(Bucket="bucket")
-        client.put_bucket_versioning(
-            Bucket="bucket", VersioningConfiguration={"Status": "Enabled"}
-        )
+        client.put_bucket_versioning(Bucket="bucket", VersioningConfiguration={"Status": "Enabled"})
         for _ in range(2):
             uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/models")
         key = f"models/{ARCHIVE_SHA}/model.tar.gz"

@@ -14,15 +14,23 @@ import pytest
 from bench import hostile_bodies
 from tests.adapter_process import run_adapter_until_exit, running_adapter
 
-DECISION = {"decision": {"id": "d", "state": "The VPN drops every hour.", "question": "Which team?",
-                         "options": [{"id": "network"}, {"id": "desktop"}]}}
+DECISION = {
+    "decision": {
+        "id": "d",
+        "state": "The VPN drops every hour.",
+        "question": "Which team?",
+        "options": [{"id": "network"}, {"id": "desktop"}],
+    }
+}
 
 
 def _raw_request(url: str, body: bytes, *, content_length: int | None = None) -> socket.socket:
     parts = urlsplit(url)
     connection = socket.create_connection((parts.hostname, parts.port))
-    head = (f"POST /invocations HTTP/1.1\r\nHost: {parts.hostname}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {content_length or len(body)}\r\n\r\n")
+    head = (
+        f"POST /invocations HTTP/1.1\r\nHost: {parts.hostname}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {content_length or len(body)}\r\n\r\n"
+    )
     connection.sendall(head.encode() + body)
     return connection
 
@@ -39,7 +47,9 @@ def _answered_within(url: str, body: dict, seconds: float) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def impatient_adapter(tmp_path_factory):
-    with running_adapter(tmp_path_factory.mktemp("impatient"), DECISION_BODY_TIMEOUT_S="2") as adapter:
+    with running_adapter(
+        tmp_path_factory.mktemp("impatient"), DECISION_BODY_TIMEOUT_S="2"
+    ) as adapter:
         yield adapter
 
 
@@ -72,8 +82,12 @@ def test_a_trickling_body_times_out_and_blocks_nobody(impatient_adapter):
 
 def test_a_client_that_disconnects_does_not_hold_the_model(impatient_adapter):
     url = impatient_adapter.url
-    long_chat = {"messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2,"}],
-                 "max_tokens": 1000, "temperature": 0, "stop": ["@@@"]}
+    long_chat = {
+        "messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2,"}],
+        "max_tokens": 1000,
+        "temperature": 0,
+        "stop": ["@@@"],
+    }
     connection = _raw_request(url, json.dumps(long_chat).encode())
     impatient_adapter.wait_until_in_flight(1)  # generation under way
     connection.close()
@@ -106,13 +120,26 @@ def test_a_model_directory_that_is_a_file_exits_with_one_line(tmp_path):
 
 def test_a_configured_queue_lets_requests_wait_instead_of_503(tmp_path):
     long_state = "Queue probe: the nightly export failed again with a timeout. " * 60
-    slow = {"decision": {"id": "slow", "state": long_state, "question": "Which team?",
-                         "options": [{"id": "data"}, {"id": "infra"}]}}
-    with running_adapter(tmp_path, DECISION_MAX_QUEUE="1", DECISION_ADMISSION_WAIT_S="30",
-                         DECISION_STATE_CACHE_BYTES="0") as adapter:
+    slow = {
+        "decision": {
+            "id": "slow",
+            "state": long_state,
+            "question": "Which team?",
+            "options": [{"id": "data"}, {"id": "infra"}],
+        }
+    }
+    with running_adapter(
+        tmp_path,
+        DECISION_MAX_QUEUE="1",
+        DECISION_ADMISSION_WAIT_S="30",
+        DECISION_STATE_CACHE_BYTES="0",
+    ) as adapter:
         outcome = {}
-        worker = threading.Thread(target=lambda: outcome.update(
-            slow=httpx.post(adapter.url + "/invocations", json=slow, timeout=60)))
+        worker = threading.Thread(
+            target=lambda: outcome.update(
+                slow=httpx.post(adapter.url + "/invocations", json=slow, timeout=60)
+            )
+        )
         worker.start()
         adapter.wait_until_in_flight(1)  # the slow decision holds the model
         queued = httpx.post(adapter.url + "/invocations", json=DECISION, timeout=60)
@@ -127,16 +154,27 @@ def test_a_configured_queue_lets_requests_wait_instead_of_503(tmp_path):
 def test_the_queue_is_bounded_in_count_and_time(tmp_path):
     # A decision on a 3,000-token state holds the model for several seconds.
     long_state = "Queue bound probe: the nightly export failed with a timeout again. " * 200
-    slow = {"decision": {"id": "slow", "state": long_state, "question": "Which team?",
-                         "options": [{"id": "data"}, {"id": "infra"}]}}
-    with running_adapter(tmp_path, DECISION_MAX_QUEUE="1", DECISION_ADMISSION_WAIT_S="2",
-                         DECISION_STATE_CACHE_BYTES="0") as adapter:
+    slow = {
+        "decision": {
+            "id": "slow",
+            "state": long_state,
+            "question": "Which team?",
+            "options": [{"id": "data"}, {"id": "infra"}],
+        }
+    }
+    with running_adapter(
+        tmp_path,
+        DECISION_MAX_QUEUE="1",
+        DECISION_ADMISSION_WAIT_S="2",
+        DECISION_STATE_CACHE_BYTES="0",
+    ) as adapter:
         url, outcome = adapter.url, {}
 
         def timed_post(name: str) -> None:
             started = time.monotonic()
-            response = httpx.post(url + "/invocations", json=DECISION if name != "slow" else slow,
-                                  timeout=120)
+            response = httpx.post(
+                url + "/invocations", json=DECISION if name != "slow" else slow, timeout=120
+            )
             outcome[name] = (response.status_code, time.monotonic() - started, time.monotonic())
 
         holder = threading.Thread(target=timed_post, args=("slow",))
@@ -162,12 +200,15 @@ def test_the_queue_is_bounded_in_count_and_time(tmp_path):
     assert stats["waiting"] == 0 and stats["in_flight"] == 0
 
 
-@pytest.mark.parametrize("path,body", [
-    ("/invocations", hostile_bodies.newlines_chat()),
-    ("/v1/chat/completions", hostile_bodies.newlines_chat()),
-    ("/invocations", hostile_bodies.state_of_lists()),
-    ("/v1/systemone", hostile_bodies.tags_to_the_body_limit()),
-])
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/invocations", hostile_bodies.newlines_chat()),
+        ("/v1/chat/completions", hostile_bodies.newlines_chat()),
+        ("/invocations", hostile_bodies.state_of_lists()),
+        ("/v1/systemone", hostile_bodies.tags_to_the_body_limit()),
+    ],
+)
 def test_a_body_that_is_slow_to_tokenize_is_refused_fast_and_ping_stays_fast(adapter, path, body):
     # Before the linear tokenizer: 25.5 s (the chat) and 38.5 s, /ping timing out meanwhile.
     result = hostile_bodies.send_while_pinging(adapter.url, path, body)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from starlette.datastructures import Headers
-
 from decision_adapter.errors import RequestError
 from decision_adapter.sagemaker import custom_attributes, forced_format
+from starlette.datastructures import Headers
 
 
 def headers(value: str) -> Headers:
@@ -15,12 +14,22 @@ def headers(value: str) -> Headers:
 
 def test_key_value_pairs_separated_by_semicolons_or_commas():
     assert custom_attributes(headers("format=systemone; trace_id=abc,opaque ,Mode = x=y")) == {
-        "format": "systemone", "trace_id": "abc", "mode": "x=y"}
+        "format": "systemone",
+        "trace_id": "abc",
+        "mode": "x=y",
+    }
     assert custom_attributes(Headers({})) == {}
 
 
-@pytest.mark.parametrize("value,expected", [("format=SystemOne", "systemone"), ("format=chat", "chat"),
-                                            ("accept_eula=true", None), ("", None)])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("format=SystemOne", "systemone"),
+        ("format=chat", "chat"),
+        ("accept_eula=true", None),
+        ("", None),
+    ],
+)
 def test_format_may_be_forced(value, expected):
     assert forced_format(headers(value)) == expected
 

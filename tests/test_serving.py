@@ -16,8 +16,13 @@ from urllib.parse import urlsplit
 import httpx
 
 from model_packaging.manifest import sha256_of_file
-from tests.adapter_process import (adapter_environment, free_port, run_adapter_until_exit,
-                                   running_adapter, wait_until)
+from tests.adapter_process import (
+    adapter_environment,
+    free_port,
+    run_adapter_until_exit,
+    running_adapter,
+    wait_until,
+)
 
 
 def test_gpu_layers_without_a_gpu_backend_refuse_to_start():
@@ -35,10 +40,12 @@ def test_impossible_configuration_exits_with_one_line():
 def test_ping_answers_503_loading_while_the_model_loads(tmp_path):
     os.mkfifo(tmp_path / "model.gguf")  # checksumming it waits for a writer: loading never ends
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "decision_adapter", "serve"],
-                               env=adapter_environment(PORT=str(port),
-                                                       DECISION_MODEL_DIR=str(tmp_path)),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "decision_adapter", "serve"],
+        env=adapter_environment(PORT=str(port), DECISION_MODEL_DIR=str(tmp_path)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url, answers = f"http://127.0.0.1:{port}", []
 
     def answered() -> bool:
@@ -50,8 +57,12 @@ def test_ping_answers_503_loading_while_the_model_loads(tmp_path):
         wait_until(answered, what="the server listening")
         assert answers[0].status_code == 503
         assert answers[0].json() == {"status": "loading"}
-        decision = {"id": "d", "state": "s", "question": "q?",
-                    "options": [{"id": "a"}, {"id": "b"}]}
+        decision = {
+            "id": "d",
+            "state": "s",
+            "question": "q?",
+            "options": [{"id": "a"}, {"id": "b"}],
+        }
         busy = httpx.post(url + "/invocations", json={"decision": decision}, timeout=10)
         assert busy.status_code == 503 and busy.json()["retryable"] is True
     finally:
@@ -62,10 +73,19 @@ def test_ping_answers_503_loading_while_the_model_loads(tmp_path):
 def test_manifest_mismatch_refuses_to_start(tmp_path, gemma_gguf):
     (tmp_path / gemma_gguf.name).symlink_to(gemma_gguf)
     manifest = {
-        "manifest_version": 1, "tool": {"name": "model_packaging", "version": "1"}, "spec": "t",
+        "manifest_version": 1,
+        "tool": {"name": "model_packaging", "version": "1"},
+        "spec": "t",
         "model": {"name": "gemma", "gguf": gemma_gguf.name},
-        "files": [{"path": gemma_gguf.name, "role": "gguf", "bytes": gemma_gguf.stat().st_size,
-                   "sha256": "f" * 64, "source": {"kind": "local", "file": "x"}}],
+        "files": [
+            {
+                "path": gemma_gguf.name,
+                "role": "gguf",
+                "bytes": gemma_gguf.stat().st_size,
+                "sha256": "f" * 64,
+                "source": {"kind": "local", "file": "x"},
+            }
+        ],
         "created_at": "2026-01-01T00:00:00+00:00",
     }
     (tmp_path / "model-manifest.json").write_text(json.dumps(manifest))
@@ -94,20 +114,33 @@ def _refuses_connections(url: str) -> bool:
 
 def test_sigterm_refuses_new_connections_while_an_in_flight_decision_finishes(tmp_path):
     long_state = "The warehouse scanner logs show repeated timeouts on aisle 7. " * 160
-    body = {"decision": {"id": "late", "state": long_state, "question": "Which team?",
-                         "options": [{"id": "hardware"}, {"id": "network"}]}}
-    with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S),
-                         DECISION_STATE_CACHE_BYTES="0") as adapter:
+    body = {
+        "decision": {
+            "id": "late",
+            "state": long_state,
+            "question": "Which team?",
+            "options": [{"id": "hardware"}, {"id": "network"}],
+        }
+    }
+    with running_adapter(
+        tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S), DECISION_STATE_CACHE_BYTES="0"
+    ) as adapter:
         outcome = {}
-        worker = threading.Thread(target=lambda: outcome.update(
-            r=httpx.post(adapter.url + "/invocations", json=body, timeout=60)))
+        worker = threading.Thread(
+            target=lambda: outcome.update(
+                r=httpx.post(adapter.url + "/invocations", json=body, timeout=60)
+            )
+        )
         worker.start()
         adapter.wait_until_in_flight(1)  # the ~2,000-token prefill takes seconds
         assert not _refuses_connections(adapter.url)
         adapter.process.send_signal(signal.SIGTERM)
         sigterm_at = time.monotonic()
-        wait_until(lambda: _refuses_connections(adapter.url), timeout=5,
-                   what="new connections refused after SIGTERM")
+        wait_until(
+            lambda: _refuses_connections(adapter.url),
+            timeout=5,
+            what="new connections refused after SIGTERM",
+        )
         assert "r" not in outcome, "refused while the decision still holds the server open"
         assert adapter.process.poll() is None
         worker.join()

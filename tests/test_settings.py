@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-
 from decision_adapter.settings import Settings, SettingsError
 
 
@@ -13,28 +12,44 @@ def test_defaults_suit_a_local_run():
 
 
 def test_dlc_spellings_are_accepted_and_ours_win():
-    env = {"SM_LLAMA_CPP_THREADS": "3", "SM_LLAMA_CPP_CTX_SIZE": "4096",
-           "SM_LLAMA_CPP_N_GPU_LAYERS": "-1", "SM_LLAMA_CPP_MODEL": "/m/x.gguf"}
+    env = {
+        "SM_LLAMA_CPP_THREADS": "3",
+        "SM_LLAMA_CPP_CTX_SIZE": "4096",
+        "SM_LLAMA_CPP_N_GPU_LAYERS": "-1",
+        "SM_LLAMA_CPP_MODEL": "/m/x.gguf",
+    }
     settings = Settings.from_environment(env)
     assert (settings.n_threads, settings.n_ctx, settings.n_gpu_layers) == (3, 4096, -1)
     assert settings.model_path == Path("/m/x.gguf")
-    ours = Settings.from_environment({**env, "DECISION_N_THREADS": "5", "DECISION_MODEL_PATH": "/a.gguf"})
+    ours = Settings.from_environment(
+        {**env, "DECISION_N_THREADS": "5", "DECISION_MODEL_PATH": "/a.gguf"}
+    )
     assert ours.n_threads == 5 and ours.model_path == Path("/a.gguf")
 
 
 def test_sagemaker_port_wins_over_port():
-    assert Settings.from_environment({"PORT": "9000", "SAGEMAKER_BIND_TO_PORT": "9100"}).port == 9100
+    assert (
+        Settings.from_environment({"PORT": "9000", "SAGEMAKER_BIND_TO_PORT": "9100"}).port == 9100
+    )
 
 
 def test_request_budget_is_capped_by_the_context():
-    settings = Settings.from_environment({"DECISION_N_CTX": "2048", "DECISION_MAX_REQUEST_TOKENS": "9000"})
+    settings = Settings.from_environment(
+        {"DECISION_N_CTX": "2048", "DECISION_MAX_REQUEST_TOKENS": "9000"}
+    )
     assert settings.request_token_limit == 2048
 
 
-@pytest.mark.parametrize("name,value", [
-    ("DECISION_N_THREADS", "zero"), ("SM_LLAMA_CPP_CTX_SIZE", "12"), ("PORT", "70000"),
-    ("DECISION_N_GPU_LAYERS", "-2"), ("DECISION_LOG_LEVEL", "chatty"),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("DECISION_N_THREADS", "zero"),
+        ("SM_LLAMA_CPP_CTX_SIZE", "12"),
+        ("PORT", "70000"),
+        ("DECISION_N_GPU_LAYERS", "-2"),
+        ("DECISION_LOG_LEVEL", "chatty"),
+    ],
+)
 def test_impossible_values_name_the_variable(name, value):
     with pytest.raises(SettingsError, match=name):
         Settings.from_environment({name: value})
@@ -51,5 +66,8 @@ def test_state_cache_default_is_an_eighth_of_memory_capped_at_4_gib(
 
 
 def test_state_cache_bytes_overrides_the_default_and_zero_disables():
-    assert Settings.from_environment({"DECISION_STATE_CACHE_BYTES": "12345"}).state_cache_budget == 12345
+    assert (
+        Settings.from_environment({"DECISION_STATE_CACHE_BYTES": "12345"}).state_cache_budget
+        == 12345
+    )
     assert Settings.from_environment({"DECISION_STATE_CACHE_BYTES": "0"}).state_cache_budget == 0

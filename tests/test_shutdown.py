@@ -15,8 +15,12 @@ from tests.adapter_process import running_adapter
 GRACE_S = 2.0
 # Tear-down after the last request ended (freeing the model, leaving Python) on a shared CI box.
 EXIT_SLACK_S = 0.5
-LONG_CHAT = {"messages": [{"role": "user", "content": "Count from 1 to 2000: 1, 2, 3,"}],
-             "max_tokens": 1024, "temperature": 0, "stop": ["@@@"]}
+LONG_CHAT = {
+    "messages": [{"role": "user", "content": "Count from 1 to 2000: 1, 2, 3,"}],
+    "max_tokens": 1024,
+    "temperature": 0,
+    "stop": ["@@@"],
+}
 
 
 def _terminate(adapter) -> float:
@@ -34,8 +38,9 @@ def _exits_within_grace(adapter, sigterm_at: float) -> None:
 def test_a_streamed_chat_ends_with_an_error_event_at_the_deadline(tmp_path):
     with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S)) as adapter:
         body = {**LONG_CHAT, "stream": True}
-        with httpx.stream("POST", adapter.url + "/v1/chat/completions", json=body,
-                          timeout=60) as response:
+        with httpx.stream(
+            "POST", adapter.url + "/v1/chat/completions", json=body, timeout=60
+        ) as response:
             lines = (line for line in response.iter_lines() if line)
             for line in lines:  # the first generated text: generation is in progress
                 if json.loads(line[6:])["choices"][0]["delta"].get("content"):
@@ -52,8 +57,11 @@ def test_a_streamed_chat_ends_with_an_error_event_at_the_deadline(tmp_path):
 def test_a_chat_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
     with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S)) as adapter:
         outcome = {}
-        worker = threading.Thread(target=lambda: outcome.update(r=httpx.post(
-            adapter.url + "/v1/chat/completions", json=LONG_CHAT, timeout=60)))
+        worker = threading.Thread(
+            target=lambda: outcome.update(
+                r=httpx.post(adapter.url + "/v1/chat/completions", json=LONG_CHAT, timeout=60)
+            )
+        )
         worker.start()
         adapter.wait_until_in_flight(1)
         sigterm_at = _terminate(adapter)
@@ -67,13 +75,20 @@ def test_a_chat_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
 def test_a_decision_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
     # ~6,000 tokens of state: a prefill of many seconds here, longer than the grace period.
     state = "The warehouse scanner logs show repeated timeouts on aisle 7. " * 460
-    body = {"model": "jev-latest", "state": state,
-            "questions": {"team": {"type": "noul", "instructions": "Is it hardware?"}}}
-    with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S),
-                         DECISION_STATE_CACHE_BYTES="0") as adapter:
+    body = {
+        "model": "jev-latest",
+        "state": state,
+        "questions": {"team": {"type": "noul", "instructions": "Is it hardware?"}},
+    }
+    with running_adapter(
+        tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S), DECISION_STATE_CACHE_BYTES="0"
+    ) as adapter:
         outcome = {}
-        worker = threading.Thread(target=lambda: outcome.update(r=httpx.post(
-            adapter.url + "/v1/systemone", json=body, timeout=60)))
+        worker = threading.Thread(
+            target=lambda: outcome.update(
+                r=httpx.post(adapter.url + "/v1/systemone", json=body, timeout=60)
+            )
+        )
         worker.start()
         adapter.wait_until_in_flight(1)
         sigterm_at = _terminate(adapter)

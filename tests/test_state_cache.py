@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from decision_adapter.scoring import Question, build_plan, score
 from decision_adapter.state_cache import StateCache
 
 STATE = "Order 1182 arrived damaged; the customer wants a replacement, not a refund. " * 6
 QUESTIONS = [
-    Question("Which queue?", ["returns", "billing", "shipping"], ["Returns desk.", None, "Carriers."]),
+    Question(
+        "Which queue?", ["returns", "billing", "shipping"], ["Returns desk.", None, "Carriers."]
+    ),
     Question("Is a refund wanted?", ["yes", "no"], [None, None]),
     Question("Priority?", ["low", "high"], [None, None]),
 ]
@@ -99,12 +100,23 @@ def test_the_live_adapter_reports_hits_misses_and_bit_identical_answers(adapter)
     import httpx
 
     state = "Cache probe: the customer's parcel is stuck in customs for 9 days. " * 5
-    body = lambda q: {"decision": {"id": q, "state": state, "question": q,  # noqa: E731
-                                   "options": [{"id": "customs"}, {"id": "carrier"}]}}
+
+    def body(question):
+        options = [{"id": "customs"}, {"id": "carrier"}]
+        return {
+            "decision": {"id": question, "state": state, "question": question, "options": options}
+        }
+
     before = httpx.get(adapter.url + "/stats").json()["state_cache"]
-    first = httpx.post(adapter.url + "/invocations", json=body("Who acts next?"), timeout=60).json()["result"]
-    second = httpx.post(adapter.url + "/invocations", json=body("Who pays?"), timeout=60).json()["result"]
-    repeat = httpx.post(adapter.url + "/invocations", json=body("Who acts next?"), timeout=60).json()["result"]
+    first = httpx.post(
+        adapter.url + "/invocations", json=body("Who acts next?"), timeout=60
+    ).json()["result"]
+    second = httpx.post(adapter.url + "/invocations", json=body("Who pays?"), timeout=60).json()[
+        "result"
+    ]
+    repeat = httpx.post(
+        adapter.url + "/invocations", json=body("Who acts next?"), timeout=60
+    ).json()["result"]
     assert [r["timing"]["state_cache"] for r in (first, second, repeat)] == ["miss", "hit", "hit"]
     assert repeat["probabilities"] == first["probabilities"]
     after = httpx.get(adapter.url + "/stats").json()["state_cache"]
@@ -116,14 +128,29 @@ def test_system_one_and_decisions_share_cached_states(adapter):
     import httpx
 
     state = "Cross-format probe: a shared inbox receives 40 phishing reports an hour. " * 4
-    decisions = {"decisions": [
-        {"id": "team", "state": state, "question": "Which team?", "options": [{"id": "security"}, {"id": "it"}]},
-        {"id": "urgent", "state": state, "question": "Urgent?", "options": [{"id": "yes"}, {"id": "no"}]},
-    ]}
+    decisions = {
+        "decisions": [
+            {
+                "id": "team",
+                "state": state,
+                "question": "Which team?",
+                "options": [{"id": "security"}, {"id": "it"}],
+            },
+            {
+                "id": "urgent",
+                "state": state,
+                "question": "Urgent?",
+                "options": [{"id": "yes"}, {"id": "no"}],
+            },
+        ]
+    }
     shared = httpx.post(adapter.url + "/invocations", json=decisions, timeout=60).json()
     assert shared["timing"]["state_cache"] == "miss"
-    system_one = {"model": "jev-latest", "state": state, "questions": {
-        "phishing": {"type": "noul", "instructions": "Is this about phishing?"}}}
+    system_one = {
+        "model": "jev-latest",
+        "state": state,
+        "questions": {"phishing": {"type": "noul", "instructions": "Is this about phishing?"}},
+    }
     first = httpx.post(adapter.url + "/v1/systemone", json=system_one, timeout=60).json()
     again = httpx.post(adapter.url + "/v1/systemone", json=system_one, timeout=60).json()
     assert first["x_timing"]["state_cache"] == again["x_timing"]["state_cache"] == "hit"
@@ -133,23 +160,37 @@ def test_system_one_and_decisions_share_cached_states(adapter):
 def test_system_one_questions_from_the_cache_are_bit_identical(engine, renderer):
     from decision_adapter.formats.systemone import SystemOneRequest
 
-    request = SystemOneRequest.model_validate({"model": "jev-latest", "state": STATE, "questions": {
-        "refund": {"type": "noul", "instructions": "Does the customer want a refund?"},
-        "queue": {"type": "choice", "criteria": {"returns": "Returns desk.", "shipping": None}},
-        "severity": {"type": "score", "criteria": ["minor", "major", "critical"]},
-    }})
-    plan = build_plan(renderer, request.state, [q.as_question() for q in request.questions.values()])
+    request = SystemOneRequest.model_validate(
+        {
+            "model": "jev-latest",
+            "state": STATE,
+            "questions": {
+                "refund": {"type": "noul", "instructions": "Does the customer want a refund?"},
+                "queue": {
+                    "type": "choice",
+                    "criteria": {"returns": "Returns desk.", "shipping": None},
+                },
+                "severity": {"type": "score", "criteria": ["minor", "major", "critical"]},
+            },
+        }
+    )
+    plan = build_plan(
+        renderer, request.state, [q.as_question() for q in request.questions.values()]
+    )
     cache = StateCache(256 << 20, model_id="gemma")
     fresh, _ = score(engine, plan)
     missed, miss = score(engine, plan, cache=cache)
     hit, hit_timing = score(engine, plan, cache=cache)
     assert (miss.state_cache, hit_timing.state_cache) == ("miss", "hit")
     for a, b, c in zip(fresh, missed, hit):
-        assert np.array_equal(a.option_logits, b.option_logits) and np.array_equal(a.option_logits, c.option_logits)
+        assert np.array_equal(a.option_logits, b.option_logits) and np.array_equal(
+            a.option_logits, c.option_logits
+        )
 
 
 def _state_of_prefix_length(renderer, tokens: int) -> str:
     """A state whose rendered prefix is exactly `tokens` tokens long."""
+
     def length(state: str) -> int:
         prompt = renderer.decision(state, "q", [("A", "a", None)])
         return len(renderer.tokens(prompt.prefix, starts_prompt=True))
@@ -166,17 +207,22 @@ def _state_of_prefix_length(renderer, tokens: int) -> str:
 # long question gives a single-token readout with a suffix past llama.cpp's 64-token FA tile.
 LONG_READOUT_QUESTIONS = [
     Question("Which item is meant?", [f"item{i}" for i in range(60)], [None] * 60),
-    Question("Is the list complete? " + "Check every entry against the order. " * 7,
-             ["yes", "no"], [None, None]),
+    Question(
+        "Is the list complete? " + "Check every entry against the order. " * 7,
+        ["yes", "no"],
+        [None, None],
+    ),
     Question("Priority?", ["low", "high"], [None, None]),
 ]
 
 
 @pytest.mark.parametrize("prefix_tokens", [511, 512, 513, 1100])
 def test_cache_off_miss_and_hit_are_bit_identical_around_the_batch_size(
-        engine, renderer, prefix_tokens):
-    plan = build_plan(renderer, _state_of_prefix_length(renderer, prefix_tokens),
-                      LONG_READOUT_QUESTIONS)
+    engine, renderer, prefix_tokens
+):
+    plan = build_plan(
+        renderer, _state_of_prefix_length(renderer, prefix_tokens), LONG_READOUT_QUESTIONS
+    )
     assert len(plan.prefix_tokens) == prefix_tokens
     assert [len(q.suffix_tokens) >= 64 for q in plan.questions] == [True, True, False]
     assert [q.single_token_labels for q in plan.questions] == [False, True, True]
@@ -195,9 +241,17 @@ def test_a_system_one_choice_of_60_on_a_long_state_is_bit_identical_from_the_cac
 
     bins = " ".join(f"bin{i} holds {i % 7} crates" for i in range(110))
     state = "Inventory audit, aisle by aisle: " + bins
-    request = {"model": "jev-latest", "state": state, "questions": {"bin": {
-        "type": "choice", "instructions": "Which bin holds the most crates?",
-        "criteria": {f"bin{i}": None for i in range(60)}}}}
+    request = {
+        "model": "jev-latest",
+        "state": state,
+        "questions": {
+            "bin": {
+                "type": "choice",
+                "instructions": "Which bin holds the most crates?",
+                "criteria": {f"bin{i}": None for i in range(60)},
+            }
+        },
+    }
     first = httpx.post(adapter.url + "/v1/systemone", json=request, timeout=120).json()
     again = httpx.post(adapter.url + "/v1/systemone", json=request, timeout=120).json()
     assert first["x_timing"]["prefix_tokens"] > 512

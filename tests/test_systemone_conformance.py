@@ -27,10 +27,15 @@ ONLY_WITHOUT_A_KEY = {"auth.ignored-when-off"}
 def jevcompat(url: str, report: Path, *extra: str, env: dict[str, str] | None = None) -> dict:
     finished = subprocess.run(
         [str(JEVCOMPAT), "test", url, "--json", str(report), *extra],
-        env={**os.environ, **(env or {}), "NO_COLOR": "1"}, capture_output=True, text=True, timeout=900,
+        env={**os.environ, **(env or {}), "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     print(finished.stdout)  # the requirement-by-requirement table, shown when a test fails
-    assert finished.returncode == 0, f"jevcompat exited {finished.returncode}:\n{finished.stdout}\n{finished.stderr}"
+    assert (
+        finished.returncode == 0
+    ), f"jevcompat exited {finished.returncode}:\n{finished.stdout}\n{finished.stderr}"
     return json.loads(report.read_text())
 
 
@@ -45,8 +50,13 @@ def open_report(adapter, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def keyed_report(secured_adapter, tmp_path_factory):
-    return jevcompat(secured_adapter.url, tmp_path_factory.mktemp("jevcompat") / "keyed.json",
-                     "--key-env", "JEVCOMPAT_KEY", env={"JEVCOMPAT_KEY": API_KEY})
+    return jevcompat(
+        secured_adapter.url,
+        tmp_path_factory.mktemp("jevcompat") / "keyed.json",
+        "--key-env",
+        "JEVCOMPAT_KEY",
+        env={"JEVCOMPAT_KEY": API_KEY},
+    )
 
 
 def test_conformant_with_auth_off(open_report):

@@ -12,15 +12,29 @@ import pytest
 from tests.adapter_process import model_held
 from tests.conftest import API_KEY, CALIBRATION_TEMPERATURE, RETRY_AFTER_S
 
-TICKET = ("I was charged twice for my March invoice and the refund I was promised last week "
-          "still hasn't arrived. Fix this today or I will dispute the charge.")
-REFUND = {"type": "noul", "instructions": "Is the customer asking for money back?",
-          "criteria": {"true": "They want a refund or chargeback", "false": "Anything else"}}
-TEAM = {"type": "choice", "instructions": "Which team should handle this ticket?",
-        "criteria": {"Billing": "Payments, invoices, refunds", "Technical": None,
-                     "Sales": {"owns": ["pricing", "upgrades"]}}}
-ANGER = {"type": "score", "instructions": ["How frustrated is the customer?", "Rate it."],
-         "criteria": ["Calm", "Frustrated", {"label": "Very angry", "signals": ["threats"]}]}
+TICKET = (
+    "I was charged twice for my March invoice and the refund I was promised last week "
+    "still hasn't arrived. Fix this today or I will dispute the charge."
+)
+REFUND = {
+    "type": "noul",
+    "instructions": "Is the customer asking for money back?",
+    "criteria": {"true": "They want a refund or chargeback", "false": "Anything else"},
+}
+TEAM = {
+    "type": "choice",
+    "instructions": "Which team should handle this ticket?",
+    "criteria": {
+        "Billing": "Payments, invoices, refunds",
+        "Technical": None,
+        "Sales": {"owns": ["pricing", "upgrades"]},
+    },
+}
+ANGER = {
+    "type": "score",
+    "instructions": ["How frustrated is the customer?", "Rate it."],
+    "criteria": ["Calm", "Frustrated", {"label": "Very angry", "signals": ["threats"]}],
+}
 QUESTIONS = {"refund": REFUND, "team": TEAM, "anger": ANGER}
 
 
@@ -52,7 +66,11 @@ def test_every_answer_type_in_one_request(baseline):
     assert refund["type"] == "noul" and 0 <= refund["noul"] <= 1
     assert set(refund["x_logits"]) == {"true", "false"}
 
-    assert team["type"] == "choice" and list(team["probabilities"]) == ["Billing", "Technical", "Sales"]
+    assert team["type"] == "choice" and list(team["probabilities"]) == [
+        "Billing",
+        "Technical",
+        "Sales",
+    ]
     probabilities = np.array(list(team["probabilities"].values()))
     assert probabilities.sum() == pytest.approx(1.0)
     assert team["choice"] == max(team["probabilities"], key=team["probabilities"].get)
@@ -71,7 +89,10 @@ def test_usage_counts_input_tokens_and_no_output(baseline):
     assert usage["output_tokens"] == 0
     # The shared state is read once: the count is the request's tokens, not three full prompts.
     assert usage["input_tokens"] == baseline["x_timing"]["request_tokens"]
-    assert isinstance(usage["input_tokens"], int) and usage["input_tokens"] > baseline["x_timing"]["prefix_tokens"]
+    assert (
+        isinstance(usage["input_tokens"], int)
+        and usage["input_tokens"] > baseline["x_timing"]["prefix_tokens"]
+    )
 
 
 def test_extensions_are_x_prefixed(baseline):
@@ -82,8 +103,13 @@ def test_extensions_are_x_prefixed(baseline):
         assert answer["x_readout"] in ("single-token", "label-sequence")
 
 
-@pytest.mark.parametrize("state", [{"subject": "Charged twice", "customer": {"plan": "pro"}},
-                                   ["Charged twice.", "Refund promised, not received."]])
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"subject": "Charged twice", "customer": {"plan": "pro"}},
+        ["Charged twice.", "Refund promised, not received."],
+    ],
+)
 def test_state_may_be_an_object_or_an_array(adapter, state):
     response = ask(adapter, {**body({"refund": REFUND}), "state": state})
     assert response.status_code == 200, response.text
@@ -107,7 +133,10 @@ def test_models_lists_the_served_model_and_jev_latest(adapter):
 # --- independence: an answer depends on its own question only (bit-exact) -----------------
 def test_each_answer_is_the_same_asked_alone(adapter, baseline):
     for question_id, question in QUESTIONS.items():
-        assert answers(adapter, {question_id: question})[question_id] == baseline["answers"][question_id]
+        assert (
+            answers(adapter, {question_id: question})[question_id]
+            == baseline["answers"][question_id]
+        )
 
 
 def test_answers_do_not_depend_on_question_order(adapter, baseline):
@@ -125,8 +154,16 @@ def test_answers_do_not_depend_on_question_ids(adapter, baseline):
 def test_answers_do_not_depend_on_other_questions(adapter, baseline):
     others = {
         "urgent": {"type": "noul", "instructions": "Does the customer need an answer today?"},
-        "lang": {"type": "choice", "instructions": "Language?", "criteria": {"English": None, "Other": None}},
-        "polite": {"type": "score", "instructions": "How polite?", "criteria": ["Rude", "Neutral", "Polite"]},
+        "lang": {
+            "type": "choice",
+            "instructions": "Language?",
+            "criteria": {"English": None, "Other": None},
+        },
+        "polite": {
+            "type": "score",
+            "instructions": "How polite?",
+            "criteria": ["Rude", "Neutral", "Polite"],
+        },
     }
     got = answers(adapter, {"urgent": others["urgent"], **QUESTIONS, **others})
     assert {q: got[q] for q in QUESTIONS} == baseline["answers"]
@@ -143,33 +180,61 @@ def test_invocations_answers_a_system_one_body_identically(adapter, baseline):
 
 def test_custom_attributes_force_the_format_and_are_echoed(adapter):
     attributes = "format=systemone;trace=t-1"
-    malformed = httpx.post(adapter.url + "/invocations", content=b'{"questions": {',
-                           headers={"content-type": "application/json",
-                                    "X-Amzn-SageMaker-Custom-Attributes": attributes})
+    malformed = httpx.post(
+        adapter.url + "/invocations",
+        content=b'{"questions": {',
+        headers={
+            "content-type": "application/json",
+            "X-Amzn-SageMaker-Custom-Attributes": attributes,
+        },
+    )
     assert malformed.status_code == 422 and malformed.json()["detail"][0]["type"] == "invalid_json"
     assert malformed.headers["x-amzn-sagemaker-custom-attributes"] == attributes
 
-    as_decision = ask(adapter, body({"refund": REFUND}), path="/invocations",
-                      headers={"X-Amzn-SageMaker-Custom-Attributes": "format=decision"})
+    as_decision = ask(
+        adapter,
+        body({"refund": REFUND}),
+        path="/invocations",
+        headers={"X-Amzn-SageMaker-Custom-Attributes": "format=decision"},
+    )
     assert as_decision.status_code == 422 and as_decision.json()["error_type"] == "validation_error"
 
-    unknown = ask(adapter, body({"refund": REFUND}), path="/invocations",
-                  headers={"X-Amzn-SageMaker-Custom-Attributes": "format=xml"})
-    assert unknown.status_code == 400 and unknown.json()["error_type"] == "invalid_custom_attributes"
+    unknown = ask(
+        adapter,
+        body({"refund": REFUND}),
+        path="/invocations",
+        headers={"X-Amzn-SageMaker-Custom-Attributes": "format=xml"},
+    )
+    assert (
+        unknown.status_code == 400 and unknown.json()["error_type"] == "invalid_custom_attributes"
+    )
 
 
 def test_invocations_validation_errors_of_a_system_one_body_use_its_shape(adapter):
-    response = ask(adapter, body({"q": {"type": "score", "criteria": {"0": "a", "1": "b"}}}), path="/invocations")
+    response = ask(
+        adapter,
+        body({"q": {"type": "score", "criteria": {"0": "a", "1": "b"}}}),
+        path="/invocations",
+    )
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "questions", "q", "score", "criteria"]
 
 
 # --- errors -------------------------------------------------------------------------------
-@pytest.mark.parametrize("raw", [b'{"model": "jev-latest", "questions": {', b"[1, 2]", b"",
-                                 b'{"model": "jev-latest", "state": "s", "questions": {}}',
-                                 b'{"model": "jev-latest", "state": NaN, "questions": {"q": {"type": "noul"}}}'])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "jev-latest", "questions": {',
+        b"[1, 2]",
+        b"",
+        b'{"model": "jev-latest", "state": "s", "questions": {}}',
+        b'{"model": "jev-latest", "state": NaN, "questions": {"q": {"type": "noul"}}}',
+    ],
+)
 def test_bad_bodies_get_422_with_detail_list(adapter, raw):
-    response = httpx.post(adapter.url + "/v1/systemone", content=raw, headers={"content-type": "application/json"})
+    response = httpx.post(
+        adapter.url + "/v1/systemone", content=raw, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 422, response.text
     detail = response.json()["detail"]
     assert detail and all(d["loc"][0] == "body" and d["msg"] and d["type"] for d in detail)
@@ -192,9 +257,14 @@ def test_too_many_questions_is_a_validation_error(adapter):
 def test_over_budget_and_wrong_media_type_carry_error_type_and_message(adapter):
     huge = ask(adapter, {**body({"refund": REFUND}), "state": "refund " * 9000})
     assert huge.status_code == 413 and huge.json()["detail"]["error_type"] == "token_limit_exceeded"
-    form = httpx.post(adapter.url + "/v1/systemone", content=b"state=x",
-                      headers={"content-type": "application/x-www-form-urlencoded"})
-    assert form.status_code == 415 and form.json()["detail"]["error_type"] == "unsupported_media_type"
+    form = httpx.post(
+        adapter.url + "/v1/systemone",
+        content=b"state=x",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert (
+        form.status_code == 415 and form.json()["detail"]["error_type"] == "unsupported_media_type"
+    )
 
 
 def test_busy_model_answers_503_in_system_one_shape_after_retry_after_s(secured_adapter):
@@ -212,12 +282,23 @@ def test_without_a_key_configured_an_authorization_header_is_ignored(adapter):
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY},
-                                     {"Authorization": "Basic " + API_KEY}])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": API_KEY},
+        {"Authorization": "Basic " + API_KEY},
+    ],
+)
 def test_with_a_key_missing_or_wrong_keys_get_401(secured_adapter, headers):
     for method, path in (("POST", "/v1/systemone"), ("GET", "/v1/models")):
-        response = httpx.request(method, secured_adapter.url + path, headers=headers,
-                                 json=body({"refund": REFUND}) if method == "POST" else None)
+        response = httpx.request(
+            method,
+            secured_adapter.url + path,
+            headers=headers,
+            json=body({"refund": REFUND}) if method == "POST" else None,
+        )
         assert response.status_code == 401, response.text
         assert response.json()["detail"]["error_type"] == "authentication_error"
         assert response.headers["www-authenticate"] == "Bearer"
@@ -228,8 +309,9 @@ def test_with_a_key_stats_need_it(secured_adapter):
         response = httpx.get(secured_adapter.url + "/stats", headers=headers)
         assert response.status_code == 401, response.text
         assert response.json()["error_type"] == "authentication_error"
-    keyed = httpx.get(secured_adapter.url + "/stats",
-                      headers={"Authorization": f"Bearer {API_KEY}"})
+    keyed = httpx.get(
+        secured_adapter.url + "/stats", headers={"Authorization": f"Bearer {API_KEY}"}
+    )
     assert keyed.status_code == 200 and "admission" in keyed.json()
 
 
@@ -246,25 +328,35 @@ def test_with_a_key_chat_is_guarded_and_sagemaker_routes_stay_open(secured_adapt
 def test_calibration_temperature_divides_logits_before_the_softmax(adapter, secured_adapter):
     plain = ask(adapter, body()).json()
     calibrated = ask(secured_adapter, body(), headers={"Authorization": f"Bearer {API_KEY}"}).json()
-    assert calibrated["x_calibration"] == {"temperature": CALIBRATION_TEMPERATURE,
-                                           "source": "DECISION_CALIBRATION_TEMPERATURE"}
+    assert calibrated["x_calibration"] == {
+        "temperature": CALIBRATION_TEMPERATURE,
+        "source": "DECISION_CALIBRATION_TEMPERATURE",
+    }
     for question_id in QUESTIONS:
         answer = calibrated["answers"][question_id]
         assert answer["x_temperature"] == CALIBRATION_TEMPERATURE
         assert answer["x_logits"] == plain["answers"][question_id]["x_logits"]  # same model
         logits = np.array(list(answer["x_logits"].values())) / CALIBRATION_TEMPERATURE
         expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
-        got = [answer["noul"]] if answer["type"] == "noul" else list(answer["probabilities"].values())
-        assert got == pytest.approx(expected[:len(got)], abs=1e-9)
+        got = (
+            [answer["noul"]] if answer["type"] == "noul" else list(answer["probabilities"].values())
+        )
+        assert got == pytest.approx(expected[: len(got)], abs=1e-9)
 
 
 def test_calibration_also_applies_to_the_decision_format(secured_adapter):
-    decision = {"id": "d", "state": TICKET, "question": "Which team?",
-                "options": [{"id": "billing"}, {"id": "technical"}]}
+    decision = {
+        "id": "d",
+        "state": TICKET,
+        "question": "Which team?",
+        "options": [{"id": "billing"}, {"id": "technical"}],
+    }
     result = ask(secured_adapter, {"decision": decision}, path="/invocations").json()["result"]
     assert result["temperature"] == CALIBRATION_TEMPERATURE
     logits = np.array(result["option_logits"]) / CALIBRATION_TEMPERATURE
-    assert result["probabilities"] == pytest.approx(list(np.exp(logits) / np.exp(logits).sum()), abs=1e-9)
+    assert result["probabilities"] == pytest.approx(
+        list(np.exp(logits) / np.exp(logits).sum()), abs=1e-9
+    )
 
 
 # --- the official client --------------------------------------------------------------------
@@ -277,7 +369,9 @@ def test_official_sdk_parses_every_answer_type(adapter):
         "team": Choice(instructions=TEAM["instructions"], criteria=TEAM["criteria"]),
         "anger": Score(instructions=ANGER["instructions"], criteria=ANGER["criteria"]),
     }
-    with TypeSafeClient(api_key="ignored-when-auth-is-off", base_url=adapter.url, timeout=120) as client:
+    with TypeSafeClient(
+        api_key="ignored-when-auth-is-off", base_url=adapter.url, timeout=120
+    ) as client:
         response = client.system_one(state=TICKET, questions=questions)
         listed = client.models.list()
     assert set(response.nouls) == {"refund", "bare"} and 0 <= response.nouls["refund"].noul <= 1
@@ -294,8 +388,12 @@ def test_official_sdk_sends_the_key_when_auth_is_on(secured_adapter):
     from typesafe_sdk import Noul, TypeSafeAuthenticationError, TypeSafeClient
 
     with TypeSafeClient(api_key=API_KEY, base_url=secured_adapter.url, timeout=120) as client:
-        response = client.system_one(state=TICKET, questions={"refund": Noul(instructions="Refund?")})
+        response = client.system_one(
+            state=TICKET, questions={"refund": Noul(instructions="Refund?")}
+        )
     assert 0 <= response.nouls["refund"].noul <= 1
-    with TypeSafeClient(api_key="wrong", base_url=secured_adapter.url, timeout=120) as client, \
-            pytest.raises(TypeSafeAuthenticationError):
+    with (
+        TypeSafeClient(api_key="wrong", base_url=secured_adapter.url, timeout=120) as client,
+        pytest.raises(TypeSafeAuthenticationError),
+    ):
         client.system_one(state=TICKET, questions={"refund": Noul(instructions="Refund?")})

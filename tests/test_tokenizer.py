@@ -7,20 +7,48 @@ import random
 import time
 
 import pytest
-
 from decision_adapter.tokenizer import TokenLimitExceeded, UserTextTokenizer, cuttable
 
 # Gemma 3's user-defined tokens (newline, space and tab runs, HTML tags) and text around them.
-ALPHABET = ["\n", "\n\n", " ", "  ", "\t", "<b>", "</b>", "<bbox>", "<td>", "<", ">", "b", "a",
-            "é", "\u2581", "{", "}", "x", "日本", "<start_of_turn>", "<end_of_turn>"]
+ALPHABET = [
+    "\n",
+    "\n\n",
+    " ",
+    "  ",
+    "\t",
+    "<b>",
+    "</b>",
+    "<bbox>",
+    "<td>",
+    "<",
+    ">",
+    "b",
+    "a",
+    "é",
+    "\u2581",
+    "{",
+    "}",
+    "x",
+    "日本",
+    "<start_of_turn>",
+    "<end_of_turn>",
+]
 
 
 def _texts() -> list[str]:
     rng = random.Random(12)
-    texts = ["{\n" * 3000, "x\n" * 3000, "<b>" * 3000, "a  " * 3000, "\n" * 5000, " " * 5000,
-             json.dumps({f"k{i}": [i, i + 1] for i in range(1000)}, indent=2)]
-    texts += ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 2500)))
-              for _ in range(150)]
+    texts = [
+        "{\n" * 3000,
+        "x\n" * 3000,
+        "<b>" * 3000,
+        "a  " * 3000,
+        "\n" * 5000,
+        " " * 5000,
+        json.dumps({f"k{i}": [i, i + 1] for i in range(1000)}, indent=2),
+    ]
+    texts += [
+        "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 2500))) for _ in range(150)
+    ]
     return texts
 
 
@@ -29,8 +57,9 @@ def test_user_text_tokens_equal_one_llama_cpp_call(engine):
         assert engine.tokenize(text, special=False) == engine._tokenize_bytes(text.encode())
 
 
-@pytest.mark.parametrize("text", ["{\n" * 500_000, "<b>" * 340_000, "a  " * 340_000,
-                                  "x\n" * 500_000])
+@pytest.mark.parametrize(
+    "text", ["{\n" * 500_000, "<b>" * 340_000, "a  " * 340_000, "x\n" * 500_000]
+)
 def test_a_megabyte_of_user_defined_tokens_is_refused_at_once(engine, text):
     started = time.perf_counter()
     with pytest.raises(TokenLimitExceeded):

@@ -34,7 +34,8 @@ def unmap_large_buffers() -> None:
 def listening_socket(host: str, port: int) -> socket.socket:
     """Bind before loading anything, so a bad address or a taken port is one line at once."""
     family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -47,8 +48,13 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="decision_adapter", description=__doc__)
-    parser.add_argument("command", nargs="?", default="serve", choices=["serve"],
-                        help="SageMaker starts containers with `serve`")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="serve",
+        choices=["serve"],
+        help="SageMaker starts containers with `serve`",
+    )
     parser.parse_args(argv)
     try:
         settings = Settings.from_environment()
@@ -58,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sock = listening_socket(settings.host, settings.port)
     except OSError as error:
-        print(f"decision_adapter: invalid configuration: cannot listen on HOST={settings.host} "
-              f"port {settings.port}: {error.strerror or error}", file=sys.stderr)
+        print(
+            f"decision_adapter: invalid configuration: cannot listen on HOST={settings.host} "
+            f"port {settings.port}: {error.strerror or error}",
+            file=sys.stderr,
+        )
         return 2
     configure_logging(settings.log_level)
     log_llama_libraries()
@@ -74,13 +83,24 @@ def main(argv: list[str] | None = None) -> int:
             server.should_exit = True
 
     app = create_app(settings, on_startup_failure=stop)
-    protocol = guarded_protocol(max_connections=connection_limit(settings.max_connections),
-                                header_timeout_s=settings.header_timeout_s,
-                                retry_after_s=settings.retry_after_s)
-    server = DrainingServer(uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-        timeout_graceful_shutdown=settings.graceful_shutdown_s, lifespan="on", http=protocol,
-    ), app)
+    protocol = guarded_protocol(
+        max_connections=connection_limit(settings.max_connections),
+        header_timeout_s=settings.header_timeout_s,
+        retry_after_s=settings.retry_after_s,
+    )
+    server = DrainingServer(
+        uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=settings.graceful_shutdown_s,
+            lifespan="on",
+            http=protocol,
+        ),
+        app,
+    )
     # uvicorn drains on SIGTERM, then re-raises the signal through the handler it found in
     # place; a drained shutdown is a clean one, so that handler does nothing and we exit 0.
     signal.signal(signal.SIGTERM, lambda *_: None)

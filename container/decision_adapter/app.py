@@ -90,8 +90,10 @@ async def invocations(request: Request) -> Response:
         _speak_systemone(request)
         return await _system_one(request, _validated(systemone.SystemOneRequest, body))
     raise RequestError(
-        422, "body: expected one of `decision`, `decisions` (decision scoring), `questions` "
-        "(System One) or `messages` (chat)", field="body",
+        422,
+        "body: expected one of `decision`, `decisions` (decision scoring), `questions` "
+        "(System One) or `messages` (chat)",
+        field="body",
     )
 
 
@@ -153,32 +155,56 @@ async def _chat(request: Request, chat: openai_chat.ChatRequest) -> Response:
         finally:
             await deltas.aclose()
         request.scope["state"]["log_fields"].update(completion_tokens=result.completion_tokens)
-        return JSONResponse(openai_chat.encode_completion(
-            cid=cid, model=model, text="".join(pieces), finish_reason=result.finish_reason,
-            prompt_tokens=len(tokens), completion_tokens=result.completion_tokens,
-        ))
+        return JSONResponse(
+            openai_chat.encode_completion(
+                cid=cid,
+                model=model,
+                text="".join(pieces),
+                finish_reason=result.finish_reason,
+                prompt_tokens=len(tokens),
+                completion_tokens=result.completion_tokens,
+            )
+        )
 
     async def events() -> AsyncIterator[str]:
         def sse(payload: dict) -> str:
             return f"data: {json.dumps(payload)}\n\n"
 
         try:
-            yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"role": "assistant", "content": ""}))
+            yield sse(
+                openai_chat.encode_chunk(
+                    cid=cid, model=model, delta={"role": "assistant", "content": ""}
+                )
+            )
             if first is not None:
                 yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={"content": first}))
                 try:
                     async for text in deltas:
-                        yield sse(openai_chat.encode_chunk(cid=cid, model=model,
-                                                           delta={"content": text}))
+                        yield sse(
+                            openai_chat.encode_chunk(cid=cid, model=model, delta={"content": text})
+                        )
                 except ShuttingDown as error:  # the status is sent: end the stream with an error
-                    yield sse({"error": {"message": str(error), "type": "server_shutting_down",
-                                         "retryable": True}})
+                    yield sse(
+                        {
+                            "error": {
+                                "message": str(error),
+                                "type": "server_shutting_down",
+                                "retryable": True,
+                            }
+                        }
+                    )
                     yield "data: [DONE]\n\n"
                     return
-            usage = {"prompt_tokens": len(tokens), "completion_tokens": result.completion_tokens,
-                     "total_tokens": len(tokens) + result.completion_tokens}
-            yield sse(openai_chat.encode_chunk(cid=cid, model=model, delta={},
-                                               finish_reason=result.finish_reason, usage=usage))
+            usage = {
+                "prompt_tokens": len(tokens),
+                "completion_tokens": result.completion_tokens,
+                "total_tokens": len(tokens) + result.completion_tokens,
+            }
+            yield sse(
+                openai_chat.encode_chunk(
+                    cid=cid, model=model, delta={}, finish_reason=result.finish_reason, usage=usage
+                )
+            )
             yield "data: [DONE]\n\n"
         finally:
             await deltas.aclose()
@@ -200,9 +226,18 @@ def _speaks_systemone(request: Request) -> bool:
     return request.scope.get("state", {}).get("wire_format") == SYSTEM_ONE
 
 
-def _error(request: Request, status: int, message: str, *, error_type: str, field: str | None = None,
-           retryable: bool = False, detail: list | None = None, headers: dict | None = None,
-           location: tuple | None = None) -> JSONResponse:
+def _error(
+    request: Request,
+    status: int,
+    message: str,
+    *,
+    error_type: str,
+    field: str | None = None,
+    retryable: bool = False,
+    detail: list | None = None,
+    headers: dict | None = None,
+    location: tuple | None = None,
+) -> JSONResponse:
     if _speaks_systemone(request):
         status, body = systemone.error_body(status, error_type, message, field, location)
         return JSONResponse(body, status_code=status, headers=headers)
@@ -215,8 +250,15 @@ def _error(request: Request, status: int, message: str, *, error_type: str, fiel
 
 
 async def on_request_error(request: Request, error: RequestError) -> Response:
-    return _error(request, error.status, error.message, error_type=error.error_type, field=error.field,
-                  headers=error.headers, location=error.location)
+    return _error(
+        request,
+        error.status,
+        error.message,
+        error_type=error.error_type,
+        field=error.field,
+        headers=error.headers,
+        location=error.location,
+    )
 
 
 async def on_validation_error(request: Request, error: ValidationError) -> Response:
@@ -224,20 +266,37 @@ async def on_validation_error(request: Request, error: ValidationError) -> Respo
         return JSONResponse(systemone.validation_error_body(error), status_code=422)
     detail = validation_details(error)
     first = detail[0]
-    return _error(request, 422, f"{first['field'] or 'body'}: {first['message']}",
-                  error_type="validation_error", field=first["field"] or "body", detail=detail)
+    return _error(
+        request,
+        422,
+        f"{first['field'] or 'body'}: {first['message']}",
+        error_type="validation_error",
+        field=first["field"] or "body",
+        detail=detail,
+    )
 
 
 async def on_chat_template_error(request: Request, error: ChatTemplateError) -> Response:
     # Only chat renders the client's messages through the template at request time; a template
     # that cannot render a decision was refused at start-up.
-    return _error(request, 422, f"messages: the model's chat template refused this conversation "
-                  f"({error})", error_type="validation_error", field="messages")
+    return _error(
+        request,
+        422,
+        f"messages: the model's chat template refused this conversation " f"({error})",
+        error_type="validation_error",
+        field="messages",
+    )
 
 
 async def on_busy(request: Request, error: Busy) -> Response:
-    return _error(request, 503, str(error), error_type="overloaded", retryable=True,
-                  headers={"Retry-After": str(error.retry_after_s)})
+    return _error(
+        request,
+        503,
+        str(error),
+        error_type="overloaded",
+        retryable=True,
+        headers={"Retry-After": str(error.retry_after_s)},
+    )
 
 
 async def on_engine_error(request: Request, error: EngineError) -> Response:
@@ -247,6 +306,7 @@ async def on_engine_error(request: Request, error: EngineError) -> Response:
 
 def public(endpoint, *, wire_format: str | None = None):
     """A /v1 route: errors in its wire format, and the bearer key when one is configured."""
+
     async def route(request: Request) -> Response:
         if wire_format == SYSTEM_ONE:
             _speak_systemone(request)

@@ -18,8 +18,13 @@ from .errors import RequestError
 
 class AuthenticationError(RequestError):
     def __init__(self, message: str) -> None:
-        super().__init__(401, message, field="Authorization", error_type="authentication_error",
-                         headers={"WWW-Authenticate": "Bearer"})
+        super().__init__(
+            401,
+            message,
+            field="Authorization",
+            error_type="authentication_error",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 def authenticate(request: Request, api_key: SecretStr | None) -> None:

@@ -28,13 +28,15 @@ RESERVED_DESCRIPTORS = 64
 ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 
 
-def _raw_response(status: str, message: str, error_type: str, *, retryable: bool,
-                  extra: str = "") -> bytes:
+def _raw_response(
+    status: str, message: str, error_type: str, *, retryable: bool, extra: str = ""
+) -> bytes:
     """A whole response written before (or instead of) h11: the connection closes after it."""
-    body = json.dumps({"error": message, "error_type": error_type,
-                       "retryable": retryable}).encode()
-    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            f"{extra}Content-Length: {len(body)}\r\n\r\n").encode() + body
+    body = json.dumps({"error": message, "error_type": error_type, "retryable": retryable}).encode()
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        f"{extra}Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 class HeapTrimmer:
@@ -72,17 +74,23 @@ def connection_limit(configured: int) -> int:
     return max(1, min(configured, soft - RESERVED_DESCRIPTORS))
 
 
-def guarded_protocol(*, max_connections: int, header_timeout_s: float,
-                     retry_after_s: int) -> type[H11Protocol]:
+def guarded_protocol(
+    *, max_connections: int, header_timeout_s: float, retry_after_s: int
+) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a request-head deadline and a connection cap."""
     refusal = _raw_response(
         "503 Service Unavailable",
         f"too many open connections (at most {max_connections}, DECISION_MAX_CONNECTIONS); retry",
-        "connection_limit", retryable=True, extra=f"Retry-After: {retry_after_s}\r\n")
+        "connection_limit",
+        retryable=True,
+        extra=f"Retry-After: {retry_after_s}\r\n",
+    )
     too_slow = _raw_response(
         "408 Request Timeout",
         f"request head not received within {header_timeout_s:g} s (DECISION_HEADER_TIMEOUT_S)",
-        "header_timeout", retryable=False)
+        "header_timeout",
+        retryable=False,
+    )
 
     trimmer = HeapTrimmer()
 
@@ -141,8 +149,15 @@ def limit_accept_error_logs(loop: asyncio.AbstractEventLoop) -> None:
         if now - last["at"] < ACCEPT_ERROR_LOG_INTERVAL_S:
             last["suppressed"] += 1
             return
-        log.error("accept() failed: out of file descriptors", extra={"fields": {
-            "error": str(context.get("exception")), "suppressed_since_last": last["suppressed"]}})
+        log.error(
+            "accept() failed: out of file descriptors",
+            extra={
+                "fields": {
+                    "error": str(context.get("exception")),
+                    "suppressed_since_last": last["suppressed"],
+                }
+            },
+        )
         last.update(at=now, suppressed=0)
 
     loop.set_exception_handler(handler)

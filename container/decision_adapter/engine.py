@@ -164,12 +164,14 @@ class Engine:
     def _tokenize_bytes(self, data: bytes, *, special: bool = False) -> list[int]:
         capacity = len(data) + 8
         buffer = (llama_cpp.llama_token * capacity)()
-        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, capacity, False,
-                                         special)
+        count = llama_cpp.llama_tokenize(
+            self.vocab, data, len(data), buffer, capacity, False, special
+        )
         if count < 0:  # never for capacity >= bytes + a few, but keep llama.cpp's contract
             buffer = (llama_cpp.llama_token * -count)()
-            count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, -count, False,
-                                             special)
+            count = llama_cpp.llama_tokenize(
+                self.vocab, data, len(data), buffer, -count, False, special
+            )
         return list(buffer[:count])
 
     def _user_text_tokenizer(self) -> UserTextTokenizer:
@@ -329,7 +331,8 @@ class Engine:
         strlen = ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
         self._abort_check = llama_cpp.ggml_abort_callback(strlen)
         llama_cpp.llama_set_abort_callback(
-            self.ctx, self._abort_check, ctypes.cast(self._interrupt_flag, ctypes.c_void_p))
+            self.ctx, self._abort_check, ctypes.cast(self._interrupt_flag, ctypes.c_void_p)
+        )
 
     def interrupt(self) -> None:
         """Abort the decode in progress and every later one (shutdown): they raise EngineError."""
@@ -354,16 +357,25 @@ class Engine:
                 llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
             else:
                 if top_k > 0:
-                    llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_top_k(top_k))
-                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_top_p(top_p, 1))
-                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_temp(temperature))
+                    llama_cpp.llama_sampler_chain_add(
+                        sampler, llama_cpp.llama_sampler_init_top_k(top_k)
+                    )
+                llama_cpp.llama_sampler_chain_add(
+                    sampler, llama_cpp.llama_sampler_init_top_p(top_p, 1)
+                )
+                llama_cpp.llama_sampler_chain_add(
+                    sampler, llama_cpp.llama_sampler_init_temp(temperature)
+                )
                 llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_dist(seed))
             position = 0
             for chunk_start in range(0, len(prompt), self.n_batch):
                 chunk = prompt[chunk_start : chunk_start + self.n_batch]
                 last = chunk_start + len(chunk) == len(prompt)
                 self._decode(
-                    [(t, position + i, 0, last and i == len(chunk) - 1) for i, t in enumerate(chunk)]
+                    [
+                        (t, position + i, 0, last and i == len(chunk) - 1)
+                        for i, t in enumerate(chunk)
+                    ]
                 )
                 position += len(chunk)
             for step in range(max_tokens):

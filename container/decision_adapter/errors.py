@@ -6,9 +6,16 @@ from pydantic import ValidationError
 
 
 class RequestError(Exception):
-    def __init__(self, status: int, message: str, *, field: str | None = None,
-                 error_type: str = "invalid_request", headers: dict[str, str] | None = None,
-                 location: tuple | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        field: str | None = None,
+        error_type: str = "invalid_request",
+        headers: dict[str, str] | None = None,
+        location: tuple | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.field, self.error_type = status, message, field, error_type
         self.headers = headers

@@ -13,8 +13,9 @@ class GenerationResult:
     completion_tokens: int = 0
 
 
-def text_deltas(tokens: Iterable[int], piece, stops: list[str], max_tokens: int,
-                result: GenerationResult) -> Iterator[str]:
+def text_deltas(
+    tokens: Iterable[int], piece, stops: list[str], max_tokens: int, result: GenerationResult
+) -> Iterator[str]:
     """Yield text as it becomes final; hold back any tail that could start a stop string.
 
     `tokens` ends either at end-of-generation ("stop") or after max_tokens ("length").

@@ -67,21 +67,30 @@ def _check_values(body: Any) -> None:
 
 def _reject(location: tuple, problem: str) -> None:
     # A key that is not text cannot be echoed as it is: show its escapes.
-    location = tuple(p.encode("utf-8", "backslashreplace").decode() if isinstance(p, str) else p
-                     for p in location)
+    location = tuple(
+        p.encode("utf-8", "backslashreplace").decode() if isinstance(p, str) else p
+        for p in location
+    )
     field = field_path(location) or "body"
-    raise RequestError(400, f"{field}: {problem}", field=field, location=location,
-                       error_type="invalid_json")
+    raise RequestError(
+        400, f"{field}: {problem}", field=field, location=location, error_type="invalid_json"
+    )
 
 
 def parse_json(raw: bytes) -> Any:
     """Strict JSON: no NaN/Infinity, no duplicate keys (either would silently lose data), and
     only real text in strings."""
     try:
-        body = json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+        body = json.loads(
+            raw, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
+        )
     except json.JSONDecodeError as error:
-        raise RequestError(400, f"body: malformed JSON at line {error.lineno} column {error.colno}: "
-                           f"{error.msg}", field="body", error_type="invalid_json") from None
+        raise RequestError(
+            400,
+            f"body: malformed JSON at line {error.lineno} column {error.colno}: " f"{error.msg}",
+            field="body",
+            error_type="invalid_json",
+        ) from None
     except (ValueError, RecursionError) as error:
         raise RequestError(400, f"body: {error}", field="body", error_type="invalid_json") from None
     _check_values(body)
@@ -89,28 +98,52 @@ def parse_json(raw: bytes) -> Any:
 
 
 async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
-    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    content_type = (
+        request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    )
     if content_type not in JSON_TYPES:
-        raise RequestError(415, f"Content-Type: expected application/json, got {content_type!r}",
-                           field="Content-Type", error_type="unsupported_media_type")
+        raise RequestError(
+            415,
+            f"Content-Type: expected application/json, got {content_type!r}",
+            field="Content-Type",
+            error_type="unsupported_media_type",
+        )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise RequestError(413, f"body: {declared} bytes, the limit is {max_bytes} "
-                           "(DECISION_MAX_BODY_BYTES)", field="body", error_type="body_too_large")
+        raise RequestError(
+            413,
+            f"body: {declared} bytes, the limit is {max_bytes} " "(DECISION_MAX_BODY_BYTES)",
+            field="body",
+            error_type="body_too_large",
+        )
     body = bytearray()
     try:
         async with asyncio.timeout(timeout_s):
             async for chunk in request.stream():
                 body += chunk
                 if len(body) > max_bytes:
-                    raise RequestError(413, f"body: more than {max_bytes} bytes (DECISION_MAX_BODY_BYTES)",
-                                       field="body", error_type="body_too_large")
+                    raise RequestError(
+                        413,
+                        f"body: more than {max_bytes} bytes (DECISION_MAX_BODY_BYTES)",
+                        field="body",
+                        error_type="body_too_large",
+                    )
     except TimeoutError:
-        raise RequestError(408, f"body: not received within {timeout_s:g} s (DECISION_BODY_TIMEOUT_S)",
-                           field="body", error_type="body_timeout") from None
+        raise RequestError(
+            408,
+            f"body: not received within {timeout_s:g} s (DECISION_BODY_TIMEOUT_S)",
+            field="body",
+            error_type="body_timeout",
+        ) from None
     except ClientDisconnect:
-        raise RequestError(400, "body: the client disconnected before sending it all",
-                           field="body", error_type="client_disconnected") from None
+        raise RequestError(
+            400,
+            "body: the client disconnected before sending it all",
+            field="body",
+            error_type="client_disconnected",
+        ) from None
     if not body.strip():
-        raise RequestError(400, "body: empty; send a JSON object", field="body", error_type="invalid_json")
+        raise RequestError(
+            400, "body: empty; send a JSON object", field="body", error_type="invalid_json"
+        )
     return parse_json(bytes(body))

@@ -32,7 +32,7 @@ class ModelFile:
 
 
 def discover_gguf(settings: Settings) -> tuple[Path, str]:
-    """Explicit path, then exactly one GGUF in the model directory, then (locally) the bundled one."""
+    """Explicit path, then the one GGUF in the model directory, then (locally) the bundled one."""
     if settings.model_path is not None:
         if not settings.model_path.is_file():
             raise ModelFileError(f"model path {settings.model_path} is not a readable file")
@@ -73,8 +73,10 @@ def manifest_beside(gguf: Path) -> Manifest | None:
             except ManifestError as error:
                 raise ModelFileError(str(error)) from None
             except RecursionError:  # json.loads gives up on deep nesting before any schema
-                raise ModelFileError(f"cannot read model manifest {directory / MANIFEST_FILENAME}: "
-                                     "nested too deeply to be a manifest") from None
+                raise ModelFileError(
+                    f"cannot read model manifest {directory / MANIFEST_FILENAME}: "
+                    "nested too deeply to be a manifest"
+                ) from None
     return None
 
 

@@ -12,29 +12,53 @@ from .formats.decision import DecisionRequest
 from .formats.openai_chat import ChatRequest
 from .formats.systemone import SystemOneRequest
 
-DECISION_EXAMPLE = {"decision": {
-    "id": "support-route",
-    "state": "The customer cannot receive a password reset email.",
-    "question": "Which queue should handle this request?",
-    "options": [{"id": "account_access", "description": "Account access support."},
-                {"id": "billing", "description": "Billing support."}],
-}}
-DECISIONS_EXAMPLE = {"decisions": [
-    {"id": "route", "state": "Refund not received after 10 days.", "question": "Which queue?",
-     "options": [{"id": "billing"}, {"id": "shipping"}]},
-    {"id": "urgency", "state": "Refund not received after 10 days.", "question": "How urgent?",
-     "options": [{"id": "low"}, {"id": "medium"}, {"id": "high"}]},
-]}
-SYSTEM_ONE_EXAMPLE = {"model": "jev-latest", "state": "Refund not received after 10 days.", "questions": {
-    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
-    "queue": {"type": "choice", "criteria": {"billing": "Payments.", "shipping": "Deliveries."}},
-    "urgency": {"type": "score", "criteria": ["not urgent", "urgent", "critical"]},
-}}
+DECISION_EXAMPLE = {
+    "decision": {
+        "id": "support-route",
+        "state": "The customer cannot receive a password reset email.",
+        "question": "Which queue should handle this request?",
+        "options": [
+            {"id": "account_access", "description": "Account access support."},
+            {"id": "billing", "description": "Billing support."},
+        ],
+    }
+}
+DECISIONS_EXAMPLE = {
+    "decisions": [
+        {
+            "id": "route",
+            "state": "Refund not received after 10 days.",
+            "question": "Which queue?",
+            "options": [{"id": "billing"}, {"id": "shipping"}],
+        },
+        {
+            "id": "urgency",
+            "state": "Refund not received after 10 days.",
+            "question": "How urgent?",
+            "options": [{"id": "low"}, {"id": "medium"}, {"id": "high"}],
+        },
+    ]
+}
+SYSTEM_ONE_EXAMPLE = {
+    "model": "jev-latest",
+    "state": "Refund not received after 10 days.",
+    "questions": {
+        "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+        "queue": {
+            "type": "choice",
+            "criteria": {"billing": "Payments.", "shipping": "Deliveries."},
+        },
+        "urgency": {"type": "score", "criteria": ["not urgent", "urgent", "critical"]},
+    },
+}
 CHAT_EXAMPLE = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 16}
 
 ANY_OBJECT = {"type": "object"}
-ERROR = {"type": "object", "description": "`{error, error_type, field, retryable}`; on /v1/systemone "
-         "`{detail: [...]}` (422) or `{detail: {error_type, message}}`"}
+ERROR = {
+    "type": "object",
+    "description": "`{error, error_type, field, retryable}`; on /v1/systemone "
+    "`{detail: [...]}` (422) or `{detail: {error_type, message}}`",
+}
 
 
 def _json(schema: dict, examples: dict[str, Any] | None = None) -> dict:
@@ -45,10 +69,16 @@ def _json(schema: dict, examples: dict[str, Any] | None = None) -> dict:
 
 
 def _responses(ok: str, *codes: int, streams: bool = False) -> dict:
-    reasons = {400: "malformed JSON body", 401: "missing or invalid API key",
-               404: "System One: a model that is not served here", 408: "body too slow",
-               413: "body or prompt over a limit", 415: "not application/json",
-               422: "a field failed validation", 503: "model busy or loading; retry after Retry-After"}
+    reasons = {
+        400: "malformed JSON body",
+        401: "missing or invalid API key",
+        404: "System One: a model that is not served here",
+        408: "body too slow",
+        413: "body or prompt over a limit",
+        415: "not application/json",
+        422: "a field failed validation",
+        503: "model busy or loading; retry after Retry-After",
+    }
     responses = {"200": {"description": ok, **_json(ANY_OBJECT)}}
     if streams:  # chat with `stream: true`
         responses["200"]["content"]["text/event-stream"] = {"schema": {"type": "string"}}
@@ -60,56 +90,131 @@ def _responses(ok: str, *codes: int, streams: bool = False) -> dict:
 @cache
 def openapi_document() -> dict[str, Any]:
     _, definitions = models_json_schema(
-        [(DecisionRequest, "validation"), (SystemOneRequest, "validation"), (ChatRequest, "validation")],
+        [
+            (DecisionRequest, "validation"),
+            (SystemOneRequest, "validation"),
+            (ChatRequest, "validation"),
+        ],
         ref_template="#/components/schemas/{model}",
     )
-    ref = {name: {"$ref": f"#/components/schemas/{name}"}
-           for name in ("DecisionRequest", "SystemOneRequest", "ChatRequest")}
+    ref = {
+        name: {"$ref": f"#/components/schemas/{name}"}
+        for name in ("DecisionRequest", "SystemOneRequest", "ChatRequest")
+    }
     body_errors = (400, 404, 408, 413, 415, 422, 503)
     authenticated = {"security": [{}, {"bearer": []}]}
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Decision adapter", "version": __version__,
-                 "description": "Decision scoring, the System One API and chat completions on one "
-                                "llama.cpp model, behind the SageMaker container contract."},
+        "info": {
+            "title": "Decision adapter",
+            "version": __version__,
+            "description": "Decision scoring, the System One API and chat completions on one "
+            "llama.cpp model, behind the SageMaker container contract.",
+        },
         "paths": {
-            "/ping": {"get": {"summary": "SageMaker health check: 200 once the model is loaded",
-                              "responses": {"200": {"description": "ready", **_json(ANY_OBJECT)},
-                                            "503": {"description": "loading", **_json(ANY_OBJECT)}}}},
-            "/invocations": {"post": {
-                "summary": "SageMaker's route; the body's shape picks decision, System One or chat",
-                "parameters": [{"name": "X-Amzn-SageMaker-Custom-Attributes", "in": "header",
-                                "required": False, "schema": {"type": "string"},
-                                "description": "`format=decision|systemone|chat` forces the format"}],
-                "requestBody": {"required": True, **_json(
-                    {"anyOf": [ref["DecisionRequest"], ref["SystemOneRequest"], ref["ChatRequest"]]},
-                    {"decision": DECISION_EXAMPLE, "decisions": DECISIONS_EXAMPLE,
-                     "systemone": SYSTEM_ONE_EXAMPLE, "chat": CHAT_EXAMPLE})},
-                "responses": _responses("result(s), System One answers or a chat completion",
-                                        *body_errors, streams=True),
-            }},
-            "/v1/systemone": {"post": {
-                "summary": "System One: noul, choice and score questions about one state",
-                "requestBody": {"required": True, **_json(ref["SystemOneRequest"], {"systemone": SYSTEM_ONE_EXAMPLE})},
-                "responses": _responses("answers and usage", 401, *body_errors), **authenticated,
-            }},
-            "/v1/chat/completions": {"post": {
-                "summary": "OpenAI-compatible chat completions (stream: true for server-sent events)",
-                "requestBody": {"required": True, **_json(ref["ChatRequest"], {"chat": CHAT_EXAMPLE})},
-                "responses": _responses("a chat completion or an event stream", 401, *body_errors,
-                                        streams=True),
-                **authenticated,
-            }},
-            "/v1/models": {"get": {"summary": "the served model and its alias jev-latest",
-                                   "responses": _responses("models", 401, 503), **authenticated}},
-            "/stats": {"get": {"summary": "state cache, decode and admission counters",
-                               "responses": _responses("counters", 401, 503), **authenticated}},
-            "/openapi.json": {"get": {"summary": "this document",
-                                      "responses": {"200": {"description": "OpenAPI 3", **_json(ANY_OBJECT)}}}},
+            "/ping": {
+                "get": {
+                    "summary": "SageMaker health check: 200 once the model is loaded",
+                    "responses": {
+                        "200": {"description": "ready", **_json(ANY_OBJECT)},
+                        "503": {"description": "loading", **_json(ANY_OBJECT)},
+                    },
+                }
+            },
+            "/invocations": {
+                "post": {
+                    "summary": (
+                        "SageMaker's route; the body's shape picks decision, System One or chat"
+                    ),
+                    "parameters": [
+                        {
+                            "name": "X-Amzn-SageMaker-Custom-Attributes",
+                            "in": "header",
+                            "required": False,
+                            "schema": {"type": "string"},
+                            "description": "`format=decision|systemone|chat` forces the format",
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        **_json(
+                            {
+                                "anyOf": [
+                                    ref["DecisionRequest"],
+                                    ref["SystemOneRequest"],
+                                    ref["ChatRequest"],
+                                ]
+                            },
+                            {
+                                "decision": DECISION_EXAMPLE,
+                                "decisions": DECISIONS_EXAMPLE,
+                                "systemone": SYSTEM_ONE_EXAMPLE,
+                                "chat": CHAT_EXAMPLE,
+                            },
+                        ),
+                    },
+                    "responses": _responses(
+                        "result(s), System One answers or a chat completion",
+                        *body_errors,
+                        streams=True,
+                    ),
+                }
+            },
+            "/v1/systemone": {
+                "post": {
+                    "summary": "System One: noul, choice and score questions about one state",
+                    "requestBody": {
+                        "required": True,
+                        **_json(ref["SystemOneRequest"], {"systemone": SYSTEM_ONE_EXAMPLE}),
+                    },
+                    "responses": _responses("answers and usage", 401, *body_errors),
+                    **authenticated,
+                }
+            },
+            "/v1/chat/completions": {
+                "post": {
+                    "summary": (
+                        "OpenAI-compatible chat completions (stream: true for server-sent events)"
+                    ),
+                    "requestBody": {
+                        "required": True,
+                        **_json(ref["ChatRequest"], {"chat": CHAT_EXAMPLE}),
+                    },
+                    "responses": _responses(
+                        "a chat completion or an event stream", 401, *body_errors, streams=True
+                    ),
+                    **authenticated,
+                }
+            },
+            "/v1/models": {
+                "get": {
+                    "summary": "the served model and its alias jev-latest",
+                    "responses": _responses("models", 401, 503),
+                    **authenticated,
+                }
+            },
+            "/stats": {
+                "get": {
+                    "summary": "state cache, decode and admission counters",
+                    "responses": _responses("counters", 401, 503),
+                    **authenticated,
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "summary": "this document",
+                    "responses": {"200": {"description": "OpenAPI 3", **_json(ANY_OBJECT)}},
+                }
+            },
         },
         "components": {
             "schemas": definitions["$defs"],
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                           "description": "only when DECISION_API_KEY is set"}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "only when DECISION_API_KEY is set",
+                }
+            },
         },
     }

@@ -76,12 +76,14 @@ class PromptRenderer:
                 self._compiled = environment.from_string(self.template)
             except TemplateError as error:
                 raise ChatTemplateError(
-                    f"the GGUF's chat template does not compile: {error}") from None
+                    f"the GGUF's chat template does not compile: {error}"
+                ) from None
             try:  # every decision is rendered this way: refuse a template that cannot do it now
                 self._around_user_content([{"role": "user"}])
             except ChatTemplateError as error:
-                raise ChatTemplateError(f"the GGUF's chat template cannot render a decision: "
-                                        f"{error}") from None
+                raise ChatTemplateError(
+                    f"the GGUF's chat template cannot render a decision: " f"{error}"
+                ) from None
         # The answer follows "Answer:" in a plain prompt and opens the assistant turn otherwise.
         self.label_prefix = "" if self.template else " "
         # Without a template the model would write the next "User:" turn itself.
@@ -92,7 +94,9 @@ class PromptRenderer:
         return "chat-template" if self.template else "completion"
 
     # --- decisions ---------------------------------------------------------------------
-    def decision(self, state: Any, question: str, options: list[tuple[str, str, str | None]]) -> RenderedPrompt:
+    def decision(
+        self, state: Any, question: str, options: list[tuple[str, str, str | None]]
+    ) -> RenderedPrompt:
         """options: (label, option id, description) in request order."""
         state_block = f"{SYSTEM_TEXT}\n\nState:\n{state_text(state)}\n\n"
         lines = [f"Question: {question}", "Options:"]
@@ -117,7 +121,9 @@ class PromptRenderer:
             lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
             return RenderedPrompt(prefix=[Piece("\n".join(lines) + "\nAssistant:", user=True)])
         markers = [f"\ue000{uuid.uuid4().hex}\ue001" for _ in messages]
-        rendered = self._render([{"role": m["role"], "content": k} for m, k in zip(messages, markers)])
+        rendered = self._render(
+            [{"role": m["role"], "content": k} for m, k in zip(messages, markers)]
+        )
         pieces: list[Piece] = []
         for message, marker in zip(messages, markers):
             if marker not in rendered:
@@ -128,8 +134,9 @@ class PromptRenderer:
         return RenderedPrompt(prefix=pieces)
 
     # --- tokens ------------------------------------------------------------------------
-    def tokens(self, pieces: list[Piece], *, starts_prompt: bool,
-               limit: int | None = None) -> list[int]:
+    def tokens(
+        self, pieces: list[Piece], *, starts_prompt: bool, limit: int | None = None
+    ) -> list[int]:
         """TokenLimitExceeded, untokenized, when one piece is cheaply proved past `limit`."""
         tokens: list[int] = []
         for piece in pieces:
@@ -156,7 +163,8 @@ class PromptRenderer:
             raise
         except Exception as error:  # noqa: BLE001 - a template is code we did not write
             raise ChatTemplateError(
-                f"chat template error: {type(error).__name__}: {error}") from None
+                f"chat template error: {type(error).__name__}: {error}"
+            ) from None
 
     def _around_user_content(self, messages: list[dict[str, str]]) -> tuple[str, str]:
         marker = f"\ue000{uuid.uuid4().hex}\ue001"

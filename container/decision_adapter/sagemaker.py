@@ -23,7 +23,9 @@ def custom_attributes(headers: Headers) -> dict[str, str]:
     """`format=systemone; trace=abc` -> {"format": "systemone", "trace": "abc"}; `,` separates too.
     Items without `=` are opaque values of the caller's own and are skipped."""
     pairs = (item.partition("=") for item in re.split(r"[;,]", headers.get(CUSTOM_ATTRIBUTES, "")))
-    return {key.strip().lower(): value.strip() for key, found, value in pairs if found and key.strip()}
+    return {
+        key.strip().lower(): value.strip() for key, found, value in pairs if found and key.strip()
+    }
 
 
 def forced_format(headers: Headers) -> str | None:
@@ -32,8 +34,11 @@ def forced_format(headers: Headers) -> str | None:
         return None
     if wire_format.lower() not in WIRE_FORMATS:
         raise RequestError(
-            400, f"{CUSTOM_ATTRIBUTES}: format={wire_format!r}, expected one of {', '.join(WIRE_FORMATS)}",
-            field=CUSTOM_ATTRIBUTES, error_type="invalid_custom_attributes",
+            400,
+            f"{CUSTOM_ATTRIBUTES}: format={wire_format!r}, "
+            f"expected one of {', '.join(WIRE_FORMATS)}",
+            field=CUSTOM_ATTRIBUTES,
+            error_type="invalid_custom_attributes",
         )
     return wire_format.lower()
 
@@ -55,8 +60,10 @@ class EchoCustomAttributes:
 
         async def send_with_echo(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []),
-                                      (CUSTOM_ATTRIBUTES.lower().encode(), value.encode("latin-1"))]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (CUSTOM_ATTRIBUTES.lower().encode(), value.encode("latin-1")),
+                ]
             await send(message)
 
         await self.app(scope, receive, send_with_echo)

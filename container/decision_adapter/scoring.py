@@ -84,8 +84,9 @@ class ScoringPlan:
         return len(self.prefix_tokens) + len(self.questions[index].suffix_tokens)
 
 
-def build_plan(renderer: PromptRenderer, state: Any, questions: Sequence[Question],
-               limit: int | None = None) -> ScoringPlan:
+def build_plan(
+    renderer: PromptRenderer, state: Any, questions: Sequence[Question], limit: int | None = None
+) -> ScoringPlan:
     """Tokens of every question's prompt; a piece cheaply proved past `limit` stops it early."""
     plans: list[QuestionPlan] = []
     prefix_tokens: list[int] | None = None
@@ -139,8 +140,13 @@ def _log_softmax(logits: np.ndarray, tokens: np.ndarray | list[int]) -> np.ndarr
     return logits[tokens].astype(np.float64) - log_total
 
 
-def score(engine: Engine, plan: ScoringPlan, *, cache: StateCache | None = None,
-          force_sequence: bool = False) -> tuple[list[QuestionScores], ScoringTiming]:
+def score(
+    engine: Engine,
+    plan: ScoringPlan,
+    *,
+    cache: StateCache | None = None,
+    force_sequence: bool = False,
+) -> tuple[list[QuestionScores], ScoringTiming]:
     """Prefill the state once (or restore it), branch every question from it, read the labels."""
     timing = ScoringTiming()
     engine.reset()
@@ -155,11 +161,19 @@ def score(engine: Engine, plan: ScoringPlan, *, cache: StateCache | None = None,
             # Each suffix is its own batch: decoded beside other suffixes, llama.cpp's logits
             # move (measured up to ~1.0), so an answer would depend on the other questions.
             last_position = len(question.suffix_tokens) - 1
-            branch = Branch(tokens=question.suffix_tokens, parent=PREFIX_SEQ, logit_positions=[last_position])
+            branch = Branch(
+                tokens=question.suffix_tokens, parent=PREFIX_SEQ, logit_positions=[last_position]
+            )
             (logits,) = engine.decode_branches([branch], first_seq_id=QUESTION_SEQ)
             results.append(
-                _read_question(engine, question, logits[last_position], QUESTION_SEQ,
-                               first_free_seq=QUESTION_SEQ + 1, force_sequence=force_sequence)
+                _read_question(
+                    engine,
+                    question,
+                    logits[last_position],
+                    QUESTION_SEQ,
+                    first_free_seq=QUESTION_SEQ + 1,
+                    force_sequence=force_sequence,
+                )
             )
             # Free the question's KV cells before the next one: llama.cpp then places the next
             # suffix in the same cells, right after the prefix, as if it were asked alone.
@@ -172,8 +186,9 @@ def score(engine: Engine, plan: ScoringPlan, *, cache: StateCache | None = None,
         engine.reset()
 
 
-def _prefill(engine: Engine, prefix_tokens: list[int], cache: StateCache | None,
-             timing: ScoringTiming) -> None:
+def _prefill(
+    engine: Engine, prefix_tokens: list[int], cache: StateCache | None, timing: ScoringTiming
+) -> None:
     """The state prefix on sequence 0, always read back from a saved state.
 
     Decoded fresh, a prefix fills KV cells 0..n-1; restored, it is compacted (llama.cpp saves
@@ -196,8 +211,15 @@ def _prefill(engine: Engine, prefix_tokens: list[int], cache: StateCache | None,
     engine.restore_sequence(PREFIX_SEQ, saved)
 
 
-def _read_question(engine: Engine, question: QuestionPlan, last_logits: np.ndarray, question_seq: int,
-                   *, first_free_seq: int, force_sequence: bool) -> QuestionScores:
+def _read_question(
+    engine: Engine,
+    question: QuestionPlan,
+    last_logits: np.ndarray,
+    question_seq: int,
+    *,
+    first_free_seq: int,
+    force_sequence: bool,
+) -> QuestionScores:
     firsts = np.array([tokens[0] for tokens in question.label_tokens])
     first_log_probs = _log_softmax(last_logits, firsts)
     argmax = int(np.argmax(last_logits))
@@ -216,8 +238,11 @@ def _read_question(engine: Engine, question: QuestionPlan, last_logits: np.ndarr
     for chunk_start in range(0, len(multi), capacity):
         chunk = multi[chunk_start : chunk_start + capacity]
         branches = [
-            Branch(tokens=question.label_tokens[i][:-1], parent=question_seq,
-                   logit_positions=range(len(question.label_tokens[i]) - 1))
+            Branch(
+                tokens=question.label_tokens[i][:-1],
+                parent=question_seq,
+                logit_positions=range(len(question.label_tokens[i]) - 1),
+            )
             for i in chunk
         ]
         branch_logits = engine.decode_branches(branches, first_seq_id=first_free_seq)

@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from . import __version__
 from .admission import ModelRunner
+from .calibration import Calibration, load_calibration
 from .engine import Engine, EngineConfig
 from .errors import RequestError
-from .calibration import Calibration, load_calibration
 from .formats import decision as decision_format
 from .formats import systemone
 from .formats.openai_chat import ChatRequest
@@ -38,10 +38,29 @@ T = TypeVar("T")
 
 # llama.cpp's `general.file_type` values for the quantizations people actually serve.
 FILE_TYPES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 24: "IQ1_S", 25: "IQ4_NL",
-    26: "IQ3_S", 28: "IQ4_XS", 32: "BF16",
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    28: "IQ4_XS",
+    32: "BF16",
 }
 
 
@@ -147,7 +166,9 @@ class DecisionService:
             "gpu_layers": self.settings.n_gpu_layers,
             "gpu_offload_supported": self.engine.gpu_offload,
             "prompt_mode": self.renderer.mode,
-            "manifest": None if manifest is None else {
+            "manifest": None
+            if manifest is None
+            else {
                 "spec": manifest.spec,
                 "manifest_version": manifest.manifest_version,
                 "model": manifest.model.model_dump(),
@@ -161,16 +182,22 @@ class DecisionService:
     def stats(self) -> dict[str, Any]:
         return {
             "state_cache": self.state_cache.stats.as_dict(),
-            "engine": {"decode_calls": self.engine.stats.decode_calls,
-                       "tokens_decoded": self.engine.stats.tokens_decoded,
-                       "decode_seconds": round(self.engine.stats.seconds, 3)},
-            "admission": {"in_flight": self.runner.in_flight, "waiting": self.runner.waiting,
-                          **self.runner.stats.as_dict()},
+            "engine": {
+                "decode_calls": self.engine.stats.decode_calls,
+                "tokens_decoded": self.engine.stats.tokens_decoded,
+                "decode_seconds": round(self.engine.stats.seconds, 3),
+            },
+            "admission": {
+                "in_flight": self.runner.in_flight,
+                "waiting": self.runner.waiting,
+                **self.runner.stats.as_dict(),
+            },
         }
 
     # --- decisions ---------------------------------------------------------------------
-    async def _score(self, groups: list[tuple[Any, list[Question]]], *, field: str,
-                     what: str) -> list[Scored]:
+    async def _score(
+        self, groups: list[tuple[Any, list[Question]]], *, field: str, what: str
+    ) -> list[Scored]:
         """Every wire format's scoring: limits, plans, budget, admission, then the engine.
 
         One group per distinct state: each is prefilled once and scored exactly as if it came
@@ -180,18 +207,26 @@ class DecisionService:
         count = sum(len(questions) for _, questions in groups)
         if count > self.settings.max_decisions:
             raise RequestError(
-                422, f"{field}: {count} {what}, at most "
-                f"{self.settings.max_decisions} per request (DECISION_MAX_DECISIONS)", field=field,
+                422,
+                f"{field}: {count} {what}, at most "
+                f"{self.settings.max_decisions} per request (DECISION_MAX_DECISIONS)",
+                field=field,
             )
         limit = self.settings.request_token_limit
         try:
-            plans = await self._prepared(lambda: [
-                build_plan(self.renderer, state, questions, limit) for state, questions in groups
-            ])
+            plans = await self._prepared(
+                lambda: [
+                    build_plan(self.renderer, state, questions, limit)
+                    for state, questions in groups
+                ]
+            )
         except TokenLimitExceeded:
-            raise RequestError(413, f"{field}: the request needs more than {limit} tokens, the "
-                               f"limit is {limit}", field=field,
-                               error_type="token_limit_exceeded") from None
+            raise RequestError(
+                413,
+                f"{field}: the request needs more than {limit} tokens, the " f"limit is {limit}",
+                field=field,
+                error_type="token_limit_exceeded",
+            ) from None
         needed = sum(plan.total_tokens for plan in plans)
         if needed > limit:
             error = BudgetError(field, needed, limit, "the request")
@@ -203,16 +238,23 @@ class DecisionService:
 
         outcomes, waited_ms = await self.runner.run(score_all)
         total_ms = _ms(received)
-        return [Scored(plan, scores, {
-            "prepare_ms": prepared_ms,
-            "admission_wait_ms": round(waited_ms, 3),
-            "prefill_ms": round(timing.prefill_ms, 3),
-            "branches_ms": round(timing.branches_ms, 3),
-            "state_cache": timing.state_cache,
-            "total_ms": total_ms,
-            "prefix_tokens": len(plan.prefix_tokens),
-            "request_tokens": needed,
-        }) for plan, (scores, timing) in zip(plans, outcomes)]
+        return [
+            Scored(
+                plan,
+                scores,
+                {
+                    "prepare_ms": prepared_ms,
+                    "admission_wait_ms": round(waited_ms, 3),
+                    "prefill_ms": round(timing.prefill_ms, 3),
+                    "branches_ms": round(timing.branches_ms, 3),
+                    "state_cache": timing.state_cache,
+                    "total_ms": total_ms,
+                    "prefix_tokens": len(plan.prefix_tokens),
+                    "request_tokens": needed,
+                },
+            )
+            for plan, (scores, timing) in zip(plans, outcomes)
+        ]
 
     async def decide(self, request: decision_format.DecisionRequest) -> dict[str, Any]:
         decisions = request.items
@@ -224,15 +266,25 @@ class DecisionService:
         for index, text in enumerate(texts):  # rendering a 1 MB state takes 0.2 s: off the loop
             groups.setdefault(text, []).append(index)
         scored = await self._score(  # a rendered state renders as itself: no second rendering
-            [(text, [decisions[i].as_question() for i in members])
-             for text, members in groups.items()], field=field, what="decisions")
+            [
+                (text, [decisions[i].as_question() for i in members])
+                for text, members in groups.items()
+            ],
+            field=field,
+            what="decisions",
+        )
         results: list[dict[str, Any]] = [{}] * len(decisions)
         for members, group in zip(groups.values(), scored):
             for position, index in enumerate(members):
                 results[index] = decision_format.encode_result(
-                    decisions[index], group.scores[position], group.plan, position,
-                    engine_piece=self.engine.piece, model=self.model_info,
-                    timing=group.timing, prompt_version=PROMPT_VERSION,
+                    decisions[index],
+                    group.scores[position],
+                    group.plan,
+                    position,
+                    engine_piece=self.engine.piece,
+                    model=self.model_info,
+                    timing=group.timing,
+                    prompt_version=PROMPT_VERSION,
                     temperature=self.calibration.temperature,
                 )
         if request.decision is not None:
@@ -242,17 +294,24 @@ class DecisionService:
     async def system_one(self, request: systemone.SystemOneRequest) -> dict[str, Any]:
         if request.model not in (self.model_name, systemone.MODEL_ALIAS):
             raise RequestError(
-                404, f"model: {request.model!r} is not served here; use {self.model_name!r} or "
-                f"{systemone.MODEL_ALIAS!r} (GET /v1/models)", field="model", error_type="model_not_found",
+                404,
+                f"model: {request.model!r} is not served here; use {self.model_name!r} or "
+                f"{systemone.MODEL_ALIAS!r} (GET /v1/models)",
+                field="model",
+                error_type="model_not_found",
             )
         questions = list(request.questions.values())
-        (scored,) = await self._score([(request.state, [q.as_question() for q in questions])],
-                                      field="questions", what="questions")
+        (scored,) = await self._score(
+            [(request.state, [q.as_question() for q in questions])],
+            field="questions",
+            what="questions",
+        )
         temperature = self.calibration.temperature
         answers = {
             question_id: systemone.encode_answer(question, scores, plan, temperature=temperature)
-            for question_id, question, scores, plan
-            in zip(request.questions, questions, scored.scores, scored.plan.questions)
+            for question_id, question, scores, plan in zip(
+                request.questions, questions, scored.scores, scored.plan.questions
+            )
         }
         return systemone.encode_response(
             model=self.model_name,
@@ -271,8 +330,13 @@ class DecisionService:
         info = self.model_info
         description = f"{info['description']} ({self.renderer.mode} prompt), served by llama.cpp"
         return systemone.encode_models(
-            name=self.model_name, description=description, release_date=self.release_date,
-            extensions={"gguf_sha256": info["gguf_sha256"], "context_tokens": info["context_tokens"]},
+            name=self.model_name,
+            description=description,
+            release_date=self.release_date,
+            extensions={
+                "gguf_sha256": info["gguf_sha256"],
+                "context_tokens": info["context_tokens"],
+            },
         )
 
     # --- chat --------------------------------------------------------------------------
@@ -281,8 +345,9 @@ class DecisionService:
 
         def tokens_of_prompt() -> list[int]:
             messages = [{"role": m.role, "content": m.text} for m in request.messages]
-            return self.renderer.tokens(self.renderer.chat(messages).prefix, starts_prompt=True,
-                                        limit=limit)
+            return self.renderer.tokens(
+                self.renderer.chat(messages).prefix, starts_prompt=True, limit=limit
+            )
 
         try:
             tokens = await self._prepared(tokens_of_prompt)
@@ -291,24 +356,33 @@ class DecisionService:
         if tokens is None or len(tokens) >= limit:
             needed = f"more than {limit}" if tokens is None else str(len(tokens))
             raise RequestError(
-                413, f"messages: the prompt needs {needed} tokens, the limit is {limit}",
-                field="messages", error_type="token_limit_exceeded",
+                413,
+                f"messages: the prompt needs {needed} tokens, the limit is {limit}",
+                field="messages",
+                error_type="token_limit_exceeded",
             )
         cap = self.settings.max_chat_tokens
         max_tokens = request.token_limit(cap)
         if max_tokens > cap:
             field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
-            raise RequestError(422, f"{field}: {max_tokens} requested, at most {cap} "
-                               "(DECISION_MAX_CHAT_TOKENS)", field=field)
+            raise RequestError(
+                422,
+                f"{field}: {max_tokens} requested, at most {cap} " "(DECISION_MAX_CHAT_TOKENS)",
+                field=field,
+            )
         # Generation stops at the context's end; report that as finish_reason "length".
         return tokens, min(max_tokens, limit - len(tokens))
 
-    def chat_deltas(self, request: ChatRequest, tokens: list[int], max_tokens: int,
-                    result: GenerationResult) -> Iterator[str]:
+    def chat_deltas(
+        self, request: ChatRequest, tokens: list[int], max_tokens: int, result: GenerationResult
+    ) -> Iterator[str]:
         """Runs on the model thread: sample and decode the answer text piece by piece."""
         sampled = self.engine.generate(
-            tokens, max_tokens=max_tokens, temperature=request.temperature,
-            top_p=request.top_p, top_k=request.top_k,
+            tokens,
+            max_tokens=max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
             seed=request.seed if request.seed is not None else time.time_ns() & 0xFFFFFFFF,
         )
         stops = request.stop or self.renderer.chat_stops

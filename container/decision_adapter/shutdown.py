@@ -32,8 +32,9 @@ class DrainingServer(uvicorn.Server):
         deadline = None
         if service is not None:
             grace = self.config.timeout_graceful_shutdown or 0.0
-            deadline = asyncio.get_running_loop().call_later(stop_work_after(grace),
-                                                             service.stop_work)
+            deadline = asyncio.get_running_loop().call_later(
+                stop_work_after(grace), service.stop_work
+            )
         try:
             await super().shutdown(sockets)
         finally:

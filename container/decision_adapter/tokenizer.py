@@ -39,8 +39,12 @@ def cuttable(specials: Sequence[bytes]) -> bool:
 
 
 class UserTextTokenizer:
-    def __init__(self, tokenize_bytes: Callable[[bytes], list[int]],
-                 specials: Sequence[bytes] | None, max_token_bytes: int) -> None:
+    def __init__(
+        self,
+        tokenize_bytes: Callable[[bytes], list[int]],
+        specials: Sequence[bytes] | None,
+        max_token_bytes: int,
+    ) -> None:
         """`specials`: the user-defined token texts llama.cpp cuts plain text at (None: cutting
         is not known to be exact for this vocabulary; each text then goes whole)."""
         self._tokenize_bytes = tokenize_bytes
@@ -58,7 +62,7 @@ class UserTextTokenizer:
         tokens: list[int] = []
         start = 0
         ends = [end for _, end in self._matches(data, limit)]
-        for cut in ends[MATCHES_PER_CALL - 1::MATCHES_PER_CALL] + [len(data)]:
+        for cut in ends[MATCHES_PER_CALL - 1 :: MATCHES_PER_CALL] + [len(data)]:
             if cut > start:
                 tokens += self._tokenize_bytes(data[start:cut])
                 start = cut
@@ -75,7 +79,7 @@ class UserTextTokenizer:
             while position != -1:
                 blocked = matched.find(1, position, position + size)
                 if blocked == -1:
-                    matched[position:position + size] = b"\x01" * size
+                    matched[position : position + size] = b"\x01" * size
                     spans.append((position, position + size))
                     if limit is not None and len(spans) > limit:  # each match is a token
                         raise TokenLimitExceeded(limit)

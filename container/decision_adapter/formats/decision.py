@@ -102,7 +102,9 @@ def encode_result(
         "input_tokens": plan.input_tokens(index),
         "allowed_token_mass": scores.allowed_token_mass,
         "full_vocab_argmax_id": scores.full_vocab_argmax_id,
-        "full_vocab_argmax_token": engine_piece(scores.full_vocab_argmax_id).decode("utf-8", "replace"),
+        "full_vocab_argmax_token": engine_piece(scores.full_vocab_argmax_id).decode(
+            "utf-8", "replace"
+        ),
         "prompt_sha256": question.prompt_sha256,
         "prompt_version": prompt_version,
         "readout": READOUT_TEXT[scores.readout],

@@ -27,8 +27,10 @@ def is_blank(text: str) -> bool:
 
 def _not_blank(text: str) -> str:
     if is_blank(text):
-        raise ValueError("must contain a visible character (whitespace and zero-width "
-                         "characters alone are blank)")
+        raise ValueError(
+            "must contain a visible character (whitespace and zero-width "
+            "characters alone are blank)"
+        )
     return text
 
 
@@ -36,14 +38,17 @@ def _single_line_name(text: str) -> str:
     text = _not_blank(text)
     bad = next((c for c in text if unicodedata.category(c) in _LINE_BREAKING), None)
     if bad is not None:
-        raise ValueError(f"must not contain control or line-separator characters "
-                         f"(found {ascii(bad)}): it is written into the prompt as one line")
+        raise ValueError(
+            f"must not contain control or line-separator characters "
+            f"(found {ascii(bad)}): it is written into the prompt as one line"
+        )
     return text
 
 
 NonBlank = Annotated[StrictStr, Field(min_length=1, pattern=r"\S"), AfterValidator(_not_blank)]
-OptionName = Annotated[StrictStr, Field(min_length=1, pattern=r"\S"),
-                       AfterValidator(_single_line_name)]
+OptionName = Annotated[
+    StrictStr, Field(min_length=1, pattern=r"\S"), AfterValidator(_single_line_name)
+]
 
 
 def check_unique_names(names: Iterable[str], what: str) -> None:
@@ -55,6 +60,8 @@ def check_unique_names(names: Iterable[str], what: str) -> None:
             first = seen[key]
             if first == name:
                 raise ValueError(f"duplicate {what} {name!r}")
-            raise ValueError(f"duplicate {what}: {ascii(first)} and {ascii(name)} are the same "
-                             "text once Unicode-normalized (NFC)")
+            raise ValueError(
+                f"duplicate {what}: {ascii(first)} and {ascii(name)} are the same "
+                "text once Unicode-normalized (NFC)"
+            )
         seen[key] = name

@@ -59,19 +59,28 @@ def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
 
-def encode_completion(*, cid: str, model: str, text: str, finish_reason: str,
-                      prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def encode_completion(
+    *,
+    cid: str,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": finish_reason,
-            "logprobs": None,
-        }],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
+        ],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -80,8 +89,14 @@ def encode_completion(*, cid: str, model: str, text: str, finish_reason: str,
     }
 
 
-def encode_chunk(*, cid: str, model: str, delta: dict[str, Any], finish_reason: str | None = None,
-                 usage: dict[str, int] | None = None) -> dict[str, Any]:
+def encode_chunk(
+    *,
+    cid: str,
+    model: str,
+    delta: dict[str, Any],
+    finish_reason: str | None = None,
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
     chunk = {
         "id": cid,
         "object": "chat.completion.chunk",

@@ -133,7 +133,9 @@ class ScoreQuestion(BaseModel):
         }
 
 
-SystemOneQuestion = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
+SystemOneQuestion = Annotated[
+    NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")
+]
 
 
 class SystemOneRequest(BaseModel):
@@ -166,8 +168,9 @@ def _unit(value: float) -> float:
 
 
 # --- encoders ----------------------------------------------------------------------------
-def encode_answer(question: SystemOneQuestion, scores: QuestionScores, plan: QuestionPlan,
-                  *, temperature: float) -> dict[str, Any]:
+def encode_answer(
+    question: SystemOneQuestion, scores: QuestionScores, plan: QuestionPlan, *, temperature: float
+) -> dict[str, Any]:
     return {
         **question.answer(scores.probabilities(temperature)),
         # What the softmax was taken over: raw label logits, or whole-label log-probabilities.
@@ -178,8 +181,9 @@ def encode_answer(question: SystemOneQuestion, scores: QuestionScores, plan: Que
     }
 
 
-def encode_response(*, model: str, answers: dict[str, dict[str, Any]], input_tokens: int,
-                    extensions: dict[str, Any]) -> dict[str, Any]:
+def encode_response(
+    *, model: str, answers: dict[str, dict[str, Any]], input_tokens: int, extensions: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "model": model,
         "answers": answers,
@@ -189,27 +193,37 @@ def encode_response(*, model: str, answers: dict[str, dict[str, Any]], input_tok
     }
 
 
-def encode_models(*, name: str, description: str, release_date: str,
-                  extensions: dict[str, Any]) -> dict[str, Any]:
+def encode_models(
+    *, name: str, description: str, release_date: str, extensions: dict[str, Any]
+) -> dict[str, Any]:
     """The served model, and `jev-latest` as its alias (both names are accepted)."""
     extra = {f"x_{key}": value for key, value in extensions.items()}
-    return {"models": [
-        {"name": name, "description": description, "release_date": release_date, **extra},
-        {"name": MODEL_ALIAS, "description": f"alias of {name}: {description}",
-         "release_date": release_date, **extra},
-    ]}
+    return {
+        "models": [
+            {"name": name, "description": description, "release_date": release_date, **extra},
+            {
+                "name": MODEL_ALIAS,
+                "description": f"alias of {name}: {description}",
+                "release_date": release_date,
+                **extra,
+            },
+        ]
+    }
 
 
 # --- errors (FastAPI's shapes, which the official clients parse) -------------------------
 def validation_error_body(error: ValidationError) -> dict[str, Any]:
-    return {"detail": [
-        {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
-        for e in error.errors(include_url=False, include_input=False)
-    ]}
+    return {
+        "detail": [
+            {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+            for e in error.errors(include_url=False, include_input=False)
+        ]
+    }
 
 
-def error_body(status: int, error_type: str, message: str, field: str | None,
-               location: tuple | None = None) -> tuple[int, dict[str, Any]]:
+def error_body(
+    status: int, error_type: str, message: str, field: str | None, location: tuple | None = None
+) -> tuple[int, dict[str, Any]]:
     """(status, body). A 422, and malformed JSON (as FastAPI answers it), get the validation
     shape `detail[]`; every other error `detail.error_type` and `detail.message`."""
     if status == 422 or error_type == "invalid_json":
