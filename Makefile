@@ -53,11 +53,13 @@ node_modules/.package-lock.json: package.json package-lock.json
 synth: $(VENV)/.runtime node_modules/.package-lock.json
 	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
 
-# Deploy every stack without prompts (CI has no terminal for the IAM approval prompt); the
-# stacks' outputs go to cdk-outputs.json. Needs AWS credentials; `-c` values via CDK_ARGS.
+# Deploy without prompts (CI has no terminal for the IAM approval prompt); the stacks' outputs
+# go to cdk-outputs.json. Needs AWS credentials; `-c` values via CDK_ARGS, one stack via
+# STACKS=DecisionModels-Stateful (default: every stack).
+STACKS ?= --all
 deploy: $(VENV)/.runtime node_modules/.package-lock.json
-	$(CDK) deploy --all --require-approval never --no-notices --outputs-file cdk-outputs.json \
-	$(CDK_ARGS)
+	$(CDK) deploy $(STACKS) --require-approval never --no-notices \
+	--outputs-file cdk-outputs.json $(CDK_ARGS)
 
 # The integration test in a real account (credentials needed): deploys one CPU decision endpoint
 # of a built release, asserts through InvokeEndpoint, destroys it whatever the result.

