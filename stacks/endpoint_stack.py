@@ -2,33 +2,53 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from stacks.config import AppConfig, EndpointSettings
+from stacks.config import (
+    DecisionCpuEndpoint,
+    DecisionGpuEndpoint,
+    DlcImages,
+    EndpointSettings,
+    TextGenerationEndpoint,
+)
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
 
 
 class EndpointStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs) -> None:
+    """`decision_*_image` is required for each enabled decision endpoint (the config checks it)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        model_data_uri: str,
+        dlc: DlcImages,
+        text_generation: TextGenerationEndpoint,
+        decision_cpu: DecisionCpuEndpoint,
+        decision_cpu_image: str | None,
+        decision_gpu: DecisionGpuEndpoint,
+        decision_gpu_image: str | None,
+        invoker_role_arns: Sequence[str] = (),
+        **kwargs,
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        if config.model_data_uri is None:
-            raise ValueError("the endpoint stack needs modelDataUri (`python -m ops build model`)")
-        model_archive = ModelArchive.from_s3_uri(config.model_data_uri)
+        model_archive = ModelArchive.from_s3_uri(model_data_uri)
         self.endpoints: dict[str, SageMakerEndpoint] = {}
 
-        text = config.text_generation_endpoint
+        text = text_generation
         if text.enabled:
             cuda = text.image == "cuda"
-            digest = config.dlc.cuda_digest if cuda else config.dlc.cpu_digest
+            digest = dlc.cuda_digest if cuda else dlc.cpu_digest
             self._add(
                 "TextGeneration",
                 text,
-                image=ContainerImage.from_dlc(
-                    self, repository_name=config.dlc.repository, digest=digest
-                ),
+                image=ContainerImage.from_dlc(self, repository_name=dlc.repository, digest=digest),
                 model_archive=model_archive,
                 # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value.
                 environment={
@@ -39,13 +59,13 @@ class EndpointStack(Stack):
                 inference_ami_version=text.inference_ami_version if cuda else None,
             )
 
-        cpu = config.decision_cpu_endpoint
+        cpu = decision_cpu
         if cpu.enabled:
-            assert config.decision_cpu_image is not None  # the config requires it
+            assert decision_cpu_image is not None  # the config requires it
             self._add(
                 "DecisionCpu",
                 cpu,
-                image=ContainerImage.from_ecr_uri(config.decision_cpu_image),
+                image=ContainerImage.from_ecr_uri(decision_cpu_image),
                 model_archive=model_archive,
                 environment=_decision_environment(
                     n_threads=cpu.n_threads, n_ctx=cpu.n_ctx, n_gpu_layers=0
@@ -53,13 +73,13 @@ class EndpointStack(Stack):
                 instances=Instances.fixed(cpu.instance_type),
             )
 
-        gpu = config.decision_gpu_endpoint
+        gpu = decision_gpu
         if gpu.enabled:
-            assert config.decision_gpu_image is not None  # the config requires it
+            assert decision_gpu_image is not None  # the config requires it
             self._add(
                 "DecisionGpu",
                 gpu,
-                image=ContainerImage.from_ecr_uri(config.decision_gpu_image),
+                image=ContainerImage.from_ecr_uri(decision_gpu_image),
                 model_archive=model_archive,
                 environment=_decision_environment(
                     n_threads=gpu.n_threads, n_ctx=gpu.n_ctx, n_gpu_layers=gpu.n_gpu_layers
@@ -73,7 +93,7 @@ class EndpointStack(Stack):
                 least_outstanding_requests=True,
             )
 
-        for index, role_arn in enumerate(config.invoker_role_arns):
+        for index, role_arn in enumerate(invoker_role_arns):
             invoker = iam.Role.from_role_arn(self, f"Invoker{index}", role_arn)
             for endpoint in self.endpoints.values():
                 endpoint.grant_invoke(invoker)

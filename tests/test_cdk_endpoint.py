@@ -179,12 +179,6 @@ def test_configs_have_generated_names_and_endpoints_fixed_ones(template):
     assert all(ref["Fn::GetAtt"][1] == "EndpointConfigName" for ref in names.values())
 
 
-def test_pool_validation_rejects_empty_oversized_and_repeated_pools():
-    for pool in ([], ["ml.g5.xlarge"] * 2, [f"ml.g5.{n}xlarge" for n in (2, 4, 8, 12, 16, 24)]):
-        with pytest.raises(ValueError, match="1-5 distinct types"):
-            Instances.pool(pool, provision_timeout=cdk.Duration.minutes(10))
-
-
 def test_autoscaling_tracks_invocations_per_instance_within_configured_bounds(template):
     target_id, _ = only(
         template,
