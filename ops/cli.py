@@ -10,9 +10,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from ops.clients import ClientFactory, boto3_clients
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
-
-ClientFactory = Callable[[str], object]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -142,7 +141,7 @@ def main(
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
     args = build_parser().parse_args(argv)
-    make_client = clients or _boto3_clients(args.region)
+    make_client = clients or boto3_clients(args.region)
     try:
         if args.command == "build":
             return _build(args, make_client, sleep, clock)
@@ -156,22 +155,6 @@ def main(
 
 class UsageError(Exception):
     pass
-
-
-def _boto3_clients(region: str | None) -> ClientFactory:
-    def make(service: str):
-        import boto3
-        from botocore.config import Config
-
-        # One retry layer only (ours, for invoke); SageMaker invocations may take up to 60 s.
-        config = (
-            Config(retries={"total_max_attempts": 1}, read_timeout=70)
-            if service == "sagemaker-runtime"
-            else None
-        )
-        return boto3.session.Session(region_name=region).client(service, config=config)
-
-    return make
 
 
 def _build(args, make_client: ClientFactory, sleep, clock) -> int:

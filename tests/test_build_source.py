@@ -4,42 +4,28 @@ buildspecs and Dockerfiles name, looked up in that zip's directory (exactly what
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 
-from stacks.app import compose
-from stacks.config import AppConfig
+from tests.cdk_templates import STATEFUL, synthesize
 from tests.codebuild_view import (
     build_projects,
     buildspec_commands,
     buildspec_variables,
-    context_sources,
     load_buildspec,
     module_exists,
     named_paths,
     staged_source,
 )
+from tests.dockerfile_stages import context_sources
 
 pytestmark = pytest.mark.rehearsal
-
-ROOT = Path(__file__).resolve().parents[1]
-STATEFUL = "DecisionModels-Stateful"
-
-
-def synthesize_stateful(outdir: Path) -> Path:
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    app = cdk.App(outdir=str(outdir), context=context)
-    compose(app, config=AppConfig.from_context(context), repository_root=ROOT)
-    app.synth()
-    return outdir
 
 
 @pytest.fixture(scope="module")
 def assembly(tmp_path_factory) -> Path:
-    return synthesize_stateful(tmp_path_factory.mktemp("source"))
+    return synthesize(tmp_path_factory.mktemp("source"))  # no release: the stateful stack
 
 
 @pytest.fixture(scope="module")

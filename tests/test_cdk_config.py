@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import types
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -15,17 +13,9 @@ from stacks.config import (
     DEFAULT_DLC_CUDA_DIGEST,
     AppConfig,
 )
+from tests.cdk_templates import CPU_IMAGE, GPU_IMAGE, MODEL, RELEASE, ROOT, cdk_json_context
 
-ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
-CPU_IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@{DIGEST}"
-GPU_IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha256:{'cd' * 32}"
-MODEL = "s3://artifacts-bucket/models/3f2a/model.tar.gz"
-RELEASE = {"modelDataUri": MODEL, "decisionCpuImage": CPU_IMAGE, "decisionGpuImage": GPU_IMAGE}
-
-
-def cdk_json_context() -> dict:
-    return json.loads((ROOT / "cdk.json").read_text())["context"]
 
 
 def config(**context) -> AppConfig:

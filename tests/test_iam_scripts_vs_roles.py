@@ -23,9 +23,9 @@ import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
 
+from tests.cdk_templates import ENDPOINTS, RELEASE, STATEFUL, synthesize
 from tests.iam_actions import boto3_operation, cli_actions, operation_action
 from tests.iam_policy import Rendered, Request, allows
-from tests.test_cdk_app import ENDPOINTS, RELEASE, STATEFUL, synthesize
 from tests.test_dockerfiles import FAKE_TOOLS, all_commands, load_buildspec
 
 ROOT = Path(__file__).resolve().parents[1]
