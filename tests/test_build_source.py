@@ -44,13 +44,18 @@ def test_all_projects_read_one_staged_source(assembly, projects):
 
 def test_the_staged_source_holds_the_build_directories_and_nothing_else(assembly, projects):
     source = staged_source(assembly, STATEFUL, projects[0])
-    assert sorted(p.name for p in source.iterdir()) == ["container", "model_packaging"]
+    assert sorted(p.name for p in source.iterdir()) == [
+        "container",
+        "model_manifest",
+        "model_packaging",
+    ]
     files = [p.relative_to(source) for p in source.rglob("*")]
     assert not [f for f in files if any(part.startswith(".") for part in f.parts)]
     assert not [f for f in files if "__pycache__" in f.parts or f.suffix == ".pyc"]
     # The code itself, not only directories.
     assert (source / "container/decision_adapter/__main__.py").is_file()
     assert (source / "model_packaging/cli.py").is_file()
+    assert (source / "model_manifest/manifest.py").is_file()
 
 
 def test_every_path_a_buildspec_names_is_in_the_staged_source(assembly, projects):

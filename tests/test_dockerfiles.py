@@ -75,7 +75,8 @@ def test_entrypoint_runs_the_adapter_for_serve(name):
         env["DECISION_ALLOW_BUNDLED_MODEL"] == "false"
     )  # an endpoint serves its archive or nothing
     assert "COPY container/decision_adapter /opt/program/decision_adapter" in text
-    assert "model_packaging/manifest.py" in text
+    # The manifest contract, whole: the adapter verifies the GGUF with the packager's code.
+    assert "COPY model_manifest /opt/program/model_manifest" in text
 
 
 def test_gpu_build_compiles_the_default_pools_architectures_with_bounded_jobs():
@@ -121,8 +122,7 @@ def test_build_context_ignore_file_admits_only_what_the_image_copies(name):
     assert admitted == {
         "container/decision_adapter/",
         "container/requirements.txt",
-        "model_packaging/__init__.py",
-        "model_packaging/manifest.py",
+        "model_manifest/",
     }
 
 

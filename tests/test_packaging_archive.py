@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from model_packaging.archive import write_model_archive
-from model_packaging.errors import ChecksumMismatch, PackagingError
-from model_packaging.hashing import HashingReader
-from model_packaging.manifest import (
+from model_manifest import (
     MANIFEST_FILENAME,
     FileSource,
+    HashingReader,
     ManifestError,
     read_manifest,
     verify_files,
 )
+from model_packaging.archive import write_model_archive
+from model_packaging.errors import ChecksumMismatch, PackagingError
 from model_packaging.sources import SourceFile, resolve_sources
 from model_packaging.spec import parse_spec
 

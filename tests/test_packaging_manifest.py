@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model_packaging.manifest import (
+from model_manifest import (
     MANIFEST_FILENAME,
     Manifest,
     ManifestError,
@@ -116,13 +116,13 @@ def test_sha256_of_file_matches_hashlib(tmp_path):
     assert sha256_of_file(path, chunk_bytes=4096) == hashlib.sha256(b"x" * 3_000_000).hexdigest()
 
 
-def test_manifest_module_imports_without_boto3_or_huggingface_hub():
-    # The adapter image ships only manifest.py: it must not pull in packaging dependencies.
+def test_manifest_package_imports_without_boto3_or_huggingface_hub():
+    # The adapter image ships model_manifest: it must not pull in packaging dependencies.
     code = (
         "import sys\n"
-        "for blocked in ('boto3', 'botocore', 'huggingface_hub'):\n"
+        "for blocked in ('boto3', 'botocore', 'huggingface_hub', 'model_packaging'):\n"
         "    sys.modules[blocked] = None\n"
-        "import model_packaging.manifest as m\n"
+        "import model_manifest as m\n"
         "print(m.MANIFEST_FILENAME)\n"
     )
     completed = subprocess.run(
