@@ -130,3 +130,9 @@ def test_manifest_package_imports_without_boto3_or_huggingface_hub():
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == MANIFEST_FILENAME
+
+
+def test_the_adapter_checks_the_gguf_with_the_packagers_hashing():
+    from decision_adapter import model_files
+
+    assert model_files.sha256_of_file is sha256_of_file
