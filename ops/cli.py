@@ -81,10 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="send a decision, System One or chat body",  # pragma: no mutate
     )
     where = invoke.add_mutually_exclusive_group()
-    where.add_argument(
-        "--endpoint",
-        help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)",  # pragma: no mutate
-    )
+    _endpoint_option(where)
     where.add_argument(
         "--url",
         help="adapter base URL, e.g. http://127.0.0.1:8080",  # pragma: no mutate
@@ -100,11 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="/invocations",
         help="path for --url (default: /invocations)",  # pragma: no mutate
     )
-    invoke.add_argument(
-        "--json",
-        action="store_true",
-        help="print the answer as JSON",  # pragma: no mutate
-    )
+    _json_option(invoke, "answer")
     invoke.add_argument(
         "--max-attempts",
         type=int,
@@ -120,16 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         help="endpoint status and the instance type in use",  # pragma: no mutate
     )
-    status.add_argument(
+    _endpoint_option(status)
+    _json_option(status, "status")
+    return parser
+
+
+def _endpoint_option(parser) -> None:
+    parser.add_argument(
         "--endpoint",
         help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)",  # pragma: no mutate
     )
-    status.add_argument(
+
+
+def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
         "--json",
         action="store_true",
-        help="print the status as JSON",  # pragma: no mutate
+        help=f"print the {what} as JSON",  # pragma: no mutate
     )
-    return parser
 
 
 def main(
