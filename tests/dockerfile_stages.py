@@ -61,10 +61,11 @@ def stages(path: Path) -> list[Stage]:
     return found
 
 
-def context_sources(text: str) -> list[str]:
-    """COPY/ADD sources read from the build context, in every stage (never `--from` ones)."""
-    sources = []
-    for instruction, arguments in instructions(text):
+def context_copies(found: list[tuple[str, str]]) -> list[tuple[list[str], str]]:
+    """(sources, destination) of each COPY/ADD among `found` instructions that reads the build
+    context (not `--from` another stage or image)."""
+    copies = []
+    for instruction, arguments in found:
         if instruction not in ("COPY", "ADD"):
             continue
         if arguments.startswith("["):
@@ -74,10 +75,14 @@ def context_sources(text: str) -> list[str]:
             tokens = shlex.split(arguments)
             flags = [t for t in tokens if t.startswith("--")]
             parts = [t for t in tokens if not t.startswith("--")]
-        if any(flag.startswith("--from") for flag in flags):
-            continue
-        sources.extend(parts[:-1])  # the last one is the destination
-    return sources
+        if not any(flag.startswith("--from") for flag in flags):
+            copies.append((parts[:-1], parts[-1]))  # the last one is the destination
+    return copies
+
+
+def context_sources(text: str) -> list[str]:
+    """COPY/ADD sources read from the build context, in every stage (never `--from` ones)."""
+    return [source for sources, _ in context_copies(instructions(text)) for source in sources]
 
 
 def build_args(text: str) -> dict[str, str | None]:
