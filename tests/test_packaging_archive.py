@@ -226,7 +226,7 @@ def test_a_missing_local_gguf_is_refused_by_path(tmp_path):
 
 
 def test_verify_files_names_a_size_difference(tmp_path):
-    from tests.test_packaging_manifest import write_model_dir
+    from tests.model_specs import write_model_dir
 
     write_model_dir(tmp_path)
     (tmp_path / "tiny.gguf").write_bytes(b"GGUF-weights+")

@@ -15,35 +15,9 @@ from model_manifest import (
     sha256_of_file,
     verify_files,
 )
+from tests.model_specs import manifest_dict, write_model_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def manifest_dict(gguf_bytes: bytes = b"GGUF-weights") -> dict:
-    import hashlib
-
-    return {
-        "manifest_version": 1,
-        "tool": {"name": "model_packaging", "version": "1.0.0"},
-        "spec": "tiny",
-        "model": {"name": "Tiny", "gguf": "tiny.gguf"},
-        "files": [
-            {
-                "path": "tiny.gguf",
-                "role": "gguf",
-                "bytes": len(gguf_bytes),
-                "sha256": hashlib.sha256(gguf_bytes).hexdigest(),
-                "source": {"kind": "local", "repo": None, "revision": None, "file": "/x/tiny.gguf"},
-            }
-        ],
-        "created_at": "2026-01-02T03:04:05Z",
-    }
-
-
-def write_model_dir(directory: Path, gguf_bytes: bytes = b"GGUF-weights") -> Path:
-    (directory / "tiny.gguf").write_bytes(gguf_bytes)
-    (directory / MANIFEST_FILENAME).write_text(json.dumps(manifest_dict(gguf_bytes)))
-    return directory
 
 
 def test_read_manifest_accepts_directory_or_file(tmp_path):
