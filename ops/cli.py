@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="/invocations",
         help="path for --url (default: /invocations)",  # pragma: no mutate
     )
-    _json_option(invoke, "answer")
+    _json_option(invoke, "answer")  # pragma: no mutate
     invoke.add_argument(
         "--max-attempts",
         type=int,
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="endpoint status and the instance type in use",  # pragma: no mutate
     )
     _endpoint_option(status)
-    _json_option(status, "status")
+    _json_option(status, "status")  # pragma: no mutate
     return parser
 
 
