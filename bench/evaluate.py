@@ -56,9 +56,9 @@ class Target:
 
     @classmethod
     def endpoint(cls, name: str, region: str | None, max_attempts: int) -> Target:
-        from ops.cli import _boto3_clients  # one retry layer (ours), SageMaker's read timeout
+        from ops.clients import boto3_clients  # one retry layer (ours), SageMaker's read timeout
 
-        client = _boto3_clients(region)("sagemaker-runtime")
+        client = boto3_clients(region)("sagemaker-runtime")
         return cls(
             {
                 "decision": SageMakerTransport(client, name),

@@ -31,9 +31,6 @@ class Floor:
         self.llm.eval(tokens)
         return time.perf_counter() - started
 
-    def warm(self, tokens: list[int]) -> None:
-        self.prefill(tokens)  # the first run warms caches
-
     def close(self) -> None:
         self.llm.close()
 

@@ -23,8 +23,8 @@ from aws_cdk import aws_iam as iam  # noqa: E402
 from aws_cdk import aws_lambda as lambda_  # noqa: E402
 from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest  # noqa: E402
 
+from stacks.app import endpoint_stack  # noqa: E402
 from stacks.config import AppConfig  # noqa: E402
-from stacks.endpoint_stack import EndpointStack  # noqa: E402
 
 PLACEHOLDER_MODEL = f"s3://integ-placeholder-artifacts/models/{'0' * 64}/model.tar.gz"
 PLACEHOLDER_IMAGE = (
@@ -88,7 +88,7 @@ def release_config() -> AppConfig:
 
 # cdk.json's feature flags too, as `cdk deploy --app` from the repository root passes them.
 app = cdk.App(context=CONTEXT)
-endpoints = EndpointStack(app, "DecisionModelsInteg-Endpoints", config=release_config())
+endpoints = endpoint_stack(app, "DecisionModelsInteg-Endpoints", config=release_config())
 
 checks = cdk.Stack(app, "DecisionModelsInteg-Checker")
 checks.node.add_dependency(endpoints)  # the checker calls the endpoint

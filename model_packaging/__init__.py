@@ -1,7 +1,7 @@
 """Turns a pinned model spec into a verified SageMaker model archive (`model.tar.gz`).
 
-Kept import-light on purpose: the adapter image ships this file together with
-`manifest.py` only, to read the archive's manifest at start-up.
+The archive's manifest (schema, hashing) is the `model_manifest` package, which the adapter
+imports too.
 """
 
 __version__ = "1.0.0"

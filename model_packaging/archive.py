@@ -11,17 +11,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from model_packaging import __version__
-from model_packaging.errors import ChecksumMismatch, PackagingError
-from model_packaging.hashing import HashingReader, HashingWriter
-from model_packaging.manifest import (
+from model_manifest import (
     MANIFEST_FILENAME,
+    MANIFEST_VERSION,
+    HashingReader,
+    HashingWriter,
     Manifest,
     ManifestFile,
     ModelInfo,
     ToolInfo,
     now_utc,
 )
+from model_packaging import __version__
+from model_packaging.errors import ChecksumMismatch, PackagingError
 from model_packaging.sources import SourceFile
 
 # Quantized weights barely compress; level 1 keeps a multi-GB archive fast to write.
@@ -63,7 +65,7 @@ def write_model_archive(
             ) as tar:
                 entries = [_add_verified_file(tar, f, created_at) for f in files]
                 manifest = Manifest(
-                    manifest_version=1,
+                    manifest_version=MANIFEST_VERSION,
                     tool=ToolInfo(name="model_packaging", version=__version__),
                     spec=spec_name,
                     model=ModelInfo(name=model_name, gguf=_gguf_name(files)),

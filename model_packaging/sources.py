@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal, Protocol
 
+from model_manifest import FileSource
 from model_packaging.errors import PackagingError
-from model_packaging.manifest import FileSource
 from model_packaging.spec import HuggingFaceGguf, HuggingFaceTokenizer, LocalGguf, ModelSpec
 
 

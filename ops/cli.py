@@ -10,9 +10,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from ops.clients import ClientFactory, boto3_clients
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
-
-ClientFactory = Callable[[str], object]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -82,10 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="send a decision, System One or chat body",  # pragma: no mutate
     )
     where = invoke.add_mutually_exclusive_group()
-    where.add_argument(
-        "--endpoint",
-        help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)",  # pragma: no mutate
-    )
+    _endpoint_option(where)
     where.add_argument(
         "--url",
         help="adapter base URL, e.g. http://127.0.0.1:8080",  # pragma: no mutate
@@ -101,11 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="/invocations",
         help="path for --url (default: /invocations)",  # pragma: no mutate
     )
-    invoke.add_argument(
-        "--json",
-        action="store_true",
-        help="print the answer as JSON",  # pragma: no mutate
-    )
+    _json_option(invoke, "answer")  # pragma: no mutate
     invoke.add_argument(
         "--max-attempts",
         type=int,
@@ -121,16 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         help="endpoint status and the instance type in use",  # pragma: no mutate
     )
-    status.add_argument(
+    _endpoint_option(status)
+    _json_option(status, "status")  # pragma: no mutate
+    return parser
+
+
+def _endpoint_option(parser) -> None:
+    parser.add_argument(
         "--endpoint",
         help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)",  # pragma: no mutate
     )
-    status.add_argument(
+
+
+def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
         "--json",
         action="store_true",
-        help="print the status as JSON",  # pragma: no mutate
+        help=f"print the {what} as JSON",  # pragma: no mutate
     )
-    return parser
 
 
 def main(
@@ -142,7 +142,7 @@ def main(
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
     args = build_parser().parse_args(argv)
-    make_client = clients or _boto3_clients(args.region)
+    make_client = clients or boto3_clients(args.region)
     try:
         if args.command == "build":
             return _build(args, make_client, sleep, clock)
@@ -156,22 +156,6 @@ def main(
 
 class UsageError(Exception):
     pass
-
-
-def _boto3_clients(region: str | None) -> ClientFactory:
-    def make(service: str):
-        import boto3
-        from botocore.config import Config
-
-        # One retry layer only (ours, for invoke); SageMaker invocations may take up to 60 s.
-        config = (
-            Config(retries={"total_max_attempts": 1}, read_timeout=70)
-            if service == "sagemaker-runtime"
-            else None
-        )
-        return boto3.session.Session(region_name=region).client(service, config=config)
-
-    return make
 
 
 def _build(args, make_client: ClientFactory, sleep, clock) -> int:

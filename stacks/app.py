@@ -1,11 +1,16 @@
-"""The whole app from one validated config: the stateful stack, and the endpoints once built."""
+"""The whole app from one validated config: the stateful stack, and the endpoints once built.
+
+Only this module reads `AppConfig`; each stack gets the few values it needs, by keyword.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import App, Environment, Tags, Validations
 from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
 
 from stacks.config import AppConfig
 from stacks.endpoint_stack import EndpointStack
@@ -24,14 +29,18 @@ def compose(
     stateful = StatefulStack(
         app,
         f"{config.stack_prefix}-Stateful",
-        config=config,
         repository_root=repository_root,
+        builds=config.builds,
+        dlc=config.dlc,
+        cuda_architectures=config.decision_gpu_endpoint.cuda_architectures,
+        retain_artifacts=config.retain_artifacts,
+        image_repository_name=config.image_repository_name,
         env=env,
         description="Decision models: artifact bucket, image repository, build projects",
     )
     endpoints = None
     if config.deploys_endpoints:
-        endpoints = EndpointStack(
+        endpoints = endpoint_stack(
             app,
             f"{config.stack_prefix}-Endpoints",
             config=config,
@@ -39,3 +48,24 @@ def compose(
             description="Decision models: SageMaker endpoints of one model and image release",
         )
     return stateful, endpoints
+
+
+def endpoint_stack(
+    scope: Construct, construct_id: str, *, config: AppConfig, **kwargs: Any
+) -> EndpointStack:
+    """The endpoint stack of the release `config` names (it must have `modelDataUri`)."""
+    if config.model_data_uri is None:
+        raise ValueError("the endpoint stack needs modelDataUri (`python -m ops build model`)")
+    return EndpointStack(
+        scope,
+        construct_id,
+        model_data_uri=config.model_data_uri,
+        dlc=config.dlc,
+        text_generation=config.text_generation_endpoint,
+        decision_cpu=config.decision_cpu_endpoint,
+        decision_cpu_image=config.decision_cpu_image,
+        decision_gpu=config.decision_gpu_endpoint,
+        decision_gpu_image=config.decision_gpu_image,
+        invoker_role_arns=config.invoker_role_arns,
+        **kwargs,
+    )

@@ -1,7 +1,8 @@
 """The app's configuration: cdk.json context (and `-c key=value`) -> one validated, typed object.
 
-Every top-level context key below is one field of `AppConfig` (camelCase in cdk.json). Values
-given with `-c` arrive as strings; object and list values may then be written as JSON.
+Every top-level context key below is one field of `AppConfig` (camelCase in cdk.json). The
+defaults live here only: cdk.json holds just what a deployment overrides. Values given with
+`-c` arrive as strings; object and list values may then be written as JSON.
 """
 
 from __future__ import annotations

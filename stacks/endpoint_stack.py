@@ -2,34 +2,53 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from stacks.config import AppConfig, EndpointSettings
+from stacks.config import (
+    DecisionCpuEndpoint,
+    DecisionGpuEndpoint,
+    DlcImages,
+    EndpointSettings,
+    TextGenerationEndpoint,
+)
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
 
 
 class EndpointStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs) -> None:
+    """`decision_*_image` is required for each enabled decision endpoint (the config checks it)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        model_data_uri: str,
+        dlc: DlcImages,
+        text_generation: TextGenerationEndpoint,
+        decision_cpu: DecisionCpuEndpoint,
+        decision_cpu_image: str | None,
+        decision_gpu: DecisionGpuEndpoint,
+        decision_gpu_image: str | None,
+        invoker_role_arns: Sequence[str] = (),
+        **kwargs,
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        if config.model_data_uri is None:
-            raise ValueError("the endpoint stack needs modelDataUri (`python -m ops build model`)")
-        model_archive = ModelArchive.from_s3_uri(config.model_data_uri)
+        self._model_archive = ModelArchive.from_s3_uri(model_data_uri)
         self.endpoints: dict[str, SageMakerEndpoint] = {}
 
-        text = config.text_generation_endpoint
+        text = text_generation
         if text.enabled:
             cuda = text.image == "cuda"
-            digest = config.dlc.cuda_digest if cuda else config.dlc.cpu_digest
+            digest = dlc.cuda_digest if cuda else dlc.cpu_digest
             self._add(
                 "TextGeneration",
                 text,
-                image=ContainerImage.from_dlc(
-                    self, repository_name=config.dlc.repository, digest=digest
-                ),
-                model_archive=model_archive,
+                image=ContainerImage.from_dlc(self, repository_name=dlc.repository, digest=digest),
                 # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value.
                 environment={
                     "SM_LLAMA_CPP_" + flag.upper().replace("-", "_"): _flag_value(value)
@@ -38,32 +57,21 @@ class EndpointStack(Stack):
                 instances=Instances.fixed(text.instance_type),
                 inference_ami_version=text.inference_ami_version if cuda else None,
             )
-
-        cpu = config.decision_cpu_endpoint
-        if cpu.enabled:
-            assert config.decision_cpu_image is not None  # the config requires it
-            self._add(
+        if decision_cpu.enabled:
+            self._add_decision(
                 "DecisionCpu",
-                cpu,
-                image=ContainerImage.from_ecr_uri(config.decision_cpu_image),
-                model_archive=model_archive,
-                environment=_decision_environment(
-                    n_threads=cpu.n_threads, n_ctx=cpu.n_ctx, n_gpu_layers=0
-                ),
-                instances=Instances.fixed(cpu.instance_type),
+                decision_cpu,
+                decision_cpu_image,
+                n_gpu_layers=0,
+                instances=Instances.fixed(decision_cpu.instance_type),
             )
-
-        gpu = config.decision_gpu_endpoint
+        gpu = decision_gpu
         if gpu.enabled:
-            assert config.decision_gpu_image is not None  # the config requires it
-            self._add(
+            self._add_decision(
                 "DecisionGpu",
                 gpu,
-                image=ContainerImage.from_ecr_uri(config.decision_gpu_image),
-                model_archive=model_archive,
-                environment=_decision_environment(
-                    n_threads=gpu.n_threads, n_ctx=gpu.n_ctx, n_gpu_layers=gpu.n_gpu_layers
-                ),
+                decision_gpu_image,
+                n_gpu_layers=gpu.n_gpu_layers,
                 instances=Instances.pool(
                     gpu.instance_pool,
                     provision_timeout=Duration.seconds(gpu.provision_timeout_seconds),
@@ -73,16 +81,40 @@ class EndpointStack(Stack):
                 least_outstanding_requests=True,
             )
 
-        for index, role_arn in enumerate(config.invoker_role_arns):
+        for index, role_arn in enumerate(invoker_role_arns):
             invoker = iam.Role.from_role_arn(self, f"Invoker{index}", role_arn)
             for endpoint in self.endpoints.values():
                 endpoint.grant_invoke(invoker)
+
+    def _add_decision(
+        self,
+        construct_id: str,
+        settings: DecisionCpuEndpoint | DecisionGpuEndpoint,
+        image_uri: str | None,
+        *,
+        n_gpu_layers: int,
+        **props,
+    ) -> None:
+        """A decision endpoint: our image, configured through the adapter's variables."""
+        assert image_uri is not None  # the config requires it for an enabled endpoint
+        self._add(
+            construct_id,
+            settings,
+            image=ContainerImage.from_ecr_uri(image_uri),
+            environment={
+                "DECISION_N_THREADS": str(settings.n_threads),
+                "DECISION_N_CTX": str(settings.n_ctx),
+                "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
+            },
+            **props,
+        )
 
     def _add(self, construct_id: str, settings: EndpointSettings, **props) -> None:
         endpoint = SageMakerEndpoint(
             self,
             construct_id,
             endpoint_name=settings.endpoint_name,
+            model_archive=self._model_archive,
             initial_instance_count=settings.initial_instance_count,
             autoscaling=settings.autoscaling,
             alarms=settings.alarms,
@@ -95,14 +127,6 @@ class EndpointStack(Stack):
         )
         self.endpoints[construct_id] = endpoint
         CfnOutput(self, f"{construct_id}EndpointName", value=endpoint.endpoint_name)
-
-
-def _decision_environment(*, n_threads: int, n_ctx: int, n_gpu_layers: int) -> dict[str, str]:
-    return {
-        "DECISION_N_THREADS": str(n_threads),
-        "DECISION_N_CTX": str(n_ctx),
-        "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
-    }
 
 
 def _flag_value(value: str | int | bool) -> str:

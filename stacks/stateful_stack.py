@@ -10,7 +10,7 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.config import AppConfig
+from stacks.config import Builds, DlcImages
 from stacks.constructs.artifact_store import ArtifactStore
 from stacks.constructs.artifacts import ContainerImage
 from stacks.constructs.build_project import BuildProject, BuildSource
@@ -32,21 +32,25 @@ class StatefulStack(Stack):
         scope: Construct,
         construct_id: str,
         *,
-        config: AppConfig,
         repository_root: Path,
+        builds: Builds,
+        dlc: DlcImages,
+        cuda_architectures: str,
+        retain_artifacts: bool,
+        image_repository_name: str | None,
         **kwargs,
     ) -> None:
+        """`cuda_architectures`: what the GPU image compiles for (the GPU endpoint's pool)."""
         super().__init__(scope, construct_id, **kwargs)
-        builds = config.builds
-        removal = RemovalPolicy.RETAIN if config.retain_artifacts else RemovalPolicy.DESTROY
+        removal = RemovalPolicy.RETAIN if retain_artifacts else RemovalPolicy.DESTROY
 
         artifacts = ArtifactStore(
-            self, "Artifacts", model_prefix=builds.artifact_prefix, retain=config.retain_artifacts
+            self, "Artifacts", model_prefix=builds.artifact_prefix, retain=retain_artifacts
         )
         repository = ecr.Repository(
             self,
             "Images",
-            repository_name=config.image_repository_name,
+            repository_name=image_repository_name,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,
             image_scan_on_push=True,
             encryption=ecr.RepositoryEncryption.AES_256,
@@ -63,7 +67,7 @@ class StatefulStack(Stack):
                 ),
             ],
             removal_policy=removal,
-            empty_on_delete=not config.retain_artifacts,
+            empty_on_delete=not retain_artifacts,
         )
 
         source = BuildSource(self, "BuildSource", repository_root=repository_root)
@@ -88,13 +92,13 @@ class StatefulStack(Stack):
 
         image_builds = {}
         # The CUDA image is compiled for the GPUs of the configured pool and nothing else.
-        gpu_build_args = {"CUDA_ARCHITECTURES": config.decision_gpu_endpoint.cuda_architectures}
+        gpu_build_args = {"CUDA_ARCHITECTURES": cuda_architectures}
         for flavour, dockerfile, digest, build_args in (
-            ("Cpu", "container/Dockerfile", config.dlc.cpu_digest, {}),
-            ("Gpu", "container/Dockerfile.gpu", config.dlc.cuda_digest, gpu_build_args),
+            ("Cpu", "container/Dockerfile", dlc.cpu_digest, {}),
+            ("Gpu", "container/Dockerfile.gpu", dlc.cuda_digest, gpu_build_args),
         ):
             base_image = ContainerImage.from_dlc(
-                self, repository_name=config.dlc.repository, digest=digest
+                self, repository_name=dlc.repository, digest=digest
             )
             build = BuildProject(
                 self,

@@ -1,5 +1,5 @@
 """What CodeBuild reads: the source zip CDK stages for a build project, and the paths that the
-project's buildspec and the Dockerfiles it builds name inside that source.
+project's buildspec names inside that source (Dockerfiles: tests/dockerfile_stages.py).
 
 Everything here reads the synthesized cloud assembly (templates and asset manifests), never the
 repository checkout, so a file that CDK leaves out of the zip is missing here too.
@@ -15,19 +15,7 @@ from pathlib import Path
 
 import yaml
 
-
-def cdk_text(value) -> str:
-    """A template value as text, with `{"Ref": X}` written <X> (Fn::Join / Fn::Sub flattened)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Ref" in value:
-        return f"<{value['Ref']}>"
-    if isinstance(value, dict) and "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        return separator.join(cdk_text(part) for part in parts)
-    if isinstance(value, dict) and "Fn::Sub" in value:
-        return re.sub(r"\$\{([^}]+)\}", r"<\1>", value["Fn::Sub"])
-    return json.dumps(value, sort_keys=True)
+from tests.cfn_values import text
 
 
 @dataclass(frozen=True)
@@ -52,7 +40,7 @@ def build_projects(assembly: Path, stack: str) -> list[BuildProject]:
                 variable["Name"]: variable["Value"]
                 for variable in resource["Properties"]["Environment"]["EnvironmentVariables"]
             },
-            source_location=cdk_text(resource["Properties"]["Source"]["Location"]),
+            source_location=text(resource["Properties"]["Source"]["Location"]),
         )
         for logical_id, resource in template["Resources"].items()
         if resource["Type"] == "AWS::CodeBuild::Project"
@@ -138,54 +126,3 @@ def module_exists(root: Path, module: str) -> bool:
 
 def load_buildspec(source: Path, project: BuildProject) -> dict:
     return yaml.safe_load((source / project.buildspec).read_text())
-
-
-# -- What a Dockerfile copies from its context -----------------------------------------------
-
-
-def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    instructions, pending = [], ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if pending and line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        line, pending = pending + line, ""
-        if line:
-            keyword, _, arguments = line.partition(" ")
-            instructions.append((keyword.upper(), arguments.strip()))
-    return instructions
-
-
-def context_sources(dockerfile: str) -> list[str]:
-    """COPY/ADD sources read from the build context, in every stage (never `--from` ones)."""
-    sources = []
-    for keyword, arguments in dockerfile_instructions(dockerfile):
-        if keyword not in ("COPY", "ADD"):
-            continue
-        if arguments.startswith("["):
-            parts = json.loads(arguments)
-            flags = []
-        else:
-            tokens = words(arguments)
-            flags = [t for t in tokens if t.startswith("--")]
-            parts = [t for t in tokens if not t.startswith("--")]
-        if any(flag.startswith("--from") for flag in flags):
-            continue
-        sources.extend(parts[:-1])  # the last one is the destination
-    return sources
-
-
-def build_args(dockerfile: str) -> dict[str, str | None]:
-    """ARG names with their defaults (None when the Dockerfile gives none)."""
-    declared = {}
-    for keyword, arguments in dockerfile_instructions(dockerfile):
-        if keyword == "ARG":
-            name, has_default, default = arguments.partition("=")
-            declared.setdefault(name, default.strip('"') if has_default else None)
-    return declared

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.codebuild_view import build_args, context_sources, dockerfile_instructions  # noqa: E402
+from tests.dockerfile_stages import build_args, context_sources, instructions  # noqa: E402
 
 PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 PRIVATE_ECR = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
@@ -120,7 +120,7 @@ def build(arguments: list[str]) -> None:
         fail(f"build args without a default not given: {missing}")
     values = {**declared, **given}
     stages = set()
-    for keyword, argument in dockerfile_instructions(text):
+    for keyword, argument in instructions(text):
         if keyword != "FROM":
             continue
         image, _, stage = substitute(argument, values).partition(" AS ")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tests.cfn_values import listed, text
+
 PSEUDO = {"AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com"}
 _ARN_OF = {
     "AWS::S3::Bucket": "arn:aws:s3:::<{id}>",
@@ -28,9 +30,9 @@ class Rendered:
         self.resources: dict[str, dict] = template.get("Resources", {})
 
     def text(self, value) -> str:
-        if isinstance(value, str):
-            return value
-        ((intrinsic, argument),) = value.items()
+        return text(value, self._special)
+
+    def _special(self, intrinsic: str, argument) -> str | None:
         if intrinsic == "Ref":
             # Pseudo parameters as <AWS.Region>: no colon, so ARNs still split on ":".
             return PSEUDO.get(argument, f"<{argument.replace('::', '.')}>")
@@ -39,19 +41,12 @@ class Rendered:
             pattern = _ARN_OF.get(self.resources[logical_id]["Type"])
             if attribute == "Arn" and pattern:
                 return pattern.format(id=logical_id)
-            return f"<{logical_id}.{attribute}>"
-        if intrinsic == "Fn::Join":
-            return argument[0].join(self.text(part) for part in argument[1])
         if intrinsic == "Fn::Select":
             index, listed = argument
             ((split, (separator, source)),) = listed.items()
             assert split == "Fn::Split", listed
             return self.text(source).split(separator)[int(index)]
-        if intrinsic == "Fn::Sub":
-            return re.sub(r"\$\{([^}]+)\}", lambda m: self.text({"Ref": m[1]}), argument)
-        if intrinsic == "Fn::FindInMap":
-            return f"<{argument[0]}>"
-        raise AssertionError(f"cannot render {value}")
+        return None  # Fn::Join, Fn::Sub (through Ref), Fn::FindInMap, other attributes
 
     def statements_of_role(self, role_logical_id: str) -> list[dict]:
         """Every statement of every AWS::IAM::Policy attached to the role."""
@@ -82,10 +77,6 @@ class Request:
         return f"{self.action} on {self.resource}{extra}"
 
 
-def _listed(value) -> list:
-    return value if isinstance(value, list) else [value]
-
-
 def _matches(pattern: str, value: str, *, ignore_case: bool = False) -> bool:
     if ignore_case:
         pattern, value = pattern.lower(), value.lower()
@@ -110,7 +101,7 @@ def _conditions_hold(statement: dict, rendered: Rendered, context: dict[str, str
             actual = context.get(key)
             if actual is None:
                 return False  # a key the request does not carry fails the condition
-            if not any(check(rendered.text(e), actual) for e in _listed(expected)):
+            if not any(check(rendered.text(e), actual) for e in listed(expected)):
                 return False
     return True
 
@@ -118,10 +109,10 @@ def _conditions_hold(statement: dict, rendered: Rendered, context: dict[str, str
 def _applies(statement: dict, request: Request, rendered: Rendered) -> bool:
     for unsupported in ("NotAction", "NotResource", "NotPrincipal"):
         assert unsupported not in statement, f"no evaluator for {unsupported}"
-    actions = _listed(statement["Action"])
+    actions = listed(statement["Action"])
     if not any(_matches(a, request.action, ignore_case=True) for a in actions):
         return False
-    resources = [rendered.text(r) for r in _listed(statement["Resource"])]
+    resources = [rendered.text(r) for r in listed(statement["Resource"])]
     if not any(_matches(r, request.resource) for r in resources):
         return False
     return _conditions_hold(statement, rendered, dict(request.context))

@@ -245,7 +245,7 @@ def test_evaluate_an_endpoint_through_sagemaker_runtime(tmp_path, monkeypatch, c
         expected_params,
     )
     stubber.activate()
-    monkeypatch.setattr("ops.cli._boto3_clients", lambda region: lambda service: client)
+    monkeypatch.setattr("ops.clients.boto3_clients", lambda region: lambda service: client)
     data = write_jsonl(tmp_path / "one.jsonl", [{**body["decision"], "expected": "billing"}])
     out = tmp_path / "out"
     assert (

@@ -4,42 +4,28 @@ buildspecs and Dockerfiles name, looked up in that zip's directory (exactly what
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
 
-from stacks.app import compose
-from stacks.config import AppConfig
+from tests.cdk_templates import STATEFUL, synthesize
 from tests.codebuild_view import (
     build_projects,
     buildspec_commands,
     buildspec_variables,
-    context_sources,
     load_buildspec,
     module_exists,
     named_paths,
     staged_source,
 )
+from tests.dockerfile_stages import context_sources
 
 pytestmark = pytest.mark.rehearsal
-
-ROOT = Path(__file__).resolve().parents[1]
-STATEFUL = "DecisionModels-Stateful"
-
-
-def synthesize_stateful(outdir: Path) -> Path:
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    app = cdk.App(outdir=str(outdir), context=context)
-    compose(app, config=AppConfig.from_context(context), repository_root=ROOT)
-    app.synth()
-    return outdir
 
 
 @pytest.fixture(scope="module")
 def assembly(tmp_path_factory) -> Path:
-    return synthesize_stateful(tmp_path_factory.mktemp("source"))
+    return synthesize(tmp_path_factory.mktemp("source"))  # no release: the stateful stack
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +44,18 @@ def test_all_projects_read_one_staged_source(assembly, projects):
 
 def test_the_staged_source_holds_the_build_directories_and_nothing_else(assembly, projects):
     source = staged_source(assembly, STATEFUL, projects[0])
-    assert sorted(p.name for p in source.iterdir()) == ["container", "model_packaging"]
+    assert sorted(p.name for p in source.iterdir()) == [
+        "container",
+        "model_manifest",
+        "model_packaging",
+    ]
     files = [p.relative_to(source) for p in source.rglob("*")]
     assert not [f for f in files if any(part.startswith(".") for part in f.parts)]
     assert not [f for f in files if "__pycache__" in f.parts or f.suffix == ".pyc"]
     # The code itself, not only directories.
     assert (source / "container/decision_adapter/__main__.py").is_file()
     assert (source / "model_packaging/cli.py").is_file()
+    assert (source / "model_manifest/manifest.py").is_file()
 
 
 def test_every_path_a_buildspec_names_is_in_the_staged_source(assembly, projects):

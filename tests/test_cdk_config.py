@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import sys
+import types
 
 import pytest
 from pydantic import ValidationError
@@ -13,17 +13,9 @@ from stacks.config import (
     DEFAULT_DLC_CUDA_DIGEST,
     AppConfig,
 )
+from tests.cdk_templates import CPU_IMAGE, GPU_IMAGE, MODEL, RELEASE, ROOT, cdk_json_context
 
-ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
-CPU_IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@{DIGEST}"
-GPU_IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha256:{'cd' * 32}"
-MODEL = "s3://artifacts-bucket/models/3f2a/model.tar.gz"
-RELEASE = {"modelDataUri": MODEL, "decisionCpuImage": CPU_IMAGE, "decisionGpuImage": GPU_IMAGE}
-
-
-def cdk_json_context() -> dict:
-    return json.loads((ROOT / "cdk.json").read_text())["context"]
 
 
 def config(**context) -> AppConfig:
@@ -36,7 +28,60 @@ def rejected(**context) -> str:
     return str(raised.value)
 
 
-def test_cdk_json_holds_the_documented_defaults():
+def app_context(context: dict) -> dict:
+    """The app's own keys, without CDK's feature flags (`@aws-cdk/...`)."""
+    return {key: value for key, value in context.items() if not key.startswith("@")}
+
+
+def leaves(value, path=()):
+    """(path, value) of every scalar in nested dicts; lists count as one value."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from leaves(inner, (*path, key))
+    else:
+        yield path, value
+
+
+def test_cdk_json_holds_only_overrides_of_existing_fields():
+    """A default repeated in cdk.json would silently win over an edit of stacks/config.py."""
+    overrides = app_context(cdk_json_context())
+    assert set(overrides) <= {field.alias for field in AppConfig.model_fields.values()}
+    defaults = AppConfig().model_dump(by_alias=True)
+    for path, value in leaves(overrides):
+        default = defaults
+        for key in path:
+            default = default[key] if isinstance(default, dict) else None
+        assert value != default, f"cdk.json repeats the default of {'.'.join(path)}"
+
+
+@pytest.mark.parametrize(
+    "edit, read",
+    [
+        (("Field(180, ge=5", "Field(181, ge=5"), lambda c: c.builds.timeout_minutes == 181),
+        (
+            ('"decision-models-decision-cpu"', '"edited-decision-cpu"'),
+            lambda c: c.decision_cpu_endpoint.endpoint_name == "edited-decision-cpu",
+        ),
+        (
+            ('"ml.g6e.xlarge",', '"ml.g6.xlarge",'),
+            lambda c: c.decision_gpu_endpoint.instance_pool[0] == "ml.g6.xlarge",
+        ),
+    ],
+)
+def test_an_edited_default_in_config_py_takes_effect_with_the_shipped_cdk_json(
+    edit, read, monkeypatch
+):
+    source = (ROOT / "stacks" / "config.py").read_text()
+    old, new = edit
+    assert source.count(old) == 1, old
+    edited = types.ModuleType("edited_config")
+    monkeypatch.setitem(sys.modules, edited.__name__, edited)  # pydantic resolves names there
+    exec(compile(source.replace(old, new), "edited_config.py", "exec"), edited.__dict__)
+    assert read(edited.AppConfig.from_context(cdk_json_context()))
+    assert not read(AppConfig.from_context(cdk_json_context()))
+
+
+def test_cdk_json_yields_the_documented_defaults():
     parsed = config()
     assert parsed == AppConfig()
     assert parsed.dlc.cpu_digest == DEFAULT_DLC_CPU_DIGEST

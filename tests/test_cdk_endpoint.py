@@ -13,6 +13,7 @@ from aws_cdk.assertions import Match, Template
 from stacks.config import Alarms, Autoscaling
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
+from tests.cdk_templates import grants, one, policy_statements, text
 
 DIGEST = "sha256:" + "ab" * 32
 DLC_DIGEST = "sha256:" + "cd" * 32
@@ -62,14 +63,8 @@ def template() -> Template:
     return Template.from_stack(stack)
 
 
-def only(template: Template, resource_type: str, props: dict) -> tuple[str, dict]:
-    found = template.find_resources(resource_type, {"Properties": props})
-    assert len(found) == 1, found
-    return next(iter(found.items()))
-
-
 def variant(template: Template, instance_key: str, value) -> dict:
-    _, config = only(
+    _, config = one(
         template,
         "AWS::SageMaker::EndpointConfig",
         {"ProductionVariants": [Match.object_like({instance_key: value})]},
@@ -98,7 +93,7 @@ def test_models_are_network_isolated_and_pinned_by_digest(template):
         assert props["PrimaryContainer"]["ModelDataUrl"] == MODEL
         assert "ModelName" not in props  # generated, so a new image or archive can replace it
         assert re.search(r'@sha256:[0-9a-f]{64}"', json.dumps(props["PrimaryContainer"]["Image"]))
-    only(
+    one(
         template,
         "AWS::SageMaker::Model",
         {
@@ -112,7 +107,7 @@ def test_models_are_network_isolated_and_pinned_by_digest(template):
 
 
 def test_the_dlc_image_resolves_its_registry_account_from_the_dlc_map(template):
-    _, model = only(
+    _, model = one(
         template,
         "AWS::SageMaker::Model",
         {
@@ -179,14 +174,8 @@ def test_configs_have_generated_names_and_endpoints_fixed_ones(template):
     assert all(ref["Fn::GetAtt"][1] == "EndpointConfigName" for ref in names.values())
 
 
-def test_pool_validation_rejects_empty_oversized_and_repeated_pools():
-    for pool in ([], ["ml.g5.xlarge"] * 2, [f"ml.g5.{n}xlarge" for n in (2, 4, 8, 12, 16, 24)]):
-        with pytest.raises(ValueError, match="1-5 distinct types"):
-            Instances.pool(pool, provision_timeout=cdk.Duration.minutes(10))
-
-
 def test_autoscaling_tracks_invocations_per_instance_within_configured_bounds(template):
-    target_id, _ = only(
+    target_id, _ = one(
         template,
         "AWS::ApplicationAutoScaling::ScalableTarget",
         {
@@ -218,7 +207,7 @@ def test_autoscaling_tracks_invocations_per_instance_within_configured_bounds(te
             },
         },
     )
-    only(
+    one(
         template,
         "AWS::ApplicationAutoScaling::ScalingPolicy",
         {
@@ -234,7 +223,7 @@ def test_autoscaling_tracks_invocations_per_instance_within_configured_bounds(te
             },
         },
     )
-    only(
+    one(
         template,
         "AWS::ApplicationAutoScaling::ScalableTarget",
         {"MinCapacity": 2, "MaxCapacity": 4},
@@ -271,31 +260,6 @@ def test_every_endpoint_alarms_on_5xx_errors_and_model_latency(template):
         assert props["TreatMissingData"] == "notBreaching"
 
 
-def statements(template: Template, role_prefix: str) -> list[dict]:
-    policies = [
-        p
-        for p in template.find_resources("AWS::IAM::Policy").values()
-        if p["Properties"]["Roles"][0]["Ref"].startswith(role_prefix)
-    ]
-    assert len(policies) == 1
-    return policies[0]["Properties"]["PolicyDocument"]["Statement"]
-
-
-def arn_text(value) -> str:
-    """An ARN as text, intrinsics written as <...>, for readable comparisons."""
-    if isinstance(value, str):
-        return value
-    if "Fn::Join" in value:
-        return "".join(arn_text(part) for part in value["Fn::Join"][1])
-    if "Ref" in value:
-        return f"<{value['Ref']}>"
-    if "Fn::FindInMap" in value:
-        return f"<{value['Fn::FindInMap'][0]}>"
-    if "Fn::GetAtt" in value:
-        return f"<{'.'.join(value['Fn::GetAtt'])}>"
-    raise AssertionError(value)
-
-
 def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):
     roles = template.find_resources("AWS::IAM::Role")
     cpu_role = next(r for k, r in roles.items() if k.startswith("CpuExecutionRole"))
@@ -307,13 +271,7 @@ def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):
             "Principal": {"Service": "sagemaker.amazonaws.com"},
         }
     ]
-    granted = {
-        tuple(sorted([s["Action"]] if isinstance(s["Action"], str) else s["Action"])): sorted(
-            arn_text(r)
-            for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
-        )
-        for s in statements(template, "CpuExecutionRole")
-    }
+    granted = grants(template, "CpuExecutionRole")
     assert granted == {
         ("ecr:GetAuthorizationToken",): ["*"],  # no resource-level permissions exist for it
         ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"): [
@@ -334,15 +292,17 @@ def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):
 
 def test_dlc_pull_rights_name_the_regional_dlc_repository(template):
     pull = next(
-        s for s in statements(template, "GpuExecutionRole") if "ecr:BatchGetImage" in s["Action"]
+        s
+        for s in policy_statements(template, "GpuExecutionRole")
+        if "ecr:BatchGetImage" in s["Action"]
     )
-    assert arn_text(pull["Resource"]) == (
+    assert text(pull["Resource"]) == (
         "arn:<AWS::Partition>:ecr:<AWS::Region>:<DlcRepositoryAccountMap>:repository/llama-cpp"
     )
 
 
 def test_grant_invoke_allows_invoking_exactly_that_endpoint(template):
-    (statement,) = statements(template, "Invoker")
+    (statement,) = policy_statements(template, "Invoker")
     assert statement["Action"] == [
         "sagemaker:InvokeEndpoint",
         "sagemaker:InvokeEndpointWithResponseStream",

@@ -6,17 +6,14 @@ The AMI facts come from botocore's service model (AWS's documentation of each
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import botocore.session
 import pytest
 from pydantic import ValidationError
 
 from stacks.config import AppConfig
 from stacks.inference_amis import check_ami_runs_cuda, inference_amis, parse_ami_documentation
+from tests.cdk_templates import cdk_json_context
 
-ROOT = Path(__file__).resolve().parents[1]
 OLD_AMI = "al2-ami-sagemaker-inference-gpu-3-1"
 CUDA13_AMI = "al2023-ami-sagemaker-inference-gpu-4-1"
 
@@ -27,9 +24,7 @@ def documentation() -> str:
 
 
 def config(**context) -> AppConfig:
-    return AppConfig.from_context(
-        {**json.loads((ROOT / "cdk.json").read_text())["context"], **context}
-    )
+    return AppConfig.from_context({**cdk_json_context(), **context})
 
 
 def test_every_ami_the_api_accepts_is_read_from_botocores_documentation():

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from stacks.config import DEFAULT_DLC_CUDA_DIGEST, AppConfig
 from stacks.constructs.artifacts import ContainerImage
 from stacks.dlc_registry import DLC_ACCOUNTS, RULE_ID, UnsupportedRegion, registry_domain
-from tests.test_cdk_app import STATEFUL, cdk_json_context, run_app, synthesize
+from tests.cdk_templates import STATEFUL, cdk_json_context, run_app, synthesize
 
 
 def stateful_template(assembly) -> dict:

@@ -10,12 +10,10 @@ import json
 import shutil
 from pathlib import Path
 
-import aws_cdk as cdk
 import boto3
 import pytest
 
-from stacks.app import compose
-from stacks.config import AppConfig
+from tests.cdk_templates import STATEFUL, synthesize
 from tests.codebuild_rehearsal import (
     ACCOUNT,
     REGION,
@@ -30,21 +28,15 @@ from tests.codebuild_view import build_projects, staged_source
 
 pytestmark = pytest.mark.rehearsal
 
-ROOT = Path(__file__).resolve().parents[1]
-STATEFUL = "DecisionModels-Stateful"
 SMALL_MODEL = "gemma3-270m"
 
 
 @pytest.fixture(scope="module")
 def assembly(tmp_path_factory) -> Path:
     """The app as cdk.json configures it, with the bundled small model as the build's spec."""
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    context["builds"] = {**context["builds"], "modelSpec": SMALL_MODEL}
-    outdir = tmp_path_factory.mktemp("rehearsal-assembly")
-    app = cdk.App(outdir=str(outdir), context=context)
-    compose(app, config=AppConfig.from_context(context), repository_root=ROOT)
-    app.synth()
-    return outdir
+    return synthesize(
+        tmp_path_factory.mktemp("rehearsal-assembly"), builds={"modelSpec": SMALL_MODEL}
+    )
 
 
 @pytest.fixture(scope="module")

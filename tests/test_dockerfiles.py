@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tests.buildspec_recorders import RECORDED_DIGEST, commands_text, load_buildspec, recorders_bin
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = {
@@ -75,7 +76,8 @@ def test_entrypoint_runs_the_adapter_for_serve(name):
         env["DECISION_ALLOW_BUNDLED_MODEL"] == "false"
     )  # an endpoint serves its archive or nothing
     assert "COPY container/decision_adapter /opt/program/decision_adapter" in text
-    assert "model_packaging/manifest.py" in text
+    # The manifest contract, whole: the adapter verifies the GGUF with the packager's code.
+    assert "COPY model_manifest /opt/program/model_manifest" in text
 
 
 def test_gpu_build_compiles_the_default_pools_architectures_with_bounded_jobs():
@@ -121,24 +123,13 @@ def test_build_context_ignore_file_admits_only_what_the_image_copies(name):
     assert admitted == {
         "container/decision_adapter/",
         "container/requirements.txt",
-        "model_packaging/__init__.py",
-        "model_packaging/manifest.py",
+        "model_manifest/",
     }
-
-
-def load_buildspec(path: str) -> dict:
-    spec = yaml.safe_load((REPO_ROOT / path).read_text())
-    assert spec["version"] == 0.2
-    return spec
-
-
-def all_commands(spec: dict) -> list[str]:
-    return [c for phase in spec["phases"].values() for c in phase["commands"]]
 
 
 def test_image_buildspec_builds_pushes_and_exports_the_digest_pinned_uri():
     spec = load_buildspec("container/buildspec.yml")
-    commands = "\n".join(all_commands(spec))
+    commands = commands_text(spec)
     assert "docker login" in commands and "aws ecr get-login-password" in commands
     assert (
         'docker build -f "$DOCKERFILE"' in commands
@@ -152,7 +143,7 @@ def test_image_buildspec_builds_pushes_and_exports_the_digest_pinned_uri():
 
 def test_model_buildspec_runs_the_packaging_cli_and_exports_uri_and_checksums():
     spec = load_buildspec("model_packaging/buildspec.yml")
-    commands = "\n".join(all_commands(spec))
+    commands = commands_text(spec)
     assert "python3 -m model_packaging" in commands
     assert '--spec "$MODEL_SPEC"' in commands
     assert '--upload "s3://${ARTIFACT_BUCKET}/${ARTIFACT_PREFIX}"' in commands
@@ -163,23 +154,6 @@ def test_model_buildspec_runs_the_packaging_cli_and_exports_uri_and_checksums():
         "MODEL_GGUF_SHA256",
     ]
     assert "model-uri.txt" in spec["artifacts"]["files"]
-
-
-FAKE_DIGEST = "sha256:" + "c" * 64
-FAKE_TOOLS = {
-    # Records every call; answers describe-images with a digest like ECR would.
-    "aws": f"""#!/bin/bash
-echo "aws $*" >> "$CALLS"
-case "$*" in
-  *get-login-password*) echo token ;;
-  *describe-images*) echo "{FAKE_DIGEST}" ;;
-esac
-""",
-    "docker": """#!/bin/bash
-echo "docker $*" >> "$CALLS"
-cat > /dev/null
-""",
-}
 
 
 @pytest.mark.parametrize(
@@ -197,13 +171,9 @@ def test_image_buildspec_commands_write_the_pushed_digest(
     tmp_path, dockerfile, base_image, build_args
 ):
     """Runs the buildspec's commands in bash with aws and docker replaced by recorders."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool, script in FAKE_TOOLS.items():
-        (bin_dir / tool).write_text(script)
-        (bin_dir / tool).chmod(0o755)
+    bin_dir = recorders_bin(tmp_path)
     spec = load_buildspec("container/buildspec.yml")
-    script = "set -e\n" + "\n".join(all_commands(spec)) + "\n"
+    script = "set -e\n" + commands_text(spec) + "\n"
     repo = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter"
     env = {
         **os.environ,
@@ -222,8 +192,8 @@ def test_image_buildspec_commands_write_the_pushed_digest(
     )
     assert completed.returncode == 0, completed.stderr
 
-    assert (tmp_path / "image-uri.txt").read_text() == f"{repo}@{FAKE_DIGEST}\n"
-    assert f"IMAGE_URI={repo}@{FAKE_DIGEST}" in completed.stdout
+    assert (tmp_path / "image-uri.txt").read_text() == f"{repo}@{RECORDED_DIGEST}\n"
+    assert f"IMAGE_URI={repo}@{RECORDED_DIGEST}" in completed.stdout
     calls = (tmp_path / "calls").read_text().splitlines()
     build = next(c for c in calls if c.startswith("docker build"))
     assert build.startswith(f"docker build -f {dockerfile}") and build.endswith(" .")

@@ -23,10 +23,11 @@ import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
 
+from tests.buildspec_recorders import commands_text, load_buildspec, recorders_bin
+from tests.cdk_templates import ENDPOINTS, RELEASE, STATEFUL, synthesize
 from tests.iam_actions import boto3_operation, cli_actions, operation_action
 from tests.iam_policy import Rendered, Request, allows
-from tests.test_cdk_app import ENDPOINTS, RELEASE, STATEFUL, synthesize
-from tests.test_dockerfiles import FAKE_TOOLS, all_commands, load_buildspec
+from tests.model_specs import tiny_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 # Stand-ins for the template's unknowns when a script runs here; mapped back afterwards.
@@ -95,7 +96,7 @@ def denied(rendered: Rendered, project_resource: dict, requests: list[Request]) 
 
 def aws_commands(buildspec: str) -> set[tuple[str, str]]:
     """Every `aws <service> <command>` the buildspec's commands contain."""
-    commands = "\n".join(all_commands(load_buildspec(buildspec)))
+    commands = commands_text(load_buildspec(buildspec))
     return set(re.findall(r"\baws\s+([a-z0-9-]+)\s+([a-z0-9-]+)", commands))
 
 
@@ -109,14 +110,10 @@ def ecr_repository_arn(image: str) -> str:
 
 def run_image_buildspec(tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
     """The buildspec's commands in bash, `aws` and `docker` replaced by recorders."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool, script in FAKE_TOOLS.items():
-        (bin_dir / tool).write_text(script)
-        (bin_dir / tool).chmod(0o755)
+    bin_dir = recorders_bin(tmp_path)
     spec = load_buildspec("container/buildspec.yml")
     completed = subprocess.run(
-        ["bash", "-c", "set -e\n" + "\n".join(all_commands(spec))],
+        ["bash", "-c", "set -e\n" + commands_text(spec)],
         cwd=tmp_path,
         env={
             **os.environ,
@@ -208,30 +205,9 @@ def s3_requests(calls: list[tuple[str, dict]]) -> list[Request]:
 
 def upload_destination(env: dict[str, str]) -> str:
     """The --upload argument of the buildspec's packaging command, its variables expanded."""
-    commands = "\n".join(all_commands(load_buildspec("model_packaging/buildspec.yml")))
+    commands = commands_text(load_buildspec("model_packaging/buildspec.yml"))
     (template,) = re.findall(r'--upload "([^"]+)"', commands)
     return re.sub(r"\$\{(\w+)\}", lambda m: env[m[1]], template)
-
-
-def tiny_spec(directory: Path) -> Path:
-    """A model spec whose GGUF is a local file, so packaging needs no download."""
-    gguf = directory / "tiny.gguf"
-    gguf.write_bytes(b"GGUF tiny")
-    spec = directory / "spec.json"
-    spec.write_text(
-        json.dumps(
-            {
-                "name": "tiny",
-                "model_name": "Tiny",
-                "gguf": {
-                    "kind": "local",
-                    "path": str(gguf),
-                    "sha256": hashlib.sha256(gguf.read_bytes()).hexdigest(),
-                },
-            }
-        )
-    )
-    return spec
 
 
 def test_model_build_role_allows_every_call_the_packaging_cli_makes(stateful, tmp_path):

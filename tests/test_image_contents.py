@@ -5,7 +5,6 @@ llama.cpp's binaries need is installed there."""
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dockerfile_stages import Stage, stages
+from tests.dockerfile_stages import Stage, context_copies, stages
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = [ROOT / "container" / "Dockerfile", ROOT / "container" / "Dockerfile.gpu"]
@@ -37,21 +36,9 @@ def final_stage(dockerfile: Path) -> Stage:
     return stages(dockerfile)[-1]
 
 
-def build_copies(stage: Stage) -> list[tuple[list[str], str]]:
-    """(sources, destination) of each COPY/ADD from the build context (not from a stage)."""
-    copies = []
-    for instruction, value in stage.instructions:
-        if instruction in ("COPY", "ADD"):
-            words = shlex.split(value)
-            if not any(word.startswith("--from=") for word in words):
-                paths = [word for word in words if not word.startswith("--")]
-                copies.append((paths[:-1], paths[-1]))
-    return copies
-
-
 def materialize(stage: Stage, root: Path) -> None:
     """Lay out under `root` the context files the stage copies, where it copies them."""
-    for sources, destination in build_copies(stage):
+    for sources, destination in context_copies(stage.instructions):
         target = root / destination.lstrip("/")
         for source in sources:
             path = ROOT / source

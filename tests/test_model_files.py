@@ -8,7 +8,7 @@ import pytest
 from decision_adapter.model_files import ModelFileError, discover_gguf, load_model_file
 from decision_adapter.settings import Settings
 
-from model_packaging.manifest import sha256_of_file
+from model_manifest import sha256_of_file
 
 
 def _settings(**values) -> Settings:

@@ -29,6 +29,19 @@ def build(phase, complete=False, status="IN_PROGRESS", **extra):
     }
 
 
+def starts(stubber, project: str | None = None, **overrides: str) -> None:
+    """start_build answers BUILD_ID; given `project`, only when asked for it with `overrides`."""
+    expected = None
+    if project is not None:
+        expected = {"projectName": project}
+        if overrides:
+            expected["environmentVariablesOverride"] = [
+                {"name": name, "value": value, "type": "PLAINTEXT"}
+                for name, value in overrides.items()
+            ]
+    stubber.add_response("start_build", {"build": {"id": BUILD_ID}}, expected_params=expected)
+
+
 def poll(stubber, response):
     stubber.add_response("batch_get_builds", response, expected_params={"ids": [BUILD_ID]})
 
@@ -40,16 +53,7 @@ def run(argv, client, sleeps):
 
 def test_image_build_reports_phases_and_prints_the_digest_pinned_uri(codebuild, capsys):
     client, stubber = codebuild
-    stubber.add_response(
-        "start_build",
-        {"build": {"id": BUILD_ID}},
-        expected_params={
-            "projectName": "gpu-project",
-            "environmentVariablesOverride": [
-                {"name": "DOCKERFILE", "value": "container/Dockerfile.gpu", "type": "PLAINTEXT"}
-            ],
-        },
-    )
+    starts(stubber, "gpu-project", DOCKERFILE="container/Dockerfile.gpu")
     poll(stubber, build("PROVISIONING"))
     poll(stubber, build("BUILD"))
     poll(stubber, build("BUILD"))
@@ -90,9 +94,7 @@ def test_image_build_reports_phases_and_prints_the_digest_pinned_uri(codebuild, 
 def test_model_build_prints_uri_and_checksums_from_project_in_env(codebuild, monkeypatch, capsys):
     client, stubber = codebuild
     monkeypatch.setenv("OPS_MODEL_BUILD_PROJECT", "model-project")
-    stubber.add_response(
-        "start_build", {"build": {"id": BUILD_ID}}, expected_params={"projectName": "model-project"}
-    )
+    starts(stubber, "model-project")
     exported = [
         {"name": "MODEL_URI", "value": "s3://bucket/models/" + "a" * 64 + "/model.tar.gz"},
         {"name": "MODEL_ARCHIVE_SHA256", "value": "a" * 64},
@@ -112,7 +114,7 @@ def test_model_build_prints_uri_and_checksums_from_project_in_env(codebuild, mon
 
 def test_failed_build_names_the_failing_phase_and_its_message(codebuild, capsys):
     client, stubber = codebuild
-    stubber.add_response("start_build", {"build": {"id": BUILD_ID}})
+    starts(stubber)
     poll(
         stubber,
         build(
@@ -147,7 +149,7 @@ def test_failed_build_names_the_failing_phase_and_its_message(codebuild, capsys)
 
 def test_successful_build_without_the_exported_uri_is_an_error(codebuild, capsys):
     client, stubber = codebuild
-    stubber.add_response("start_build", {"build": {"id": BUILD_ID}})
+    starts(stubber)
     poll(stubber, build("COMPLETED", complete=True, status="SUCCEEDED"))
     assert run(["build", "cpu-image", "--project", "p"], client, []) == 1
     assert "did not export IMAGE_URI" in capsys.readouterr().err
@@ -227,9 +229,7 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(
             },
             expected_params={"StackName": "Stateful"},
         )
-        stubber.add_response(
-            "start_build", {"build": {"id": BUILD_ID}}, expected_params={"projectName": project}
-        )
+        starts(stubber, project)
         outputs = {
             "MODEL_URI": "s3://bucket/models/" + "a" * 64 + "/model.tar.gz",
             "MODEL_ARCHIVE_SHA256": "a" * 64,
@@ -261,16 +261,7 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(
 
 def test_timeout_is_given_in_minutes_and_polls_every_poll_seconds(codebuild, capsys):
     client, stubber = codebuild
-    stubber.add_response(
-        "start_build",
-        {"build": {"id": BUILD_ID}},
-        expected_params={
-            "projectName": "p",
-            "environmentVariablesOverride": [
-                {"name": "EXTRA", "value": "a=b", "type": "PLAINTEXT"}
-            ],
-        },
-    )
+    starts(stubber, "p", EXTRA="a=b")
     # The first answer has no phase yet: nothing is reported for it.
     poll(stubber, {"builds": [{"id": BUILD_ID, "buildComplete": False}]})
     for _ in range(2):  # at 30 s and 60 s
@@ -323,7 +314,7 @@ def test_timeout_is_given_in_minutes_and_polls_every_poll_seconds(codebuild, cap
 )
 def test_failure_summary_names_only_unsuccessful_phases(codebuild, capsys, extra, summary):
     client, stubber = codebuild
-    stubber.add_response("start_build", {"build": {"id": BUILD_ID}})
+    starts(stubber)
     poll(stubber, build("COMPLETED", complete=True, status="FAULT", **extra))
     assert run(["build", "cpu-image", "--project", "p"], client, []) == 1
     assert capsys.readouterr().err.splitlines()[-1] == f"ops: error: {summary}"
@@ -331,7 +322,7 @@ def test_failure_summary_names_only_unsuccessful_phases(codebuild, capsys, extra
 
 def test_every_missing_export_is_named_and_an_empty_value_counts_as_missing(codebuild, capsys):
     client, stubber = codebuild
-    stubber.add_response("start_build", {"build": {"id": BUILD_ID}})
+    starts(stubber)
     exported = [{"name": "MODEL_URI", "value": "s3://b/k"}, {"name": "MODEL_GGUF_SHA256"}]
     poll(
         stubber,

@@ -4,7 +4,8 @@ import argparse
 
 import pytest
 
-from ops.cli import _boto3_clients, build_parser, main
+from ops.cli import build_parser, main
+from ops.clients import boto3_clients
 
 
 def all_actions(parser: argparse.ArgumentParser):
@@ -60,7 +61,7 @@ def test_invoke_defaults():
 
 
 def test_sagemaker_runtime_client_has_one_retry_layer_and_outwaits_the_60s_limit():
-    make = _boto3_clients("eu-west-1")
+    make = boto3_clients("eu-west-1")
     runtime = make("sagemaker-runtime")
     assert runtime.meta.service_model.service_name == "sagemaker-runtime"
     assert runtime.meta.region_name == "eu-west-1"

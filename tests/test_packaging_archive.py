@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from model_packaging.archive import write_model_archive
-from model_packaging.errors import ChecksumMismatch, PackagingError
-from model_packaging.hashing import HashingReader
-from model_packaging.manifest import (
+from model_manifest import (
     MANIFEST_FILENAME,
     FileSource,
+    HashingReader,
     ManifestError,
     read_manifest,
     verify_files,
 )
+from model_packaging.archive import write_model_archive
+from model_packaging.errors import ChecksumMismatch, PackagingError
 from model_packaging.sources import SourceFile, resolve_sources
 from model_packaging.spec import parse_spec
 
@@ -226,7 +226,7 @@ def test_a_missing_local_gguf_is_refused_by_path(tmp_path):
 
 
 def test_verify_files_names_a_size_difference(tmp_path):
-    from tests.test_packaging_manifest import write_model_dir
+    from tests.model_specs import write_model_dir
 
     write_model_dir(tmp_path)
     (tmp_path / "tiny.gguf").write_bytes(b"GGUF-weights+")

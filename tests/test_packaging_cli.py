@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from model_manifest import MANIFEST_FILENAME, Manifest
 from model_packaging.catalog import BUILTIN_SPECS, DEFAULT_SPEC_NAME
 from model_packaging.cli import main
-from model_packaging.manifest import MANIFEST_FILENAME, Manifest
 from model_packaging.spec import load_spec
+from tests.model_specs import local_spec_file
 
 QWEN_REVISION = "4168f45a16a1290d65a4ec0fa312ae917a4c15d6"
 TOKENIZER_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
@@ -43,17 +44,6 @@ class DirectoryHub:
         if not path.is_file():
             raise FileNotFoundError(path)
         return path
-
-
-def local_spec_file(tmp_path: Path, gguf: Path, pinned_sha256: str, **extra) -> Path:
-    spec = {
-        "name": "tiny-local",
-        "model_name": "Tiny-Local",
-        "gguf": {"kind": "local", "path": str(gguf), "sha256": pinned_sha256, **extra},
-    }
-    path = tmp_path / "tiny.spec.json"
-    path.write_text(json.dumps(spec))
-    return path
 
 
 def archive_members(archive: Path) -> dict[str, bytes]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model_packaging.manifest import (
+from model_manifest import (
     MANIFEST_FILENAME,
     Manifest,
     ManifestError,
@@ -15,35 +15,9 @@ from model_packaging.manifest import (
     sha256_of_file,
     verify_files,
 )
+from tests.model_specs import manifest_dict, write_model_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def manifest_dict(gguf_bytes: bytes = b"GGUF-weights") -> dict:
-    import hashlib
-
-    return {
-        "manifest_version": 1,
-        "tool": {"name": "model_packaging", "version": "1.0.0"},
-        "spec": "tiny",
-        "model": {"name": "Tiny", "gguf": "tiny.gguf"},
-        "files": [
-            {
-                "path": "tiny.gguf",
-                "role": "gguf",
-                "bytes": len(gguf_bytes),
-                "sha256": hashlib.sha256(gguf_bytes).hexdigest(),
-                "source": {"kind": "local", "repo": None, "revision": None, "file": "/x/tiny.gguf"},
-            }
-        ],
-        "created_at": "2026-01-02T03:04:05Z",
-    }
-
-
-def write_model_dir(directory: Path, gguf_bytes: bytes = b"GGUF-weights") -> Path:
-    (directory / "tiny.gguf").write_bytes(gguf_bytes)
-    (directory / MANIFEST_FILENAME).write_text(json.dumps(manifest_dict(gguf_bytes)))
-    return directory
 
 
 def test_read_manifest_accepts_directory_or_file(tmp_path):
@@ -116,13 +90,13 @@ def test_sha256_of_file_matches_hashlib(tmp_path):
     assert sha256_of_file(path, chunk_bytes=4096) == hashlib.sha256(b"x" * 3_000_000).hexdigest()
 
 
-def test_manifest_module_imports_without_boto3_or_huggingface_hub():
-    # The adapter image ships only manifest.py: it must not pull in packaging dependencies.
+def test_manifest_package_imports_without_boto3_or_huggingface_hub():
+    # The adapter image ships model_manifest: it must not pull in packaging dependencies.
     code = (
         "import sys\n"
-        "for blocked in ('boto3', 'botocore', 'huggingface_hub'):\n"
+        "for blocked in ('boto3', 'botocore', 'huggingface_hub', 'model_packaging'):\n"
         "    sys.modules[blocked] = None\n"
-        "import model_packaging.manifest as m\n"
+        "import model_manifest as m\n"
         "print(m.MANIFEST_FILENAME)\n"
     )
     completed = subprocess.run(
@@ -130,3 +104,9 @@ def test_manifest_module_imports_without_boto3_or_huggingface_hub():
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == MANIFEST_FILENAME
+
+
+def test_the_adapter_checks_the_gguf_with_the_packagers_hashing():
+    from decision_adapter import model_files
+
+    assert model_files.sha256_of_file is sha256_of_file

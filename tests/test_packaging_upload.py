@@ -1,7 +1,6 @@
 """Content-addressed upload, every S3 call answered by botocore's Stubber."""
 
 import hashlib
-import json
 
 import boto3
 import pytest
@@ -12,6 +11,7 @@ from model_packaging.cli import main
 from model_packaging.errors import PackagingError
 from model_packaging.upload import archive_key, parse_s3_destination, upload_archive
 from tests.aws_stubs import stubbed_client
+from tests.model_specs import tiny_spec
 
 ARCHIVE_SHA = "ab" * 32
 
@@ -134,22 +134,7 @@ def test_first_and_repeated_upload_against_moto_s3(tmp_path):
 
 def test_cli_upload_prints_the_model_uri(tmp_path, s3, capsys):
     client, stubber = s3
-    gguf = tmp_path / "tiny.gguf"
-    gguf.write_bytes(b"GGUF tiny")
-    spec = tmp_path / "spec.json"
-    spec.write_text(
-        json.dumps(
-            {
-                "name": "tiny",
-                "model_name": "Tiny",
-                "gguf": {
-                    "kind": "local",
-                    "path": str(gguf),
-                    "sha256": hashlib.sha256(b"GGUF tiny").hexdigest(),
-                },
-            }
-        )
-    )
+    spec = tiny_spec(tmp_path)
     out = tmp_path / "model.tar.gz"
     stubber.add_response("list_objects_v2", {"KeyCount": 0})
     stubber.add_response("put_object", {"ETag": '"etag"'})

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from model_packaging.manifest import sha256_of_file
+from model_manifest import sha256_of_file
 from tests.adapter_process import (
     adapter_environment,
     free_port,

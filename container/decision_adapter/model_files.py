@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_packaging.manifest import (
+from model_manifest import (
     MANIFEST_FILENAME,
     Manifest,
     ManifestError,

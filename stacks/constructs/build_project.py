@@ -15,7 +15,7 @@ from stacks.constructs import nag
 
 # What the builds read: the buildspecs, Dockerfiles, adapter and packaging code, and their pins.
 # Everything else stays out, so that editing docs or tests does not change the build source.
-DEFAULT_SOURCE_PATHS = ("container", "model_packaging")
+DEFAULT_SOURCE_PATHS = ("container", "model_manifest", "model_packaging")
 # Never part of a build, wherever they sit inside the paths above.
 _NEVER = ("__pycache__/", "*.pyc", ".*")
 

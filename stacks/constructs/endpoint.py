@@ -39,8 +39,8 @@ class Instances:
 
     @classmethod
     def pool(cls, instance_types: Sequence[str], *, provision_timeout: Duration) -> Instances:
-        if not 1 <= len(instance_types) <= 5 or len(set(instance_types)) != len(instance_types):
-            raise ValueError(f"an instance pool holds 1-5 distinct types, not {instance_types}")
+        """`instance_types` in priority order; the config checks SageMaker's rule (1-5 distinct
+        types, stacks/config.py `DecisionGpuEndpoint`), so it is checked in one place."""
         return cls(instance_types=tuple(instance_types), provision_timeout=provision_timeout)
 
     @property

@@ -1,12 +1,16 @@
-"""File-object wrappers that hash bytes as they pass, so nothing is read twice."""
+"""SHA-256 of model files: the packager hashes them as they stream into the archive, the adapter
+hashes the extracted file; both through `HashingReader`, so the two digests are one function's."""
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import BinaryIO
 
 
 class HashingReader:
+    """Reads through to `stream`, hashing what passes (the packager streams files into tar)."""
+
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
         self._digest = hashlib.sha256()
@@ -20,6 +24,15 @@ class HashingReader:
 
     def hexdigest(self) -> str:
         return self._digest.hexdigest()
+
+
+def sha256_of_file(path: str | Path, *, chunk_bytes: int = 1 << 20) -> str:
+    """The file's SHA-256, read in chunks (a GGUF may be many GB)."""
+    with open(path, "rb") as stream:
+        reader = HashingReader(stream)
+        while reader.read(chunk_bytes):
+            pass
+    return reader.hexdigest()
 
 
 class HashingWriter:

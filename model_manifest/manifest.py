@@ -1,18 +1,15 @@
-"""The contract between packaging and serving: `model-manifest.json` at the archive's top level.
-
-The adapter imports this module at start-up, so it depends on the standard library and
-pydantic only.
-"""
+"""`model-manifest.json` at the archive's top level: its schema, reading and verifying it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from model_manifest.hashing import sha256_of_file
 
 MANIFEST_FILENAME = "model-manifest.json"
 MANIFEST_VERSION = 1
@@ -116,14 +113,6 @@ def read_manifest(path: str | Path) -> Manifest:
         return Manifest.model_validate(raw)
     except ValidationError as exc:
         raise ManifestError(f"invalid model manifest {manifest_path}: {exc}") from exc
-
-
-def sha256_of_file(path: str | Path, *, chunk_bytes: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        while chunk := stream.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def verify_files(manifest: Manifest, model_dir: str | Path) -> None:

@@ -1,0 +1,25 @@
+"""boto3 clients as the operator CLI and the evaluation command use them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+ClientFactory = Callable[[str], object]
+
+
+def boto3_clients(region: str | None) -> ClientFactory:
+    """service name -> client in `region`; SageMaker Runtime with one retry layer only (the
+    caller's, for 503) and a read timeout past the 60 s invocation limit."""
+
+    def make(service: str):
+        import boto3
+        from botocore.config import Config
+
+        config = (
+            Config(retries={"total_max_attempts": 1}, read_timeout=70)
+            if service == "sagemaker-runtime"
+            else None
+        )
+        return boto3.session.Session(region_name=region).client(service, config=config)
+
+    return make

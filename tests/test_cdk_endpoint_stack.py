@@ -1,0 +1,216 @@
+"""The EndpointStack alone (no app around it): the config's default endpoints on one release."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+
+from stacks.config import (
+    DEFAULT_DLC_CPU_DIGEST,
+    DecisionCpuEndpoint,
+    DecisionGpuEndpoint,
+    DlcImages,
+    TextGenerationEndpoint,
+)
+from stacks.endpoint_stack import EndpointStack
+from tests.cdk_templates import (
+    CPU_IMAGE,
+    ENDPOINTS,
+    GPU_IMAGE,
+    MODEL,
+    cdk_json_context,
+    grants,
+    one,
+    resources,
+    text,
+)
+
+
+def bare(**overrides) -> Template:
+    props = {
+        "model_data_uri": MODEL,
+        "dlc": DlcImages(),
+        "text_generation": TextGenerationEndpoint(),
+        "decision_cpu": DecisionCpuEndpoint(),
+        "decision_cpu_image": CPU_IMAGE,
+        "decision_gpu": DecisionGpuEndpoint(),
+        "decision_gpu_image": GPU_IMAGE,
+    }
+    app = cdk.App(context=cdk_json_context())
+    return Template.from_stack(EndpointStack(app, ENDPOINTS, **{**props, **overrides}))
+
+
+@pytest.fixture(scope="module")
+def endpoints() -> Template:
+    return bare()
+
+
+def test_endpoint_stack_resource_counts(endpoints):
+    for resource_type, count in {
+        "AWS::SageMaker::Model": 3,
+        "AWS::SageMaker::EndpointConfig": 3,
+        "AWS::SageMaker::Endpoint": 3,
+        "AWS::ApplicationAutoScaling::ScalableTarget": 3,
+        "AWS::ApplicationAutoScaling::ScalingPolicy": 3,
+        "AWS::CloudWatch::Alarm": 6,
+        "AWS::IAM::Role": 3,
+        "AWS::IAM::Policy": 3,
+    }.items():
+        endpoints.resource_count_is(resource_type, count)
+
+
+def test_the_endpoint_stack_stands_alone(endpoints):
+    # No exports from the stateful stack: a release can be deployed, rolled or removed freely.
+    assert "Fn::ImportValue" not in json.dumps(endpoints.to_json())
+
+
+def model(endpoints: Template, endpoint_name: str) -> dict:
+    _, endpoint = one(endpoints, "AWS::SageMaker::Endpoint", {"EndpointName": endpoint_name})
+    config_id = endpoint["Properties"]["EndpointConfigName"]["Fn::GetAtt"][0]
+    config = resources(endpoints, "AWS::SageMaker::EndpointConfig")[config_id]["Properties"]
+    (variant,) = config["ProductionVariants"]
+    return {
+        "variant": variant,
+        "model": resources(endpoints, "AWS::SageMaker::Model")[
+            variant["ModelName"]["Fn::GetAtt"][0]
+        ]["Properties"],
+    }
+
+
+def test_every_model_is_isolated_and_every_image_pinned_by_digest(endpoints):
+    for props in (m["Properties"] for m in resources(endpoints, "AWS::SageMaker::Model").values()):
+        assert props["EnableNetworkIsolation"] is True
+        assert props["PrimaryContainer"]["ModelDataUrl"] == MODEL
+        assert re.search(r"@sha256:[0-9a-f]{64}$", text(props["PrimaryContainer"]["Image"]))
+        assert "ModelName" not in props
+
+
+def test_text_generation_endpoint_runs_the_dlc_with_llama_cpp_settings(endpoints):
+    built = model(endpoints, "decision-models-text-generation")
+    container = built["model"]["PrimaryContainer"]
+    assert text(container["Image"]) == (
+        "<DlcRepositoryAccountMap>.dkr.ecr.<AWS::Region>.<AWS::URLSuffix>/llama-cpp@"
+        + DEFAULT_DLC_CPU_DIGEST
+    )
+    assert container["Environment"] == {
+        "SM_LLAMA_CPP_CTX_SIZE": "8192",
+        "SM_LLAMA_CPP_THREADS": "8",
+        "SM_LLAMA_CPP_PARALLEL": "2",
+    }
+    assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
+    assert "InferenceAmiVersion" not in built["variant"]
+
+
+def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
+    built = model(endpoints, "decision-models-decision-cpu")
+    assert built["model"]["PrimaryContainer"]["Image"] == CPU_IMAGE
+    assert built["model"]["PrimaryContainer"]["Environment"] == {
+        "DECISION_N_THREADS": "8",
+        "DECISION_N_CTX": "4096",
+        "DECISION_N_GPU_LAYERS": "0",
+    }
+    assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
+    assert "InstancePools" not in built["variant"]
+
+
+def test_decision_gpu_endpoint_uses_the_ordered_pool_with_full_offload(endpoints):
+    built = model(endpoints, "decision-models-decision-gpu")
+    variant = built["variant"]
+    assert built["model"]["PrimaryContainer"]["Image"] == GPU_IMAGE
+    assert built["model"]["PrimaryContainer"]["Environment"]["DECISION_N_GPU_LAYERS"] == "-1"
+    assert "InstanceType" not in variant
+    assert variant["InstancePools"] == [
+        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
+        {"InstanceType": "ml.g6.2xlarge", "Priority": 2},
+        {"InstanceType": "ml.g5.2xlarge", "Priority": 3},
+        {"InstanceType": "ml.g4dn.2xlarge", "Priority": 4},
+    ]
+    assert variant["VariantInstanceProvisionTimeoutInSeconds"] == 900
+    assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+
+
+def test_execution_roles_are_assumable_by_sagemaker_only(endpoints):
+    for role in resources(endpoints, "AWS::IAM::Role").values():
+        (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+        assert "ManagedPolicyArns" not in role["Properties"]
+
+
+def test_every_execution_role_reads_the_one_archive_and_pulls_its_own_image(endpoints):
+    dlc = "arn:<AWS::Partition>:ecr:<AWS::Region>:<DlcRepositoryAccountMap>:repository/llama-cpp"
+    ours = "arn:<AWS::Partition>:ecr:eu-west-1:123456789012:repository/decision-models"
+    pull = ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")
+    for prefix, repository in {
+        "TextGeneration": dlc,
+        "DecisionCpu": ours,
+        "DecisionGpu": ours,
+    }.items():
+        granted = grants(endpoints, f"{prefix}ExecutionRole")
+        assert granted[("s3:GetObject",)] == [
+            "arn:<AWS::Partition>:s3:::artifacts-bucket/models/3f2a/model.tar.gz"
+        ]
+        assert granted[pull] == [repository]
+        assert len(granted) == 4  # plus the ECR token and the endpoint's own log group
+
+
+def test_default_scaling_and_alarm_settings(endpoints):
+    for target in resources(endpoints, "AWS::ApplicationAutoScaling::ScalableTarget").values():
+        assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (1, 2)
+    for policy in resources(endpoints, "AWS::ApplicationAutoScaling::ScalingPolicy").values():
+        tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+        assert tracking["TargetValue"] == 60
+        assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == (
+            "SageMakerVariantInvocationsPerInstance"
+        )
+    thresholds = {
+        (a["Properties"]["MetricName"], a["Properties"]["Threshold"])
+        for a in resources(endpoints, "AWS::CloudWatch::Alarm").values()
+    }
+    assert thresholds == {("Invocation5XXErrors", 1), ("ModelLatency", 10_000_000)}
+
+
+def test_every_endpoint_scales_and_alarms(endpoints):
+    endpoint_ids = set(resources(endpoints, "AWS::SageMaker::Endpoint"))
+    scaled = {
+        t["Properties"]["ResourceId"]["Fn::Join"][1][1]["Fn::GetAtt"][0]
+        for t in resources(endpoints, "AWS::ApplicationAutoScaling::ScalableTarget").values()
+    }
+    assert scaled == endpoint_ids
+    alarmed: dict[str, set[str]] = {}
+    for alarm in resources(endpoints, "AWS::CloudWatch::Alarm").values():
+        dimensions = {d["Name"]: d["Value"] for d in alarm["Properties"]["Dimensions"]}
+        alarmed.setdefault(dimensions["EndpointName"]["Fn::GetAtt"][0], set()).add(
+            alarm["Properties"]["MetricName"]
+        )
+    assert alarmed == {e: {"Invocation5XXErrors", "ModelLatency"} for e in endpoint_ids}
+
+
+def test_invoker_roles_get_invoke_on_every_endpoint():
+    synthesized = bare(invoker_role_arns=["arn:aws:iam::123456789012:role/decision-client"])
+    _, policy = one(synthesized, "AWS::IAM::Policy", {"Roles": ["decision-client"]})
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Action"] == [
+        "sagemaker:InvokeEndpoint",
+        "sagemaker:InvokeEndpointWithResponseStream",
+    ]
+    granted = sorted(resource["Ref"] for resource in statement["Resource"])
+    assert granted == sorted(resources(synthesized, "AWS::SageMaker::Endpoint"))
+    assert len(granted) == 3
+
+
+def test_switched_off_endpoints_are_absent():
+    endpoint_stack = bare(
+        text_generation=TextGenerationEndpoint(enabled=False),
+        decision_gpu=DecisionGpuEndpoint(enabled=False),
+        decision_gpu_image=None,
+    )
+    endpoint_stack.resource_count_is("AWS::SageMaker::Endpoint", 1)
+    endpoint_stack.resource_count_is("AWS::CloudWatch::Alarm", 2)
+    one(
+        endpoint_stack, "AWS::SageMaker::Endpoint", {"EndpointName": "decision-models-decision-cpu"}
+    )
