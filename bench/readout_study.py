@@ -132,16 +132,14 @@ def load_items(path: Path) -> list[Item]:
     return items
 
 
-def take_per_source(items: list[Item], limit: int | None) -> list[Item]:
-    """The first `limit` items of each generator (ids are `<generator>_<seed>_...`)."""
-    if not limit:
-        return items
+def take_per_source(items: list[Item], limit: int | None, skip: int = 0) -> list[Item]:
+    """Items `skip`+1 .. `skip`+`limit` of each generator (ids are `<generator>_<seed>_...`)."""
     seen: dict[str, int] = defaultdict(int)
     kept = []
     for item in items:
         source = item.item_id.split("_")[0]
-        if seen[source] < limit:
-            seen[source] += 1
+        seen[source] += 1
+        if seen[source] > skip and (not limit or seen[source] <= skip + limit):
             kept.append(item)
     return kept
 
@@ -623,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-per-source", type=int, help="same for the test split")
     parser.add_argument("--splits", default="dev,test", help="which splits to measure")
     parser.add_argument(
+        "--skip-per-source", type=int, default=0, help="start after N items of each generator"
+    )
+    parser.add_argument(
         "--combine",
         type=Path,
         nargs="+",
@@ -676,9 +677,11 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.splits.split(",")
     splits = {}
     if "dev" in wanted:
-        splits["dev"] = take_per_source(load_items(args.dev), args.per_source)
+        splits["dev"] = take_per_source(load_items(args.dev), args.per_source, args.skip_per_source)
     if "test" in wanted:
-        splits["test"] = take_per_source(load_items(args.test), args.test_per_source)
+        splits["test"] = take_per_source(
+            load_items(args.test), args.test_per_source, args.skip_per_source
+        )
     rows: dict[str, list[dict]] = {}
     started = time.perf_counter()
     for split, items in splits.items():
