@@ -5,10 +5,19 @@ SageMaker endpoint (--endpoint, through boto3's sagemaker-runtime) with the oper
 transports and 503 retries, then reports accuracy, Brier score, expected calibration error
 (10 bins), negative log-likelihood, p50/p95 latency and a reliability diagram (PNG).
 
+Each question's category (`routing.queue`: kind `routing`) is reported beside its majority-class
+baseline (always answering its most common label), so a readout that only echoes a prior shows.
+
 --fit-temperature fits one softmax temperature on the file (NLL of softmax(option_logits / T))
 and writes calibration.json for the adapter (it reads `temperature` from the file beside the
 GGUF, and refuses it for another GGUF than `gguf_sha256`). --order-check sends every decision
 again with its options reversed and reports how far the probabilities move.
+
+--choose-readout letters,option_text,... runs FILE (the dev split) once per readout strategy the
+adapter offers, ranks them by the targets (every question at or above its majority class, top
+option changes on reversal <= 10%, cost <= 2x letters; then accuracy and NLL), fits the winner's
+temperature on FILE, measures it on --test (a split never tuned on) and writes the per-model
+file (calibration.json) with `readout` and `temperature`. See bench/readout_choice.py.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import labelled, metrics
+from bench import labelled, metrics, readout_choice
 from bench.labelled import Case, Item, LabelError
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
 from ops.transports import HttpTransport, InvokeFailed, SageMakerTransport
@@ -88,12 +97,14 @@ class Target:
 
 
 def run(
-    items: list[Item], target: Target, *, order_check: bool, progress: bool
+    items: list[Item], target: Any, *, order_check: bool, progress: bool
 ) -> tuple[list[Case], list[tuple[dict[str, float], dict[str, float], str]]]:
     """Score every item (and its reversed twin); returns the cases and the (original,
-    reversed, id) probability pairs for the order check."""
+    reversed, id) probability pairs for the order check. `target` is a Target, a readout
+    strategy with the same `send`, or a bare `send(kind, body)` callable."""
     from tqdm import tqdm
 
+    send = getattr(target, "send", target)
     cases: list[Case] = []
     pairs: list[tuple[dict[str, float], dict[str, float], str]] = []
     requests = len(items) + (sum(item.reversible for item in items) if order_check else 0)
@@ -106,12 +117,12 @@ def run(
         dynamic_ncols=True,
     ) as bar:
         for item in items:
-            answer, seconds, retries = target.send(item.kind, item.body())
+            answer, seconds, retries = send(item.kind, item.body())
             scored = item.cases(answer, seconds, retries)
             cases += scored
             bar.update()
             if order_check and item.reversible:
-                answer, _, _ = target.send(item.kind, item.body(reverse=True))
+                answer, _, _ = send(item.kind, item.body(reverse=True))
                 again = {c.item_id: c for c in item.cases(answer, seconds, retries)}
                 for case in scored:
                     if item.reorderable(case.item_id):
@@ -119,6 +130,68 @@ def run(
                 bar.update()
             bar.set_postfix(acc=f"{sum(c.predicted == c.expected for c in cases) / len(cases):.2f}")
     return cases, pairs
+
+
+def choose_readout(
+    dev: list[Item],
+    test: list[Item],
+    strategies: dict[str, Any],
+    *,
+    dev_file: Path,
+    test_file: Path,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Run every strategy on dev (with reversed twins), rank them, fit the winner's temperature
+    on dev and measure it on test; returns the reports and the per-model file's content."""
+    reports: dict[str, dict[str, Any]] = {}
+    dev_cases: dict[str, list[Case]] = {}
+    for name, strategy in strategies.items():
+        cases, pairs = run(dev, strategy, order_check=True, progress=progress)
+        dev_cases[name] = cases
+        reports[name] = readout_choice.strategy_report(cases, pairs)
+    ranking = readout_choice.rank(reports, "letters" if "letters" in reports else None)
+    winner = ranking[0][0]
+    test_cases, _ = run(test, strategies[winner], order_check=False, progress=progress)
+    held = readout_choice.fit_and_hold_out(dev_cases[winner], test_cases)
+    model = next((c.model for c in dev_cases[winner] if c.model), {})
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return {
+        "dev": str(dev_file),
+        "test": str(test_file),
+        "strategies": reports,
+        "ranking": [{"readout": n, "missed": m} for n, m in ranking],
+        "winner": winner,
+        "test_at_temperature": held.test,
+        "calibration": readout_choice.readout_file(
+            winner,
+            held,
+            dev_file=dev_file,
+            test_file=test_file,
+            gguf_sha256=model.get("gguf_sha256"),
+            ranking=ranking,
+            created_at=created,
+        ),
+    }
+
+
+def render_choice(choice: dict[str, Any]) -> str:
+    lines = [f"readouts on {choice['dev']} (ranked; held-out: {choice['test']}):"]
+    for entry in choice["ranking"]:
+        report = choice["strategies"][entry["readout"]]
+        lines.append(
+            f"  {entry['readout']:<16} accuracy {report['accuracy']:.3f}  NLL {report['nll']:.4f}"
+            f"  ECE(10) {report['ece']:.4f}  order change "
+            f"{report.get('order_change_rate', 0.0):.0%}  p50 {report['latency']['p50_ms']:.1f} ms"
+            f"  below majority {len(report['below_majority'])}"
+            + (f"  missed: {'; '.join(entry['missed'])}" if entry["missed"] else "")
+        )
+    held, calibration = choice["test_at_temperature"], choice["calibration"]
+    if held:
+        lines.append(
+            f"  chosen {choice['winner']} at temperature {calibration['temperature']:g}: held-out "
+            f"accuracy {held['accuracy']:.3f}  ECE(10) {held['ece']:.4f}  NLL {held['nll']:.4f}"
+        )
+    return "\n".join(lines)
 
 
 def report(
@@ -151,9 +224,11 @@ def report(
                 "accuracy": metrics.accuracy(
                     [c.probabilities for c in group], [c.expected_index for c in group]
                 ),
+                "majority": readout_choice.majority_accuracy([c.expected for c in group]),
             }
             for name, group in sorted(categories.items())
         },
+        "by_kind": readout_choice.grouped(cases, lambda c: readout_choice.kind_of(c.category)),
         "latency": metrics.latency_summary([c.latency_s for c in cases]),
         "retries": sum(c.retries for c in cases),
         "reliability": [b.as_dict() for b in metrics.reliability_bins(probabilities, expected)],
@@ -245,7 +320,10 @@ def render(result: dict[str, Any]) -> str:
         f"(retries after 503: {result['retries']})",
     ]
     for name, group in result["by_category"].items():
-        lines.append(f"  {name:<12} accuracy {group['accuracy']:.3f}  (n={group['n']})")
+        lines.append(
+            f"  {name:<12} accuracy {group['accuracy']:.3f}  majority {group['majority']:.3f}"
+            f"  (n={group['n']})"
+        )
     if "temperature_fit" in result:
         fit = result["temperature_fit"]
         lines.append(
@@ -304,6 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--order-check", action="store_true", help="re-run each decision with its options reversed"
     )
+    parser.add_argument(
+        "--choose-readout",
+        metavar="NAMES",
+        help="comma-separated readout strategies to compare on FILE (the dev split); needs --test",
+    )
+    parser.add_argument(
+        "--test", type=Path, help="held-out labelled JSONL for --choose-readout (never tuned on)"
+    )
     parser.add_argument("--limit", type=int, help="evaluate only the first N items")
     parser.add_argument(
         "--max-attempts",
@@ -326,6 +412,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.limit:
         items = items[: args.limit]
+    if args.choose_readout and not args.test:
+        print("bench.evaluate: error: --choose-readout needs --test FILE", file=sys.stderr)
+        return 2
+    test_items: list[Item] = []
+    if args.test:
+        try:
+            test_items = labelled.load(args.test)
+        except (OSError, LabelError) as error:
+            print(f"bench.evaluate: error: {error}", file=sys.stderr)
+            return 2
     if args.url:
         target = Target.url(args.url, args.max_attempts, args.timeout)
     else:
@@ -334,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
             print("bench.evaluate: error: pass --url URL or --endpoint NAME", file=sys.stderr)
             return 2
         target = Target.endpoint(endpoint, args.region, args.max_attempts)
+    if args.choose_readout:
+        return _choose(args, items, test_items, target)
     try:
         cases, pairs = run(
             items, target, order_check=args.order_check, progress=not args.no_progress
@@ -371,6 +469,33 @@ def main(argv: list[str] | None = None) -> int:
             f"  report {out / 'report.json'}, diagram {result['reliability_png']}"
             + (f", calibration {result['calibration_json']}" if args.fit_temperature else "")
         )
+    return 0
+
+
+def _choose(args: argparse.Namespace, dev: list[Item], test: list[Item], target: Target) -> int:
+    names = [n.strip() for n in args.choose_readout.split(",") if n.strip()]
+    strategies = {n: readout_choice.AdapterReadout(target, n) for n in names}
+    try:
+        choice = choose_readout(
+            dev,
+            test,
+            strategies,
+            dev_file=args.file,
+            test_file=args.test,
+            progress=not args.no_progress,
+        )
+    except (RetriesExhausted, InvokeFailed) as error:
+        detail = f": {error.body}" if getattr(error, "body", None) else ""
+        print(f"bench.evaluate: error: {error}{detail}", file=sys.stderr)
+        return 1
+    out = args.out or DEFAULT_OUT / f"{args.file.stem}-readouts"
+    out.mkdir(parents=True, exist_ok=True)
+    path = args.calibration or out / "calibration.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(choice["calibration"], indent=2) + "\n")
+    (out / "choose_readout.json").write_text(json.dumps(choice, indent=2) + "\n")
+    print(render_choice(choice))
+    print(f"  report {out / 'choose_readout.json'}, per-model file {path}")
     return 0
 
 

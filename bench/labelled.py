@@ -8,6 +8,8 @@ One JSON object per line, blank lines and lines starting with `#` skipped. Two k
 - a System One request: `{"systemone": {"state": ..., "questions": {...}}, "expected":
   {"question id": answer}}` with `true`/`false` for noul, a criteria name for choice and a level
   index for score questions; questions without an expected answer are sent but not scored.
+  Its `category` may be one name or `{"question id": name}` (names like `routing.queue`: the
+  part before the first dot is the kind of decision, reported separately).
 
 Each scored question becomes a `Case`: option ids, probabilities, raw logits, the expected id.
 """
@@ -102,6 +104,7 @@ class SystemOneItem:
     category: str
     item_id: str
     kind: str = "systemone"
+    categories: dict[str, str] = field(default_factory=dict)  # per question, over `category`
 
     def body(self, *, reverse: bool = False) -> dict[str, Any]:
         body = {"model": SYSTEMONE_MODEL, **self.request}
@@ -135,7 +138,7 @@ class SystemOneItem:
             cases.append(
                 Case(
                     item_id=f"{self.item_id}/{qid}",
-                    category=self.category,
+                    category=self.categories.get(qid, self.category),
                     option_ids=keys,
                     probabilities=probabilities,
                     logits=[float(logits[k]) for k in keys] if logits else [],
@@ -174,9 +177,10 @@ def load(path: Path) -> list[Item]:
 def parse_line(row: dict[str, Any], number: int) -> Item:
     if not isinstance(row, dict):
         raise LabelError("expected a JSON object")
-    category = str(row.get("category", "all"))
+    category = row.get("category", "all")
     if "systemone" in row:
         return _systemone(row, category, number)
+    category = str(category)
     if "decision" in row:
         decision = row["decision"]
     else:
@@ -191,9 +195,16 @@ def parse_line(row: dict[str, Any], number: int) -> Item:
     return DecisionItem(decision=decision, expected=expected, category=category)
 
 
-def _systemone(row: dict[str, Any], category: str, number: int) -> SystemOneItem:
+def _systemone(row: dict[str, Any], category: Any, number: int) -> SystemOneItem:
     request = row["systemone"]
     questions = request.get("questions") or {}
+    categories: dict[str, str] = {}
+    if isinstance(category, dict):
+        unknown = [qid for qid in category if qid not in questions]
+        if unknown:
+            raise LabelError(f"category for unknown question {unknown[0]!r}")
+        categories = {qid: str(name) for qid, name in category.items()}
+        category = "all"
     expected: dict[str, str] = {}
     for qid, answer in (row.get("expected") or {}).items():
         if qid not in questions:
@@ -219,6 +230,7 @@ def _systemone(row: dict[str, Any], category: str, number: int) -> SystemOneItem
     return SystemOneItem(
         request=request,
         expected=expected,
-        category=category,
+        category=str(category),
         item_id=str(row.get("id", f"line{number}")),
+        categories=categories,
     )

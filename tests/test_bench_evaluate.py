@@ -274,3 +274,213 @@ def test_evaluate_an_endpoint_through_sagemaker_runtime(tmp_path, monkeypatch, c
     assert report["at_temperature"]["nll"] == pytest.approx(-math.log(3**0.5 / (3**0.5 + 1)))
     calibration = json.loads((out / "calibration.json").read_text())
     assert calibration["gguf_sha256"] == "ab" * 32
+
+
+# --- readout choice (issue 15): the parts that need no model ------------------------------
+from bench import metrics, readout_choice  # noqa: E402
+
+SHA = "cd" * 32
+QUEUES = {"billing": "Money.", "shipping": "Parcels.", "account": "Logins."}
+
+
+def readout_rows(prefix, seed_states):
+    """System One lines whose state names the right queue; a noul question answered by it."""
+    rows = []
+    for n, (state, queue) in enumerate(seed_states):
+        rows.append(
+            {
+                "id": f"{prefix}{n}",
+                "category": {"queue": "routing.queue", "urgent": "priority.urgent"},
+                "systemone": {
+                    "state": state,
+                    "questions": {
+                        "queue": {"type": "choice", "criteria": QUEUES},
+                        "urgent": {"type": "noul"},
+                    },
+                },
+                "expected": {"queue": queue, "urgent": "now" in state},
+            }
+        )
+    return rows
+
+
+def strategy(read):
+    """A send(kind, body) answering like the adapter, with `read(state, names) -> logits`."""
+
+    def send(kind, body):
+        answers = {}
+        for qid, question in body["questions"].items():
+            names = list(question.get("criteria") or {"true": None, "false": None})
+            logits = read(body["state"], names)
+            probabilities = metrics.softmax(logits).tolist()
+            answers[qid] = {
+                "type": question["type"],
+                "probabilities": dict(zip(names, probabilities)),
+                "x_logits": dict(zip(names, logits)),
+            }
+            if question["type"] == "noul":
+                answers[qid]["noul"] = probabilities[0]
+        return {"answers": answers, "x_model_info": {"gguf_sha256": SHA}}, 0.01, 0
+
+    return send
+
+
+def by_position(state, names):  # what the letter readout does on a small model
+    return [1.0 if i == 0 else 0.0 for i in range(len(names))]
+
+
+def by_content(state, names):
+    hits = [name in state or (name == "true" and "now" in state) for name in names]
+    if names == ["true", "false"]:
+        hits[1] = not hits[0]
+    return [2.0 * hit for hit in hits]
+
+
+def test_categories_per_question_and_majority_baselines():
+    (item,) = [labelled.parse_line(r, 1) for r in readout_rows("d", [("billing now", "billing")])]
+    assert item.categories == {"queue": "routing.queue", "urgent": "priority.urgent"}
+    with pytest.raises(labelled.LabelError, match="category for unknown question 'x'"):
+        labelled.parse_line({**readout_rows("d", [("s", "billing")])[0], "category": {"x": "a"}}, 1)
+    assert readout_choice.kind_of("routing.queue") == "routing"
+    assert readout_choice.kind_of("systemone") == "systemone"
+    assert readout_choice.majority_accuracy(["a", "b", "a", "a"]) == 0.75
+
+
+def test_choose_readout_ranks_by_the_targets_and_writes_the_per_model_file(tmp_path):
+    states = [
+        ("billing charged twice now", "billing"),
+        ("shipping parcel lost", "shipping"),
+        ("account locked now", "account"),
+        ("shipping late", "shipping"),
+        ("account password reset", "account"),
+        ("billing invoice copy", "billing"),
+    ]
+    dev = [labelled.parse_line(r, 1) for r in readout_rows("d", states)]
+    test = [labelled.parse_line(r, 1) for r in readout_rows("t", states[::-1])]
+    choice = evaluate.choose_readout(
+        dev,
+        test,
+        {"letters": strategy(by_position), "option_text": strategy(by_content)},
+        dev_file=tmp_path / "dev.jsonl",
+        test_file=tmp_path / "test.jsonl",
+    )
+    assert choice["winner"] == "option_text"
+    letters = choice["strategies"]["letters"]
+    assert letters["order_change_rate"] == 1.0  # always the first option: every reversal flips
+    assert letters["by_question"]["routing.queue"]["majority"] == pytest.approx(1 / 3)
+    assert letters["below_majority"] == ["priority.urgent"]  # always "true"; "false" is 4/6
+    assert set(letters["by_kind"]) == {"routing", "priority"}
+    assert choice["ranking"][1] == {
+        "readout": "letters",
+        "missed": ["1 question(s) below majority", "order change 100%"],
+    }
+    content = choice["strategies"]["option_text"]
+    assert content["accuracy"] == 1.0 and content["order_change_rate"] == 0.0
+    file = choice["calibration"]
+    assert file["readout"] == "option_text" and file["gguf_sha256"] == SHA
+    assert file["held_out_metrics"]["n"] == 12 and file["held_out"] == "test.jsonl"
+    # all correct at logit gap 2: NLL falls as the temperature falls, towards its bound
+    assert metrics.TEMPERATURE_BOUNDS[0] <= file["temperature"] < 0.1
+    assert file["nll_after"] < file["nll_before"]
+    # the adapter's loader accepts the file (extra fields are ignored), and refuses other GGUFs
+    from decision_adapter.calibration import CalibrationError, load_calibration
+
+    (tmp_path / "calibration.json").write_text(json.dumps(file))
+    gguf = tmp_path / "model.gguf"
+    assert load_calibration(None, gguf, SHA).temperature == file["temperature"]
+    with pytest.raises(CalibrationError):
+        load_calibration(None, gguf, "ef" * 32)
+
+
+def test_rank_counts_cost_against_letters():
+    def report(p50, accuracy):
+        return {"below_majority": [], "latency": {"p50_ms": p50}, "accuracy": accuracy, "nll": 1}
+
+    ranking = readout_choice.rank(
+        {"letters": report(10, 0.3), "slow": report(25, 0.9), "cloze": report(15, 0.6)}
+    )
+    assert ranking == [("cloze", []), ("letters", []), ("slow", ["cost 2.5x letters"])]
+
+
+def test_adapter_readout_names_the_strategy_in_each_format():
+    sent = []
+
+    class Recorder:
+        retries = 0
+
+        def send(self, kind, body):
+            sent.append((kind, body))
+            return {}, 0.0, 0
+
+    readout = readout_choice.AdapterReadout(Recorder(), "option_text")
+    readout.send("decision", {"decision": {"id": "a"}})
+    readout.send("systemone", {"model": "jev-latest", "questions": {}})
+    assert sent == [
+        ("decision", {"decision": {"id": "a", "readout": "option_text"}}),
+        ("systemone", {"model": "jev-latest", "questions": {}, "x_readout": "option_text"}),
+    ]
+
+
+def test_choose_readout_needs_a_held_out_file(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "dev.jsonl", readout_rows("d", [("billing", "billing")]))
+    assert evaluate.main([str(data), "--url", "http://127.0.0.1:9", "--choose-readout", "a"]) == 2
+    assert "--choose-readout needs --test" in capsys.readouterr().err
+
+
+def test_the_committed_readout_splits_are_what_make_data_makes():
+    from bench import make_data
+
+    assert make_data.main(["--check"]) == 0
+    dev = labelled.load(make_data.DATA / "readout_dev.jsonl")
+    test = labelled.load(make_data.DATA / "readout_test.jsonl")
+    questions = [c for item in dev + test for c in item.categories.values()]
+    assert len(questions) >= 300
+    assert {readout_choice.kind_of(c) for c in questions} >= {
+        "routing",
+        "priority",
+        "policy",
+        "extraction",
+        "agent_action",
+        "safety",
+    }
+    assert not {i.item_id for i in dev} & {i.item_id for i in test}
+
+
+def test_readout_study_reads_the_splits_as_the_adapter_would():
+    from bench import readout_study
+
+    items = readout_study.load_items(readout_study.DATA / "readout_dev.jsonl")
+    kept = readout_study.take_per_source(items, 2)
+    assert len(kept) == 10  # five generators
+    guard = kept[0].questions
+    assert [q.kind for q in guard] == ["choice", "noul", "score"]
+    assert guard[1].option_ids == ["true", "false"] and guard[2].option_ids == ["0", "1", "2", "3"]
+    assert readout_study.option_text(guard[1], 0, "id_desc") == "yes"
+    assert (
+        readout_study.option_text(guard[0], 0, "id_desc") == "benign: An ordinary request for help."
+    )
+    flipped = guard[0].reordered([3, 2, 1, 0])
+    assert flipped.option_ids[flipped.expected] == guard[0].option_ids[guard[0].expected]
+    assert readout_study.cost_key("cloze.answer.id.mean") == "cloze.answer.id"
+    assert readout_study.cost_key("cloze.answer.id.mean.cal") == "cloze.answer.id.mean.cal"
+
+
+def test_pride_divides_out_the_position_prior_measured_on_rotations():
+    import numpy as np
+
+    from bench import readout_study
+
+    prior = np.log([0.7, 0.2, 0.1])
+    rotated = [{"n_options": 3, "original": {"_position_log_prior": (prior + 1.5).tolist()}}]
+    # the model prefers position 0 by the prior alone, but option 1 by content
+    row = {
+        "n_options": 3,
+        "original": {"letters": (prior + np.log([1, 3, 1])).tolist()},
+        "reversed": {"letters": (prior[::-1] + np.log([1, 3, 1])).tolist()},
+        "cost": {"letters": [1, 0.1]},
+    }
+    priors = readout_study.add_pride(rotated, [row])
+    assert np.allclose(np.exp(priors["3"]), [0.7, 0.2, 0.1])
+    for name in ("original", "reversed"):
+        debiased = readout_study.renormalised(np.array(row[name]["letters.pride"]))
+        assert np.allclose(np.exp(debiased), [0.2, 0.6, 0.2])
