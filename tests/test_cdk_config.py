@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import sys
 import types
 
+import boto3
+import jmespath
 import pytest
+from moto import mock_aws
 from pydantic import ValidationError
 
 from stacks.config import (
@@ -131,7 +137,62 @@ def test_an_image_tag_fails_and_says_how_to_get_the_digest(key, image):
 def test_a_dlc_tag_instead_of_a_digest_fails_with_the_describe_images_command():
     message = rejected(dlc={"cpuDigest": "server-sagemaker-cpu-v1"})
     assert "dlc.cpuDigest" in message
-    assert "--repository-name llama-cpp --image-ids imageTag=server-sagemaker-cpu-v1" in message
+    assert (
+        "`aws ecr describe-images --registry-id <DLC account of the region, 763104351884 in most>"
+        " --repository-name llama-cpp --image-ids imageTag=server-sagemaker-cpu-v1" in message
+    )
+
+
+def _describe_images_suggested(message: str) -> dict[str, str]:
+    (command,) = re.findall(r"`(aws ecr describe-images [^`]+)`", message)
+    words = shlex.split(command)[3:]
+    return dict(zip(words[::2], words[1::2], strict=True))
+
+
+ECR = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
+
+
+@pytest.mark.parametrize("repository", ["decision-models", "team/decision-models"])
+def test_the_suggested_command_finds_the_digest_of_that_tag(repository):
+    image = f"{ECR}/{repository}:v7"
+    message = rejected(**{**RELEASE, "decisionCpuImage": image})
+    assert f"{image!r} is not pinned by digest" in message
+    # pydantic appends its own " [type=value_error, ...]" to the message
+    assert ", or use the URI that `python -m ops build cpu-image|gpu-image` prints [" in message
+    arguments = _describe_images_suggested(message)
+    with mock_aws():
+        ecr = boto3.client("ecr", region_name="eu-west-1")
+        ecr.create_repository(repositoryName=repository)
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"digest": DIGEST},
+            }
+        )
+        ecr.put_image(repositoryName=repository, imageManifest=manifest, imageTag="v6")
+        pushed = ecr.put_image(
+            repositoryName=repository, imageManifest=manifest + " ", imageTag="v7"
+        )
+        name, _, tag = arguments.pop("--image-ids").partition("=")
+        response = ecr.describe_images(
+            repositoryName=arguments.pop("--repository-name"), imageIds=[{name: tag}]
+        )
+        digest = jmespath.search(arguments.pop("--query"), response)
+    assert digest == pushed["image"]["imageId"]["imageDigest"]
+    assert arguments == {"--output": "text"}
+
+
+@pytest.mark.parametrize(
+    "image, placeholders",
+    [
+        (f"{ECR}/decision-models", "--repository-name decision-models --image-ids imageTag=TAG"),
+        ("decision-models:v7", "--repository-name REPOSITORY --image-ids imageTag=TAG"),
+    ],
+)
+def test_what_the_reference_lacks_is_a_placeholder_in_the_command(image, placeholders):
+    message = rejected(**{**RELEASE, "decisionCpuImage": image})
+    assert f"`aws ecr describe-images {placeholders} --query" in message
 
 
 @pytest.mark.parametrize(
@@ -144,9 +205,10 @@ def test_a_dlc_tag_instead_of_a_digest_fails_with_the_describe_images_command():
     ],
 )
 def test_images_must_be_private_ecr_with_a_full_sha256_digest(image):
-    assert "private ECR image pinned by digest" in rejected(
-        **{**RELEASE, "decisionCpuImage": image}
-    )
+    assert (
+        "is not a private ECR image pinned by digest "
+        "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:<64 hex>)"
+    ) in rejected(**{**RELEASE, "decisionCpuImage": image})
 
 
 @pytest.mark.parametrize(
@@ -161,8 +223,8 @@ def test_images_must_be_private_ecr_with_a_full_sha256_digest(image):
 )
 def test_model_data_must_be_an_s3_tar_gz_uri(uri):
     message = rejected(**{**RELEASE, "modelDataUri": uri})
-    assert "not a model archive URI" in message
-    assert "python -m ops build model" in message
+    assert f"{uri!r} is not a model archive URI: expected s3://<bucket>/<key>.tar.gz " in message
+    assert "(the URI that `python -m ops build model` prints)" in message
 
 
 def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
@@ -314,3 +376,8 @@ def test_the_image_repository_name_is_generated_unless_given_and_then_must_be_va
         "team/decision-models"
     )
     assert "imageRepositoryName" in rejected(imageRepositoryName="Decision_Models")
+
+
+def test_the_app_reads_its_context_through_cdks_lookup_function():
+    context = {**cdk_json_context(), **RELEASE}
+    assert AppConfig.from_context(context.get) == AppConfig.from_context(context)

@@ -87,8 +87,9 @@ def test_the_check_follows_the_images_cuda_version():
 
 
 def test_unknown_or_non_cuda_amis_fail_naming_the_known_ones():
-    with pytest.raises(ValueError, match="not one SageMaker knows: al2-ami"):
+    with pytest.raises(ValueError, match="not one SageMaker knows: al2-ami") as unknown:
         check_ami_runs_cuda("al2-ami-sagemaker-inference-gpu-9", 13)
+    assert str(unknown.value).endswith(": " + ", ".join(sorted(inference_amis())))
     with pytest.raises(ValueError, match="no CUDA"):
         check_ami_runs_cuda("al2-ami-sagemaker-inference-neuron-2", 13)
 
@@ -97,4 +98,39 @@ def test_cpu_and_disabled_endpoints_are_not_held_to_a_gpu_ami():
     assert config(
         textGenerationEndpoint={"inferenceAmiVersion": OLD_AMI},
         decisionGpuEndpoint={"enabled": False, "inferenceAmiVersion": OLD_AMI},
+    )
+
+
+def test_the_refusal_names_every_ami_that_would_run_the_image():
+    fitting = sorted(n for n, a in inference_amis().items() if (a.cuda_major or 0) >= 12)
+    assert len(fitting) >= 2
+    with pytest.raises(ValueError) as neuron:
+        check_ami_runs_cuda("al2-ami-sagemaker-inference-neuron-2", 12)
+    assert str(neuron.value).endswith("the image needs CUDA 12: use " + " or ".join(fitting))
+    with pytest.raises(ValueError) as future:
+        check_ami_runs_cuda(CUDA13_AMI, 99)
+    assert str(future.value).endswith("the image needs CUDA 99: use an AMI with a newer driver")
+
+
+def test_the_parser_reads_name_accelerator_driver_and_cuda_major_minor():
+    documentation = (
+        "<p>Options:</p><dl><dt>al2-ami-example-gpu-1</dt> <dd> <ul>"
+        "<li> <p>Accelerator: GPU (NVIDIA: L4)</p> </li>"
+        "<li> <p>NVIDIA driver version: 550</p> </li>"
+        "<li> <p>CUDA version: 12.4.1</p> </li>"
+        "</ul> </dd><dt>al2-ami-example-cpu-1</dt> <dd> <ul>"
+        "<li> <p>Accelerator: None</p> </li></ul> </dd></dl>"
+    )
+    gpu, cpu = parse_ami_documentation(documentation).values()
+    assert (gpu.name, gpu.accelerator, gpu.nvidia_driver, gpu.cuda) == (
+        "al2-ami-example-gpu-1",
+        "GPU (NVIDIA: L4)",
+        550,
+        (12, 4),
+    )
+    assert (cpu.name, cpu.accelerator, cpu.nvidia_driver, cpu.cuda) == (
+        "al2-ami-example-cpu-1",
+        "None",
+        None,
+        None,
     )

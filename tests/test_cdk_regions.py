@@ -72,7 +72,13 @@ def test_an_agnostic_template_maps_every_region_and_refuses_others_before_deploy
     (assertion,) = agnostic["Rules"][RULE_ID]["Assertions"]
     regions, region = assertion["Assert"]["Fn::Contains"]
     assert region == {"Ref": "AWS::Region"} and sorted(regions) == sorted(DLC_ACCOUNTS)
-    assert "no llama.cpp Deep Learning Container registry" in assertion["AssertDescription"]
+    assert (
+        assertion["AssertDescription"]
+        == (  # what CloudFormation shows when it stops
+            "This region has no llama.cpp Deep Learning Container registry; deploy "
+            "to one listed in stacks/dlc_registry.py."
+        )
+    )
     # The image URI takes the account from the map and the domain from the partition.
     image = build_variables(agnostic, "container/Dockerfile.gpu")["BASE_IMAGE"]
     parts = image["Fn::Join"][1]
@@ -105,8 +111,9 @@ def test_an_unsupported_known_region_fails_synthesis_in_one_line(region):
     )
     # The construct refuses it too, for stacks made with an env outside the config.
     stack = cdk.Stack(cdk.App(), "S", env=cdk.Environment(region=region))
-    with pytest.raises(UnsupportedRegion, match="deploy to one of: af-south-1, ap-east-1"):
+    with pytest.raises(UnsupportedRegion, match="deploy to one of: af-south-1, ap-east-1") as by:
         ContainerImage.from_dlc(stack, repository_name="llama-cpp", digest=DEFAULT_DLC_CUDA_DIGEST)
+    assert str(by.value).startswith(f"region {region!r} has no")
 
 
 def test_the_app_refuses_an_unsupported_region_before_writing_templates(tmp_path):
