@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapter_process import running_adapter
+from launcher import running_adapter
 
 
 @pytest.fixture(scope="session")
