@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import string
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
@@ -96,8 +97,6 @@ def app_client(
 
 
 def wait_for_ping(client: TestClient, timeout_s: float = 10) -> None:
-    import time
-
     deadline = time.monotonic() + timeout_s
     while client.get("/ping").status_code != 200:
         assert time.monotonic() < deadline, "the fake service did not load"

@@ -8,11 +8,19 @@ import threading
 
 import pytest
 from decision_adapter.admission import Busy
-from decision_adapter.app import ROUTES
+from decision_adapter.app import ROUTES, create_app
 from decision_adapter.limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
 from decision_adapter.model_files import ModelFileError
+from starlette.testclient import TestClient
 
-from tests.fake_service import IDENTITY, REPLY, FakeService, app_client, wait_for_ping
+from tests.fake_service import (
+    IDENTITY,
+    REPLY,
+    FakeService,
+    app_client,
+    settings,
+    wait_for_ping,
+)
 
 ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 KEY = "in-process-key"
@@ -256,11 +264,6 @@ def test_a_service_that_cannot_load_reports_one_line():
 
     def broken(_settings):
         raise ModelFileError("model directory /x is\nnot a directory")
-
-    from decision_adapter.app import create_app
-    from starlette.testclient import TestClient
-
-    from tests.fake_service import settings
 
     app = create_app(settings(), service_factory=broken, on_startup_failure=reasons.append)
     with TestClient(app) as client:

@@ -41,6 +41,7 @@ INVOCATION_FORMATS: tuple[WireFormat, ...] = (
     decision.FORMAT,
     systemone.FORMAT,
 )
+BY_NAME = {wire_format.name: wire_format for wire_format in INVOCATION_FORMATS}
 ServiceFactory = Callable[[Settings], ModelService]
 
 
@@ -129,13 +130,12 @@ async def invocations(request: Request) -> Response:
     """SageMaker's one route: the body's shape chooses the wire format, unless the custom
     attributes header forces one (`format=chat|decision|systemone`); a forced format answers
     even a malformed body."""
-    by_name = {wire_format.name: wire_format for wire_format in INVOCATION_FORMATS}
     try:
-        forced = forced_format(request.headers, list(by_name))
+        forced = forced_format(request.headers, list(BY_NAME))
     except RequestError as error:
         return error_response(ADAPTER_ERRORS, error)
     if forced is not None:
-        return await answered_in(by_name[forced], answering(by_name[forced])(request))
+        return await answered_in(BY_NAME[forced], answering(BY_NAME[forced])(request))
     try:
         body = await _read_body(request)
         wire_format = _shape(body)
