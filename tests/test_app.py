@@ -13,6 +13,7 @@ from decision_adapter.limits import TooManyQuestions, over_token_budget, too_man
 from decision_adapter.model_files import ModelFileError
 from starlette.testclient import TestClient
 
+from tests.conftest import API_KEY as KEY
 from tests.fake_service import (
     IDENTITY,
     REPLY,
@@ -23,7 +24,6 @@ from tests.fake_service import (
 )
 
 ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-KEY = "in-process-key"
 DECISION = {
     "decision": {
         "id": "d",
@@ -44,15 +44,13 @@ CHAT = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens
 
 
 @pytest.fixture(scope="module")
-def client():
-    with app_client() as client:
-        yield client
+def client(in_process):
+    return in_process
 
 
 @pytest.fixture(scope="module")
-def secured():
-    with app_client(api_key=KEY) as client:
-        yield client
+def secured(secured_in_process):
+    return secured_in_process
 
 
 # --- routing ---------------------------------------------------------------------------

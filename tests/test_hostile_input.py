@@ -7,8 +7,6 @@ import json
 import httpx
 import pytest
 
-from tests.fake_service import app_client
-
 LONE = "x\ud800"  # half a UTF-16 pair: json.dumps writes it as the escape \ud800
 
 
@@ -44,10 +42,9 @@ def _post(client: httpx.Client, path: str, body: dict) -> httpx.Response:
 
 
 @pytest.fixture(scope="module")
-def client():
+def client(in_process):
     """Parsing and validation only: the app in process, over a fake service."""
-    with app_client() as client:
-        yield client
+    return in_process
 
 
 @pytest.fixture(scope="module")

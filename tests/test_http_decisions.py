@@ -6,7 +6,6 @@ import httpx
 import pytest
 
 from tests.adapter_process import model_held
-from tests.fake_service import app_client
 
 STATE = "The customer cannot receive a password reset email."
 
@@ -31,13 +30,6 @@ def decision(
 
 def post(adapter, body, path="/invocations", **kwargs):
     return httpx.post(adapter.url + path, json=body, timeout=120, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def in_process():
-    """Validation and body parsing need no model: the app in process, over a fake service."""
-    with app_client() as client:
-        yield client
 
 
 def test_ping_answers_once_the_model_is_loaded(adapter):

@@ -11,7 +11,6 @@ import pytest
 
 from tests.adapter_process import model_held
 from tests.conftest import API_KEY, CALIBRATION_TEMPERATURE, RETRY_AFTER_S
-from tests.fake_service import app_client
 
 TICKET = (
     "I was charged twice for my March invoice and the refund I was promised last week "
@@ -48,19 +47,6 @@ def ask(adapter, payload, path="/v1/systemone", **kwargs):
     if hasattr(adapter, "post"):  # a client, not a live adapter's address
         return adapter.post(path, json=payload, **kwargs)
     return httpx.post(adapter.url + path, json=payload, timeout=120, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def in_process():
-    """Routing, error shapes and auth need no model: the app in process, over a fake service."""
-    with app_client() as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def secured_in_process():
-    with app_client(api_key=API_KEY) as client:
-        yield client
 
 
 def answers(adapter, questions, **extra):
