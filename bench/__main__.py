@@ -42,7 +42,7 @@ from bench.workloads import (
     prompt_tokens,
     state_for_prompt_length,
 )
-from tests.adapter_process import running_adapter
+from launcher import running_adapter
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXAMPLES = Path(__file__).resolve().parent / "data" / "examples.jsonl"

@@ -92,7 +92,7 @@ def main() -> None:
     if args.url:
         results = measure(args.url)
     else:
-        from tests.adapter_process import running_adapter
+        from launcher import running_adapter
 
         with running_adapter(Path(tempfile.mkdtemp())) as adapter:
             results = measure(adapter.url)

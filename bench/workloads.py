@@ -64,7 +64,8 @@ def long_state(tokens_wanted: int, renderer) -> str:
 
 def prompt_tokens(renderer, state: Any, question: str, options: list[dict[str, Any]]) -> list[int]:
     """The exact tokens the adapter decodes for one decision (state prefix + question suffix)."""
-    from decision_adapter.scoring import Question, build_plan
+    from decision_adapter.contract import Question
+    from decision_adapter.scoring import build_plan
 
     plan = build_plan(
         renderer,

@@ -1,51 +1,14 @@
-"""Start the real adapter (`python -m decision_adapter serve`) on a free port for tests."""
+"""A test fixture over the launcher: the model held busy by a long chat."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class Adapter:
-    url: str
-    process: subprocess.Popen
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stats(self, **headers: str) -> dict:
-        return httpx.get(f"{self.url}/stats", headers=headers, timeout=10).json()
-
-    def wait_until_in_flight(self, count: int = 1, *, waiting: int = 0, **headers: str) -> None:
-        """Until `count` model jobs run and `waiting` wait (as /stats counts them)."""
-
-        def reached() -> bool:
-            admission = self.stats(**headers)["admission"]
-            return admission["in_flight"] == count and admission["waiting"] == waiting
-
-        wait_until(reached, what=f"{count} in flight, {waiting} waiting")
-
+from launcher import Adapter
 
 LONG_CHAT = {
     "messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
@@ -70,79 +33,3 @@ def model_held(adapter: Adapter, **headers: str) -> Iterator[None]:
         adapter.wait_until_in_flight(1, **headers)
         yield
     adapter.wait_until_in_flight(0, **headers)
-
-
-def wait_until(condition, *, timeout: float = 60, what: str = "condition") -> None:
-    """Poll `condition` until it holds; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not reached within {timeout}s: {what}"
-        time.sleep(0.02)
-
-
-def adapter_environment(**overrides: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DECISION_", "SM_LLAMA_CPP_", "SAGEMAKER_"))
-    }
-    env.update(
-        {
-            "PYTHONPATH": f"{REPO / 'container'}{os.pathsep}{REPO}",
-            "HOST": "127.0.0.1",
-            "DECISION_MODEL_DIR": "/nonexistent-model-dir",  # local run: the bundled model
-            "DECISION_N_THREADS": "2",
-            "DECISION_N_CTX": "8192",
-        }
-    )
-    env.update(overrides)
-    return env
-
-
-@contextlib.contextmanager
-def running_adapter(
-    tmp_dir: Path, *, ready_timeout: float = 180, preexec_fn=None, **env: str
-) -> Iterator[Adapter]:
-    port = free_port()
-    log_path = tmp_dir / f"adapter-{port}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "decision_adapter", "serve"],
-            env=adapter_environment(PORT=str(port), **env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=preexec_fn,
-        )
-    adapter = Adapter(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
-    try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"adapter exited with {process.returncode}:\n{adapter.log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{adapter.url}/ping", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"adapter not ready after {ready_timeout}s:\n{adapter.log()}")
-            time.sleep(0.2)
-        yield adapter
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-def run_adapter_until_exit(
-    env: dict[str, str], timeout: float = 120
-) -> subprocess.CompletedProcess:
-    """Start the adapter expecting it to refuse; returns the finished process."""
-    return subprocess.run(
-        [sys.executable, "-m", "decision_adapter", "serve"],
-        env=adapter_environment(**{"PORT": str(free_port()), **env}),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.adapter_process import running_adapter
+from launcher import running_adapter
+from tests.fake_service import app_client
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +56,17 @@ def secured_adapter(tmp_path_factory):
         DECISION_RETRY_AFTER_S=str(RETRY_AFTER_S),
     ) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def in_process():
+    """The app in process over a fake service: for tests of routing, errors and limits."""
+    with app_client() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def secured_in_process():
+    """The same with bearer auth on."""
+    with app_client(api_key=API_KEY) as client:
+        yield client

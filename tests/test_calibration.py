@@ -8,7 +8,7 @@ import pytest
 from decision_adapter.calibration import Calibration, CalibrationError, load_calibration
 from decision_adapter.settings import Settings, SettingsError
 
-from tests.adapter_process import run_adapter_until_exit
+from launcher import run_adapter_until_exit
 
 SHA = "a" * 64
 

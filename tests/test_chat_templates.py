@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.adapter_process import run_adapter_until_exit, running_adapter
+from launcher import run_adapter_until_exit, running_adapter
 from tests.gguf_variants import GEMMA3_CHAT_TEMPLATE, with_chat_template
 
 

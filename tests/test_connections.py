@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.adapter_process import running_adapter
+from launcher import running_adapter
 
 HEADER_TIMEOUT_S = 1.0
 DECISION = {

@@ -13,7 +13,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from tests.adapter_process import running_adapter
+from launcher import running_adapter
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 FUZZ_ENV = {

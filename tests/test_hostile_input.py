@@ -42,7 +42,14 @@ def _post(client: httpx.Client, path: str, body: dict) -> httpx.Response:
 
 
 @pytest.fixture(scope="module")
-def client(adapter):
+def client(in_process):
+    """Parsing and validation only: the app in process, over a fake service."""
+    return in_process
+
+
+@pytest.fixture(scope="module")
+def live(adapter):
+    """The real adapter: a real connection, and the real model's numbers."""
     with httpx.Client(base_url=adapter.url, timeout=30) as client:
         yield client
 
@@ -103,19 +110,17 @@ def test_lone_surrogates_in_system_one_get_its_422(client, body, loc):
     assert response.json()["detail"][0]["loc"] == loc
 
 
-def test_the_connection_survives_a_lone_surrogate(client):
-    assert _post(client, "/invocations", _decision(state=LONE)).status_code == 400
-    assert client.post("/invocations", json=_decision()).status_code == 200
+def test_the_connection_survives_a_lone_surrogate(live):
+    assert _post(live, "/invocations", _decision(state=LONE)).status_code == 400
+    assert live.post("/invocations", json=_decision()).status_code == 200
 
 
-def test_a_number_too_large_for_a_float_is_a_400(client):
+def test_a_number_too_large_for_a_float_is_a_400(live):
     raw = json.dumps(_decision(state={"x": "PLACEHOLDER"})).replace('"PLACEHOLDER"', "1e999")
-    response = client.post(
-        "/invocations", content=raw, headers={"Content-Type": "application/json"}
-    )
+    response = live.post("/invocations", content=raw, headers={"Content-Type": "application/json"})
     assert response.status_code == 400, response.text
     assert response.json()["field"] == "decision.state.x"
-    assert "Infinity" not in client.post("/invocations", json=_decision()).text
+    assert "Infinity" not in live.post("/invocations", json=_decision()).text
 
 
 @pytest.mark.parametrize(

@@ -137,8 +137,8 @@ BAD_BODIES = [
 
 
 @pytest.mark.parametrize("body,status,field", BAD_BODIES)
-def test_bad_bodies_get_4xx_naming_the_field(adapter, body, status, field):
-    response = post(adapter, body)
+def test_bad_bodies_get_4xx_naming_the_field(in_process, body, status, field):
+    response = in_process.post("/invocations", json=body)
     assert response.status_code == status, response.text
     payload = response.json()
     assert payload["field"] == field and payload["retryable"] is False
@@ -156,8 +156,8 @@ def test_bad_bodies_get_4xx_naming_the_field(adapter, body, status, field):
         (b"{" + b" " * 2_000_000 + b"}", {"content-type": "application/json"}, 413, "body"),
     ],
 )
-def test_malformed_requests_get_4xx(adapter, raw, headers, status, field):
-    response = httpx.post(adapter.url + "/invocations", content=raw, headers=headers, timeout=60)
+def test_malformed_requests_get_4xx(in_process, raw, headers, status, field):
+    response = in_process.post("/invocations", content=raw, headers=headers)
     assert response.status_code == status, response.text
     assert response.json()["field"] == field
 

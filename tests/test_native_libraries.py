@@ -11,7 +11,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from tests.adapter_process import adapter_environment
+from launcher import adapter_environment
 
 WHEEL_LIB = Path(llama_cpp.__file__).resolve().parent / "lib"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.adapter_process import running_adapter
+from launcher import running_adapter
 
 ADMITTED = 1  # one model operation at a time, no queue (the defaults)
 CLIENTS = 16 * ADMITTED

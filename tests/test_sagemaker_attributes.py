@@ -31,10 +31,10 @@ def test_key_value_pairs_separated_by_semicolons_or_commas():
     ],
 )
 def test_format_may_be_forced(value, expected):
-    assert forced_format(headers(value)) == expected
+    assert forced_format(headers(value), ("systemone", "decision", "chat")) == expected
 
 
 def test_an_unknown_format_is_a_client_error():
     with pytest.raises(RequestError) as error:
-        forced_format(headers("format=xml"))
+        forced_format(headers("format=xml"), ("systemone", "decision", "chat"))
     assert error.value.status == 400 and error.value.error_type == "invalid_custom_attributes"

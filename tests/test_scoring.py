@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from decision_adapter.contract import Question
 from decision_adapter.engine import Branch
-from decision_adapter.scoring import Question, build_plan, option_labels, score
+from decision_adapter.scoring import build_plan, option_labels, score
 
 STATE = "The customer cannot receive a password reset email. They tried twice and checked spam."
 ROUTE = Question(

@@ -15,14 +15,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from model_manifest import sha256_of_file
-from tests.adapter_process import (
+from launcher import (
     adapter_environment,
     free_port,
     run_adapter_until_exit,
     running_adapter,
     wait_until,
 )
+from model_manifest import sha256_of_file
 
 
 def test_gpu_layers_without_a_gpu_backend_refuse_to_start():

@@ -1,7 +1,7 @@
 from pathlib import Path
 
 import pytest
-from decision_adapter.settings import Settings, SettingsError
+from decision_adapter.settings import Settings, SettingsError, environment_names
 
 
 def test_defaults_suit_a_local_run():
@@ -71,3 +71,11 @@ def test_state_cache_bytes_overrides_the_default_and_zero_disables():
         == 12345
     )
     assert Settings.from_environment({"DECISION_STATE_CACHE_BYTES": "0"}).state_cache_budget == 0
+
+
+def test_every_field_declares_its_variables_and_no_variable_sets_two_fields():
+    names = [name for field in Settings.model_fields for name in environment_names(field)]
+    assert len(names) == len(set(names))
+    assert environment_names("port") == ("SAGEMAKER_BIND_TO_PORT", "PORT")
+    # A field with no variable fails here, not silently at deploy time.
+    assert all(environment_names(field) for field in Settings.model_fields)

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from tests.adapter_process import running_adapter
+from launcher import running_adapter
 
 GRACE_S = 2.0
 # Tear-down after the last request ended (freeing the model, leaving Python) on a shared CI box.

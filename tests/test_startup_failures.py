@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from tests.adapter_process import run_adapter_until_exit
+from launcher import run_adapter_until_exit
 from tests.gguf_variants import with_chat_template
 
 

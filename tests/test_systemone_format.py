@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from decision_adapter.contract import Answer, QuestionScores
 from decision_adapter.formats import systemone
-from decision_adapter.scoring import QuestionPlan, QuestionScores
 from pydantic import ValidationError
 
 
@@ -97,10 +97,14 @@ def test_encoded_answer_carries_extensions_with_x_prefix():
         option_logits=np.array([2.0, 1.0]),
         full_vocab_argmax_id=0,
     )
-    plan = QuestionPlan(
-        labels=["A", "B"], label_tokens=[[1], [2]], suffix_tokens=[3], prompt_sha256="f" * 64
+    scored = Answer(
+        scores=scores,
+        labels=["A", "B"],
+        prompt_sha256="f" * 64,
+        input_tokens=4,
+        full_vocab_argmax_token="A",
     )
-    answer = systemone.encode_answer(q, scores, plan, temperature=2.0)
+    answer = systemone.encode_answer(q, scored, temperature=2.0)
     assert answer["noul"] == pytest.approx(1 / (1 + np.exp(-0.5)))  # softmax of logits / 2
     assert answer["x_logits"] == {"true": 2.0, "false": 1.0}
     assert answer["x_temperature"] == 2.0 and answer["x_prompt_sha256"] == "f" * 64

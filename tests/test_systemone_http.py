@@ -43,6 +43,9 @@ def body(questions=None, **extra):
 
 
 def ask(adapter, payload, path="/v1/systemone", **kwargs):
+    """POST to a live adapter, or through an in-process client."""
+    if hasattr(adapter, "post"):  # a client, not a live adapter's address
+        return adapter.post(path, json=payload, **kwargs)
     return httpx.post(adapter.url + path, json=payload, timeout=120, **kwargs)
 
 
@@ -178,10 +181,11 @@ def test_invocations_answers_a_system_one_body_identically(adapter, baseline):
         assert via_invocations[key] == baseline[key]
 
 
-def test_custom_attributes_force_the_format_and_are_echoed(adapter):
+def test_custom_attributes_force_the_format_and_are_echoed(in_process):
+    adapter = in_process
     attributes = "format=systemone;trace=t-1"
-    malformed = httpx.post(
-        adapter.url + "/invocations",
+    malformed = adapter.post(
+        "/invocations",
         content=b'{"questions": {',
         headers={
             "content-type": "application/json",
@@ -210,9 +214,9 @@ def test_custom_attributes_force_the_format_and_are_echoed(adapter):
     )
 
 
-def test_invocations_validation_errors_of_a_system_one_body_use_its_shape(adapter):
+def test_invocations_validation_errors_of_a_system_one_body_use_its_shape(in_process):
     response = ask(
-        adapter,
+        in_process,
         body({"q": {"type": "score", "criteria": {"0": "a", "1": "b"}}}),
         path="/invocations",
     )
@@ -231,17 +235,17 @@ def test_invocations_validation_errors_of_a_system_one_body_use_its_shape(adapte
         b'{"model": "jev-latest", "state": NaN, "questions": {"q": {"type": "noul"}}}',
     ],
 )
-def test_bad_bodies_get_422_with_detail_list(adapter, raw):
-    response = httpx.post(
-        adapter.url + "/v1/systemone", content=raw, headers={"content-type": "application/json"}
+def test_bad_bodies_get_422_with_detail_list(in_process, raw):
+    response = in_process.post(
+        "/v1/systemone", content=raw, headers={"content-type": "application/json"}
     )
     assert response.status_code == 422, response.text
     detail = response.json()["detail"]
     assert detail and all(d["loc"][0] == "body" and d["msg"] and d["type"] for d in detail)
 
 
-def test_unknown_model_is_a_404_naming_the_served_ones(adapter):
-    response = ask(adapter, body({"refund": REFUND}, model="no-such-model"))
+def test_unknown_model_is_a_404_naming_the_served_ones(in_process):
+    response = ask(in_process, body({"refund": REFUND}, model="no-such-model"))
     assert response.status_code == 404
     detail = response.json()["detail"]
     assert detail["error_type"] == "model_not_found" and "jev-latest" in detail["message"]
@@ -277,8 +281,10 @@ def test_busy_model_answers_503_in_system_one_shape_after_retry_after_s(secured_
 
 
 # --- auth ---------------------------------------------------------------------------------
-def test_without_a_key_configured_an_authorization_header_is_ignored(adapter):
-    response = ask(adapter, body({"refund": REFUND}), headers={"Authorization": "Bearer anything"})
+def test_without_a_key_configured_an_authorization_header_is_ignored(in_process):
+    response = ask(
+        in_process, body({"refund": REFUND}), headers={"Authorization": "Bearer anything"}
+    )
     assert response.status_code == 200, response.text
 
 
@@ -291,11 +297,11 @@ def test_without_a_key_configured_an_authorization_header_is_ignored(adapter):
         {"Authorization": "Basic " + API_KEY},
     ],
 )
-def test_with_a_key_missing_or_wrong_keys_get_401(secured_adapter, headers):
+def test_with_a_key_missing_or_wrong_keys_get_401(secured_in_process, headers):
     for method, path in (("POST", "/v1/systemone"), ("GET", "/v1/models")):
-        response = httpx.request(
+        response = secured_in_process.request(
             method,
-            secured_adapter.url + path,
+            path,
             headers=headers,
             json=body({"refund": REFUND}) if method == "POST" else None,
         )
@@ -304,23 +310,22 @@ def test_with_a_key_missing_or_wrong_keys_get_401(secured_adapter, headers):
         assert response.headers["www-authenticate"] == "Bearer"
 
 
-def test_with_a_key_stats_need_it(secured_adapter):
+def test_with_a_key_stats_need_it(secured_in_process):
     for headers in ({}, {"Authorization": "Bearer wrong"}):
-        response = httpx.get(secured_adapter.url + "/stats", headers=headers)
+        response = secured_in_process.get("/stats", headers=headers)
         assert response.status_code == 401, response.text
         assert response.json()["error_type"] == "authentication_error"
-    keyed = httpx.get(
-        secured_adapter.url + "/stats", headers={"Authorization": f"Bearer {API_KEY}"}
-    )
+    keyed = secured_in_process.get("/stats", headers={"Authorization": f"Bearer {API_KEY}"})
     assert keyed.status_code == 200 and "admission" in keyed.json()
 
 
-def test_with_a_key_chat_is_guarded_and_sagemaker_routes_stay_open(secured_adapter):
+def test_with_a_key_chat_is_guarded_and_sagemaker_routes_stay_open(secured_in_process):
+    secured_adapter = secured_in_process
     chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-    guarded = httpx.post(secured_adapter.url + "/v1/chat/completions", json=chat, timeout=60)
+    guarded = secured_adapter.post("/v1/chat/completions", json=chat)
     assert guarded.status_code == 401 and guarded.json()["error_type"] == "authentication_error"
     # SageMaker authenticates callers itself and strips their Authorization header.
-    assert httpx.get(secured_adapter.url + "/ping").status_code == 200
+    assert secured_adapter.get("/ping").status_code == 200
     assert ask(secured_adapter, body({"refund": REFUND}), path="/invocations").status_code == 200
 
 

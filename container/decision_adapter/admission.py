@@ -77,6 +77,9 @@ class ModelRunner:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def counters(self) -> dict[str, int]:
+        return {"in_flight": self.in_flight, "waiting": self.waiting, **self.stats.as_dict()}
+
     async def _admit(self) -> None:
         if self._stopping.is_set():
             raise ShuttingDown(self._retry_after_s)

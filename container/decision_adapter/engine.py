@@ -8,7 +8,6 @@ callers serialise access through the admission slot.
 from __future__ import annotations
 
 import ctypes
-import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -18,8 +17,6 @@ import llama_cpp
 import numpy as np
 
 from .tokenizer import UserTextTokenizer, cuttable
-
-log = logging.getLogger(__name__)
 
 
 class EngineError(RuntimeError):
@@ -52,6 +49,13 @@ class DecodeStats:
     decode_calls: int = 0
     tokens_decoded: int = 0
     seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "decode_calls": self.decode_calls,
+            "tokens_decoded": self.tokens_decoded,
+            "decode_seconds": round(self.seconds, 3),
+        }
 
 
 def _silence_llama_logs() -> None:

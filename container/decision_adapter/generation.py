@@ -4,39 +4,42 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+
+from .contract import Generated, TextDelta
 
 
-@dataclass
-class GenerationResult:
-    finish_reason: str = "length"
-    completion_tokens: int = 0
-
-
-def text_deltas(
-    tokens: Iterable[int], piece, stops: list[str], max_tokens: int, result: GenerationResult
-) -> Iterator[str]:
-    """Yield text as it becomes final; hold back any tail that could start a stop string.
-
-    `tokens` ends either at end-of-generation ("stop") or after max_tokens ("length").
-    """
+def text_events(
+    tokens: Iterable[int], piece, stops: list[str], max_tokens: int, prompt_tokens: int
+) -> Iterator[TextDelta | Generated]:
+    """Text as it becomes final, holding back any tail that could start a stop string; then
+    the finished generation. `tokens` ends at end-of-generation ("stop") or after max_tokens
+    ("length")."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     hold = max((len(s) for s in stops), default=1) - 1
     pending = ""
+    sent: list[str] = []
+    count = 0
+
+    def finished(reason: str) -> Generated:
+        return Generated("".join(sent), reason, prompt_tokens, count)
+
     for token in tokens:
-        result.completion_tokens += 1
+        count += 1
         pending += decoder.decode(piece(token, special=False))
         for stop in stops:
             if stop in pending:
-                result.finish_reason = "stop"
                 if text := pending[: pending.index(stop)]:
-                    yield text
+                    sent.append(text)
+                    yield TextDelta(text)
+                yield finished("stop")
                 return
         if len(pending) > hold:
             cut = len(pending) - hold
-            yield pending[:cut]
+            sent.append(pending[:cut])
+            yield TextDelta(pending[:cut])
             pending = pending[cut:]
     pending += decoder.decode(b"", final=True)
-    result.finish_reason = "length" if result.completion_tokens >= max_tokens else "stop"
     if pending:
-        yield pending
+        sent.append(pending)
+        yield TextDelta(pending)
+    yield finished("length" if count >= max_tokens else "stop")

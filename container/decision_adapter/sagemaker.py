@@ -9,6 +9,7 @@ response, so a caller can see that its attributes arrived.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -16,7 +17,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import RequestError
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-WIRE_FORMATS = ("systemone", "decision", "chat")
 
 
 def custom_attributes(headers: Headers) -> dict[str, str]:
@@ -28,15 +28,15 @@ def custom_attributes(headers: Headers) -> dict[str, str]:
     }
 
 
-def forced_format(headers: Headers) -> str | None:
+def forced_format(headers: Headers, names: Sequence[str]) -> str | None:
+    """The `format=` attribute, one of the wire formats `names`, if the caller set one."""
     wire_format = custom_attributes(headers).get("format")
     if wire_format is None:
         return None
-    if wire_format.lower() not in WIRE_FORMATS:
+    if wire_format.lower() not in names:
         raise RequestError(
             400,
-            f"{CUSTOM_ATTRIBUTES}: format={wire_format!r}, "
-            f"expected one of {', '.join(WIRE_FORMATS)}",
+            f"{CUSTOM_ATTRIBUTES}: format={wire_format!r}, " f"expected one of {', '.join(names)}",
             field=CUSTOM_ATTRIBUTES,
             error_type="invalid_custom_attributes",
         )

@@ -16,21 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from .contract import Answer, Question, QuestionScores
 from .engine import Branch, Engine
 from .prompts import PromptRenderer
 from .state_cache import StateCache
 
-MAX_OPTIONS = 255
 PREFIX_SEQ = 0
 QUESTION_SEQ = 1  # every question in turn; its label branches take the sequences after it
-
-
-class BudgetError(ValueError):
-    """A request needs more tokens than allowed; never truncated."""
-
-    def __init__(self, field: str, needed: int, limit: int, what: str) -> None:
-        super().__init__(f"{field}: {what} needs {needed} tokens, the limit is {limit}")
-        self.field, self.needed, self.limit = field, needed, limit
 
 
 def option_labels(count: int) -> list[str]:
@@ -40,15 +32,6 @@ def option_labels(count: int) -> list[str]:
     if count <= len(letters):
         return list(letters[:count])
     return ["".join(pair) for pair in product(letters, repeat=2)][:count]
-
-
-@dataclass(frozen=True)
-class Question:
-    """One question about the shared state, in the wire-format-neutral shape."""
-
-    question: str
-    option_ids: list[str]
-    descriptions: list[str | None]
 
 
 @dataclass
@@ -83,6 +66,21 @@ class ScoringPlan:
     def input_tokens(self, index: int) -> int:
         return len(self.prefix_tokens) + len(self.questions[index].suffix_tokens)
 
+    def answers(self, scores: list[QuestionScores], engine: Engine) -> list[Answer]:
+        """The scores with what the model read; tokens end here, as counts and text."""
+        return [
+            Answer(
+                scores=question_scores,
+                labels=question.labels,
+                prompt_sha256=question.prompt_sha256,
+                input_tokens=self.input_tokens(index),
+                full_vocab_argmax_token=engine.piece(question_scores.full_vocab_argmax_id).decode(
+                    "utf-8", "replace"
+                ),
+            )
+            for index, (question, question_scores) in enumerate(zip(self.questions, scores))
+        ]
+
 
 def build_plan(
     renderer: PromptRenderer, state: Any, questions: Sequence[Question], limit: int | None = None
@@ -106,24 +104,6 @@ def build_plan(
             )
         )
     return ScoringPlan(prefix_tokens=prefix_tokens or [], questions=plans)
-
-
-@dataclass
-class QuestionScores:
-    readout: str  # "single-token" or "label-sequence"
-    option_log_probs: np.ndarray  # full-vocabulary log-probability of each whole label
-    option_logits: np.ndarray  # what the softmax is taken over (raw logits or log-probs)
-    full_vocab_argmax_id: int
-
-    def probabilities(self, temperature: float = 1.0) -> np.ndarray:
-        scaled = self.option_logits / temperature
-        scaled = scaled - scaled.max()
-        weights = np.exp(scaled)
-        return weights / weights.sum()
-
-    @property
-    def allowed_token_mass(self) -> float:
-        return float(np.exp(self.option_log_probs).sum())
 
 
 @dataclass

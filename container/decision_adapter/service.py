@@ -1,103 +1,61 @@
-"""The served model: engine, prompt renderer and identity, and the operations the routes call."""
+"""The served model's two operations: score questions about states, and generate a chat answer.
+
+Knows no wire format: the formats turn bodies into `StateQuestion`s and `Chat`s and encode what
+comes back. Owns the engine, its admission and the state cache.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from . import __version__
 from .admission import ModelRunner
-from .calibration import Calibration, load_calibration
+from .calibration import load_calibration
+from .contract import Chat, Generated, Scored, StateQuestion, TextDelta
 from .engine import Engine, EngineConfig
-from .errors import RequestError
-from .formats import decision as decision_format
-from .formats import systemone
-from .formats.openai_chat import ChatRequest
-from .generation import GenerationResult, text_deltas
-from .model_files import ModelFile, load_model_file
-from .prompts import PROMPT_VERSION, PromptRenderer, state_text
-from .scoring import (
-    BudgetError,
-    Question,
-    QuestionScores,
-    ScoringPlan,
-    build_plan,
-    score,
-)
+from .generation import text_events
+from .identity import model_identity
+from .limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
+from .model_files import load_model_file
+from .prompts import PromptRenderer, state_text
+from .scoring import ScoringPlan, build_plan, score
 from .settings import Settings
 from .state_cache import StateCache
 from .tokenizer import TokenLimitExceeded
 
 T = TypeVar("T")
 
-# llama.cpp's `general.file_type` values for the quantizations people actually serve.
-FILE_TYPES = {
-    0: "F32",
-    1: "F16",
-    2: "Q4_0",
-    3: "Q4_1",
-    7: "Q8_0",
-    8: "Q5_0",
-    9: "Q5_1",
-    10: "Q2_K",
-    11: "Q3_K_S",
-    12: "Q3_K_M",
-    13: "Q3_K_L",
-    14: "Q4_K_S",
-    15: "Q4_K_M",
-    16: "Q5_K_S",
-    17: "Q5_K_M",
-    18: "Q6_K",
-    19: "IQ2_XXS",
-    20: "IQ2_XS",
-    24: "IQ1_S",
-    25: "IQ4_NL",
-    26: "IQ3_S",
-    28: "IQ4_XS",
-    32: "BF16",
-}
-
 
 def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 3)
 
 
-def _request_timing(groups: list[Scored]) -> dict[str, Any]:
+def _request_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
     """One request's timing: its only state's, or the states' model work added up."""
-    if len(groups) == 1:
-        return groups[0].timing
-    timing = dict(groups[0].timing)
+    if len(timings) == 1:
+        return timings[0]
+    timing = dict(timings[0])
     for key in ("prefill_ms", "branches_ms", "prefix_tokens"):
-        timing[key] = round(sum(group.timing[key] for group in groups), 3)
-    timing["state_cache"] = ",".join(group.timing["state_cache"] for group in groups)
-    timing["states"] = len(groups)
+        timing[key] = round(sum(group[key] for group in timings), 3)
+    timing["state_cache"] = ",".join(group["state_cache"] for group in timings)
+    timing["states"] = len(timings)
     return timing
 
 
-@dataclass
-class Scored:
-    plan: ScoringPlan
-    scores: list[QuestionScores]
-    timing: dict[str, Any]
-
-
 class DecisionService:
-    """Everything a request needs after validation; owns the engine and its admission."""
+    """The real model behind the `contract.ModelService` protocol."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.model_file: ModelFile = load_model_file(settings)
-        self.calibration: Calibration = load_calibration(
-            settings.calibration_temperature, self.model_file.path, self.model_file.sha256
+        model_file = load_model_file(settings)
+        calibration = load_calibration(
+            settings.calibration_temperature, model_file.path, model_file.sha256
         )
         self.engine = Engine(
-            self.model_file.path,
+            model_file.path,
             EngineConfig(
                 n_ctx=settings.n_ctx,
                 n_batch=settings.n_batch,
@@ -107,7 +65,7 @@ class DecisionService:
             ),
         )
         self.renderer = PromptRenderer(self.engine)
-        self.state_cache = StateCache(settings.state_cache_budget, model_id=self.model_file.sha256)
+        self.state_cache = StateCache(settings.state_cache_budget, model_id=model_file.sha256)
         self.runner = ModelRunner(
             max_queue=settings.max_queue,
             wait_s=settings.admission_wait_s,
@@ -118,8 +76,13 @@ class DecisionService:
         # its budget must not hold the model). llama.cpp's tokenizer only reads the vocabulary,
         # which decoding leaves alone, and releases the GIL.
         self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
-        self.model_name = self._model_name()
-        self.model_info = self._model_info()
+        self.identity = model_identity(
+            model_file,
+            self.engine,
+            settings,
+            prompt_mode=self.renderer.mode,
+            calibration=calibration,
+        )
 
     def close(self) -> None:
         self.runner.close()
@@ -134,217 +97,81 @@ class DecisionService:
     async def _prepared(self, function: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._prepare, function)
 
-    # --- identity ----------------------------------------------------------------------
-    def _model_name(self) -> str:
-        manifest = self.model_file.manifest
-        if manifest is not None:
-            return manifest.model.name
-        return self.model_file.path.stem
-
-    @property
-    def release_date(self) -> str:
-        """When this model was packaged (its manifest), else the GGUF file's date."""
-        manifest = self.model_file.manifest
-        if manifest is not None:
-            return manifest.created_at.date().isoformat()
-        modified = self.model_file.path.stat().st_mtime
-        return datetime.fromtimestamp(modified, timezone.utc).date().isoformat()
-
-    def _model_info(self) -> dict[str, Any]:
-        file_type = self.engine.metadata("general.file_type")
-        manifest = self.model_file.manifest
-        return {
-            "name": self.model_name,
-            "gguf_file": self.model_file.path.name,
-            "gguf_bytes": self.model_file.size_bytes,
-            "gguf_sha256": self.model_file.sha256,
-            "gguf_source": self.model_file.source,
-            "description": self.engine.description,
-            "quantization": FILE_TYPES.get(int(file_type), file_type) if file_type else None,
-            "context_tokens": self.engine.n_ctx,
-            "threads": self.settings.n_threads,
-            "gpu_layers": self.settings.n_gpu_layers,
-            "gpu_offload_supported": self.engine.gpu_offload,
-            "prompt_mode": self.renderer.mode,
-            "manifest": None
-            if manifest is None
-            else {
-                "spec": manifest.spec,
-                "manifest_version": manifest.manifest_version,
-                "model": manifest.model.model_dump(),
-                "tool": manifest.tool.model_dump(),
-                "created_at": manifest.created_at.isoformat(),
-            },
-            "llama_cpp_python_version": importlib.metadata.version("llama-cpp-python"),
-            "adapter_version": __version__,
-        }
-
     def stats(self) -> dict[str, Any]:
         return {
             "state_cache": self.state_cache.stats.as_dict(),
-            "engine": {
-                "decode_calls": self.engine.stats.decode_calls,
-                "tokens_decoded": self.engine.stats.tokens_decoded,
-                "decode_seconds": round(self.engine.stats.seconds, 3),
-            },
-            "admission": {
-                "in_flight": self.runner.in_flight,
-                "waiting": self.runner.waiting,
-                **self.runner.stats.as_dict(),
-            },
+            "engine": self.engine.stats.as_dict(),
+            "admission": self.runner.counters(),
         }
 
-    # --- decisions ---------------------------------------------------------------------
-    async def _score(
-        self, groups: list[tuple[Any, list[Question]]], *, field: str, what: str
-    ) -> list[Scored]:
-        """Every wire format's scoring: limits, plans, budget, admission, then the engine.
-
-        One group per distinct state: each is prefilled once and scored exactly as if it came
-        alone, all in one model job.
-        """
+    # --- scoring -----------------------------------------------------------------------
+    async def score(self, questions: Sequence[StateQuestion]) -> Scored:
+        """Limits, plans and budget, admission, then the engine. One group per distinct
+        state: each is prefilled once and scored exactly as if it came alone, all in one model
+        job."""
         received = time.perf_counter()
-        count = sum(len(questions) for _, questions in groups)
-        if count > self.settings.max_decisions:
-            raise RequestError(
-                422,
-                f"{field}: {count} {what}, at most "
-                f"{self.settings.max_decisions} per request (DECISION_MAX_DECISIONS)",
-                field=field,
-            )
+        if len(questions) > self.settings.max_decisions:
+            raise TooManyQuestions(len(questions), self.settings.max_decisions)
         limit = self.settings.request_token_limit
+
+        def plan() -> tuple[list[list[int]], list[ScoringPlan]]:
+            # Grouped by the text the model reads: states equal in Python ({"paid": true} and
+            # {"paid": 1}, 1 and 1.0, other key orders) render differently and are scored
+            # apart. A rendered state renders as itself: no second rendering.
+            groups: dict[str, list[int]] = {}
+            for index, item in enumerate(questions):
+                groups.setdefault(state_text(item.state), []).append(index)
+            plans = [
+                build_plan(self.renderer, text, [questions[i].question for i in members], limit)
+                for text, members in groups.items()
+            ]
+            return list(groups.values()), plans
+
         try:
-            plans = await self._prepared(
-                lambda: [
-                    build_plan(self.renderer, state, questions, limit)
-                    for state, questions in groups
-                ]
-            )
+            members, plans = await self._prepared(plan)
         except TokenLimitExceeded:
-            raise RequestError(
-                413,
-                f"{field}: the request needs more than {limit} tokens, the " f"limit is {limit}",
-                field=field,
-                error_type="token_limit_exceeded",
-            ) from None
+            raise over_token_budget("questions", None, limit) from None
         needed = sum(plan.total_tokens for plan in plans)
         if needed > limit:
-            error = BudgetError(field, needed, limit, "the request")
-            raise RequestError(413, str(error), field=field, error_type="token_limit_exceeded")
+            raise over_token_budget("questions", needed, limit)
         prepared_ms = _ms(received)
 
-        def score_all() -> list[tuple[list[QuestionScores], Any]]:
-            return [score(self.engine, plan, cache=self.state_cache) for plan in plans]
+        def score_all():
+            outcomes = []
+            for plan in plans:
+                scores, timing = score(self.engine, plan, cache=self.state_cache)
+                outcomes.append((plan.answers(scores, self.engine), timing))
+            return outcomes
 
         outcomes, waited_ms = await self.runner.run(score_all)
         total_ms = _ms(received)
-        return [
-            Scored(
-                plan,
-                scores,
-                {
-                    "prepare_ms": prepared_ms,
-                    "admission_wait_ms": round(waited_ms, 3),
-                    "prefill_ms": round(timing.prefill_ms, 3),
-                    "branches_ms": round(timing.branches_ms, 3),
-                    "state_cache": timing.state_cache,
-                    "total_ms": total_ms,
-                    "prefix_tokens": len(plan.prefix_tokens),
-                    "request_tokens": needed,
-                },
-            )
-            for plan, (scores, timing) in zip(plans, outcomes)
-        ]
+        answers: list[Any] = [None] * len(questions)
+        timings: list[Any] = [None] * len(questions)
+        group_timings = []
+        for group, plan, (group_answers, timing) in zip(members, plans, outcomes):
+            group_timing = {
+                "prepare_ms": prepared_ms,
+                "admission_wait_ms": round(waited_ms, 3),
+                "prefill_ms": round(timing.prefill_ms, 3),
+                "branches_ms": round(timing.branches_ms, 3),
+                "state_cache": timing.state_cache,
+                "total_ms": total_ms,
+                "prefix_tokens": len(plan.prefix_tokens),
+                "request_tokens": needed,
+            }
+            group_timings.append(group_timing)
+            for index, answer in zip(group, group_answers):
+                answers[index], timings[index] = answer, group_timing
+        return Scored(answers, timings, needed, _request_timing(group_timings))
 
-    async def decide(self, request: decision_format.DecisionRequest) -> dict[str, Any]:
-        decisions = request.items
-        field = "decision" if request.decision is not None else "decisions"
-        # Grouped by the text the model reads: states equal in Python ({"paid": true} and
-        # {"paid": 1}, 1 and 1.0, other key orders) render differently and are scored apart.
-        groups: dict[str, list[int]] = {}
-        texts = await self._prepared(lambda: [state_text(d.state) for d in decisions])
-        for index, text in enumerate(texts):  # rendering a 1 MB state takes 0.2 s: off the loop
-            groups.setdefault(text, []).append(index)
-        scored = await self._score(  # a rendered state renders as itself: no second rendering
-            [
-                (text, [decisions[i].as_question() for i in members])
-                for text, members in groups.items()
-            ],
-            field=field,
-            what="decisions",
-        )
-        results: list[dict[str, Any]] = [{}] * len(decisions)
-        for members, group in zip(groups.values(), scored):
-            for position, index in enumerate(members):
-                results[index] = decision_format.encode_result(
-                    decisions[index],
-                    group.scores[position],
-                    group.plan,
-                    position,
-                    engine_piece=self.engine.piece,
-                    model=self.model_info,
-                    timing=group.timing,
-                    prompt_version=PROMPT_VERSION,
-                    temperature=self.calibration.temperature,
-                )
-        if request.decision is not None:
-            return {"result": results[0]}
-        return {"results": results, "timing": _request_timing(scored)}
-
-    async def system_one(self, request: systemone.SystemOneRequest) -> dict[str, Any]:
-        if request.model not in (self.model_name, systemone.MODEL_ALIAS):
-            raise RequestError(
-                404,
-                f"model: {request.model!r} is not served here; use {self.model_name!r} or "
-                f"{systemone.MODEL_ALIAS!r} (GET /v1/models)",
-                field="model",
-                error_type="model_not_found",
-            )
-        questions = list(request.questions.values())
-        (scored,) = await self._score(
-            [(request.state, [q.as_question() for q in questions])],
-            field="questions",
-            what="questions",
-        )
-        temperature = self.calibration.temperature
-        answers = {
-            question_id: systemone.encode_answer(question, scores, plan, temperature=temperature)
-            for question_id, question, scores, plan in zip(
-                request.questions, questions, scored.scores, scored.plan.questions
-            )
-        }
-        return systemone.encode_response(
-            model=self.model_name,
-            answers=answers,
-            # Every token the model read: the shared state once, each question, label branches.
-            input_tokens=scored.plan.total_tokens,
-            extensions={
-                "calibration": self.calibration.as_extension(),
-                "prompt_version": PROMPT_VERSION,
-                "timing": scored.timing,
-                "model_info": self.model_info,
-            },
-        )
-
-    def models(self) -> dict[str, Any]:
-        info = self.model_info
-        description = f"{info['description']} ({self.renderer.mode} prompt), served by llama.cpp"
-        return systemone.encode_models(
-            name=self.model_name,
-            description=description,
-            release_date=self.release_date,
-            extensions={
-                "gguf_sha256": info["gguf_sha256"],
-                "context_tokens": info["context_tokens"],
-            },
-        )
-
-    # --- chat --------------------------------------------------------------------------
-    async def prepare_chat(self, request: ChatRequest) -> tuple[list[int], int]:
+    # --- generation --------------------------------------------------------------------
+    async def generate(self, chat: Chat) -> AsyncIterator[TextDelta | Generated]:
+        """Text as it is sampled, then the finished generation. Limits are checked and the
+        model admitted on the first `anext`, before anything is sent."""
         limit = self.settings.request_token_limit
 
         def tokens_of_prompt() -> list[int]:
-            messages = [{"role": m.role, "content": m.text} for m in request.messages]
+            messages = [{"role": role, "content": text} for role, text in chat.messages]
             return self.renderer.tokens(
                 self.renderer.chat(messages).prefix, starts_prompt=True, limit=limit
             )
@@ -352,38 +179,33 @@ class DecisionService:
         try:
             tokens = await self._prepared(tokens_of_prompt)
         except TokenLimitExceeded:
-            tokens = None
-        if tokens is None or len(tokens) >= limit:
-            needed = f"more than {limit}" if tokens is None else str(len(tokens))
-            raise RequestError(
-                413,
-                f"messages: the prompt needs {needed} tokens, the limit is {limit}",
-                field="messages",
-                error_type="token_limit_exceeded",
-            )
+            raise over_token_budget("prompt", None, limit) from None
+        if len(tokens) >= limit:
+            raise over_token_budget("prompt", len(tokens), limit)
         cap = self.settings.max_chat_tokens
-        max_tokens = request.token_limit(cap)
-        if max_tokens > cap:
-            field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
-            raise RequestError(
-                422,
-                f"{field}: {max_tokens} requested, at most {cap} " "(DECISION_MAX_CHAT_TOKENS)",
-                field=field,
-            )
+        requested = chat.max_tokens or cap
+        if requested > cap:
+            raise too_many_tokens_requested(requested, cap)
         # Generation stops at the context's end; report that as finish_reason "length".
-        return tokens, min(max_tokens, limit - len(tokens))
+        max_tokens = min(requested, limit - len(tokens))
+        seed = chat.seed if chat.seed is not None else time.time_ns() & 0xFFFFFFFF
 
-    def chat_deltas(
-        self, request: ChatRequest, tokens: list[int], max_tokens: int, result: GenerationResult
-    ) -> Iterator[str]:
-        """Runs on the model thread: sample and decode the answer text piece by piece."""
-        sampled = self.engine.generate(
-            tokens,
-            max_tokens=max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            top_k=request.top_k,
-            seed=request.seed if request.seed is not None else time.time_ns() & 0xFFFFFFFF,
-        )
-        stops = request.stop or self.renderer.chat_stops
-        return text_deltas(sampled, self.engine.piece, stops, max_tokens, result)
+        def produce():
+            """On the model thread: sample and decode the answer text piece by piece."""
+            sampled = self.engine.generate(
+                tokens,
+                max_tokens=max_tokens,
+                temperature=chat.temperature,
+                top_p=chat.top_p,
+                top_k=chat.top_k,
+                seed=seed,
+            )
+            stops = chat.stop or self.renderer.chat_stops
+            return text_events(sampled, self.engine.piece, stops, max_tokens, len(tokens))
+
+        events = self.runner.stream(produce)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()

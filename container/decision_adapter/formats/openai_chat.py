@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+
+from ..admission import ShuttingDown
+from ..contract import Chat, Generated, ModelService, TextDelta
+from ..limits import LimitExceeded
+from .base import Call, EventStream, WireFormat
 
 
 class TextPart(BaseModel):
@@ -51,23 +58,29 @@ class ChatRequest(BaseModel):
             raise ValueError("at most 4 non-empty stop strings")
         return stops
 
-    def token_limit(self, default: int) -> int:
-        return self.max_completion_tokens or self.max_tokens or default
+    def as_chat(self) -> Chat:
+        return Chat(
+            messages=[(m.role, m.text) for m in self.messages],
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            stop=self.stop,
+        )
+
+    def field_of(self, error: LimitExceeded) -> str:
+        """The field a limit names: the prompt is the messages; the cap names what was sent."""
+        if error.subject != "max_tokens":
+            return "messages"
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
 
 
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
 
-def encode_completion(
-    *,
-    cid: str,
-    model: str,
-    text: str,
-    finish_reason: str,
-    prompt_tokens: int,
-    completion_tokens: int,
-) -> dict[str, Any]:
+def encode_completion(*, cid: str, model: str, result: Generated) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "chat.completion",
@@ -76,16 +89,12 @@ def encode_completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish_reason,
+                "message": {"role": "assistant", "content": result.text},
+                "finish_reason": result.finish_reason,
                 "logprobs": None,
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": usage(result),
     }
 
 
@@ -107,3 +116,77 @@ def encode_chunk(
     if usage is not None:
         chunk["usage"] = usage
     return chunk
+
+
+def sse(payload: dict[str, Any] | str) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+
+def usage(result: Generated) -> dict[str, int]:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+    }
+
+
+class ChatFormat(WireFormat):
+    async def answer(
+        self, request: ChatRequest, service: ModelService, call: Call
+    ) -> dict[str, Any] | EventStream:
+        model = request.model or service.identity.name
+        cid = completion_id()
+        events = service.generate(request.as_chat())
+        try:  # limits, then admission: a 4xx or a 503 is still possible here
+            first = await anext(events)
+        except LimitExceeded as error:
+            raise error.at(request.field_of(error)) from None
+        call.log.update(kind="chat")
+        if request.stream:
+            return EventStream(self._stream(first, events, cid, model, call))
+        try:
+            event = first
+            while not isinstance(event, Generated):
+                if call.is_disconnected is not None and await call.is_disconnected():
+                    return {}  # nobody is waiting: free the model instead of finishing
+                event = await anext(events)
+        finally:
+            await events.aclose()
+        call.log.update(
+            prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens
+        )
+        return encode_completion(cid=cid, model=model, result=event)
+
+    async def _stream(
+        self,
+        first: TextDelta | Generated,
+        events: AsyncIterator[TextDelta | Generated],
+        cid: str,
+        model: str,
+        call: Call,
+    ) -> AsyncIterator[str]:
+        def chunk(delta: dict[str, Any], **fields: Any) -> str:
+            return sse(encode_chunk(cid=cid, model=model, delta=delta, **fields))
+
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            event = first
+            while isinstance(event, TextDelta):
+                yield chunk({"content": event.text})
+                try:
+                    event = await anext(events)
+                except ShuttingDown as error:  # the status is sent: end with an error event
+                    message = {"message": str(error), "type": "server_shutting_down"}
+                    yield sse({"error": {**message, "retryable": True}})
+                    yield sse("[DONE]")
+                    return
+            call.log.update(
+                prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens
+            )
+            yield chunk({}, finish_reason=event.finish_reason, usage=usage(event))
+            yield sse("[DONE]")
+        finally:
+            await events.aclose()
+
+
+FORMAT = ChatFormat("chat", ChatRequest, shape_keys=("messages",), shape_text="`messages` (chat)")

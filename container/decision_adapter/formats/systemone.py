@@ -16,7 +16,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
-from ..scoring import MAX_OPTIONS, Question, QuestionPlan, QuestionScores
+from ..contract import MAX_OPTIONS, Answer, ModelIdentity, ModelService, Question, StateQuestion
+from ..errors import RequestError
+from .base import Call, WireFormat, score
 from .fields import OptionName, check_unique_names, is_blank
 
 MODEL_ALIAS = "jev-latest"  # the SDKs' default model name; served by whatever model we serve
@@ -169,15 +171,16 @@ def _unit(value: float) -> float:
 
 # --- encoders ----------------------------------------------------------------------------
 def encode_answer(
-    question: SystemOneQuestion, scores: QuestionScores, plan: QuestionPlan, *, temperature: float
+    question: SystemOneQuestion, answer: Answer, *, temperature: float
 ) -> dict[str, Any]:
+    scores = answer.scores
     return {
         **question.answer(scores.probabilities(temperature)),
         # What the softmax was taken over: raw label logits, or whole-label log-probabilities.
         "x_logits": dict(zip(question.option_keys, scores.option_logits.tolist())),
         "x_readout": scores.readout,
         "x_temperature": temperature,
-        "x_prompt_sha256": plan.prompt_sha256,
+        "x_prompt_sha256": answer.prompt_sha256,
     }
 
 
@@ -233,3 +236,67 @@ def error_body(
             loc = ["body"] if field in (None, "body") else ["body", field]
         return 422, {"detail": [{"loc": loc, "msg": message, "type": error_type}]}
     return status, {"detail": {"error_type": error_type, "message": message}}
+
+
+class SystemOneFormat(WireFormat):
+    async def answer(
+        self, request: SystemOneRequest, service: ModelService, call: Call
+    ) -> dict[str, Any]:
+        model = service.identity
+        if request.model not in (model.name, MODEL_ALIAS):
+            raise RequestError(
+                404,
+                f"model: {request.model!r} is not served here; use {model.name!r} or "
+                f"{MODEL_ALIAS!r} (GET /v1/models)",
+                field="model",
+                error_type="model_not_found",
+            )
+        questions = list(request.questions.values())
+        scored = await score(
+            service,
+            [StateQuestion(request.state, q.as_question()) for q in questions],
+            field="questions",
+            noun="questions",
+        )
+        call.log.update(kind="systemone", questions=len(questions), **scored.timing)
+        temperature = model.calibration.temperature
+        answers = {
+            question_id: encode_answer(question, answer, temperature=temperature)
+            for question_id, question, answer in zip(request.questions, questions, scored.answers)
+        }
+        return encode_response(
+            model=model.name,
+            answers=answers,
+            input_tokens=scored.input_tokens,
+            extensions={
+                "calibration": model.calibration.as_extension(),
+                "prompt_version": model.prompt_version,
+                "timing": scored.timing,
+                "model_info": model.info,
+            },
+        )
+
+    def models(self, model: ModelIdentity) -> dict[str, Any]:
+        return encode_models(
+            name=model.name,
+            description=model.description,
+            release_date=model.release_date,
+            extensions={
+                "gguf_sha256": model.info["gguf_sha256"],
+                "context_tokens": model.info["context_tokens"],
+            },
+        )
+
+    def error_body(self, status: int, message: str, **error: Any) -> tuple[int, dict[str, Any]]:
+        # FastAPI's shapes have no place for the adapter's `retryable` and `detail`.
+        return error_body(
+            status, error["error_type"], message, error.get("field"), error.get("location")
+        )
+
+    def validation_error_body(self, error: ValidationError) -> tuple[int, dict[str, Any]]:
+        return 422, validation_error_body(error)
+
+
+FORMAT = SystemOneFormat(
+    "systemone", SystemOneRequest, shape_keys=("questions",), shape_text="`questions` (System One)"
+)

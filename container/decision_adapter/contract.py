@@ -1,0 +1,127 @@
+"""What the model service takes and returns: questions about a state, chats, their results and
+the model's identity. No llama.cpp here: the wire formats import this module, never the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from .calibration import Calibration
+
+MAX_OPTIONS = 255
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question about a state, in the wire-format-neutral shape."""
+
+    question: str
+    option_ids: list[str]
+    descriptions: list[str | None]
+
+
+@dataclass(frozen=True)
+class StateQuestion:
+    """A question and the state it is asked about (a string, or JSON to render)."""
+
+    state: Any
+    question: Question
+
+
+@dataclass
+class QuestionScores:
+    readout: str  # "single-token" or "label-sequence"
+    option_log_probs: np.ndarray  # full-vocabulary log-probability of each whole label
+    option_logits: np.ndarray  # what the softmax is taken over (raw logits or log-probs)
+    full_vocab_argmax_id: int
+
+    def probabilities(self, temperature: float = 1.0) -> np.ndarray:
+        scaled = self.option_logits / temperature
+        scaled = scaled - scaled.max()
+        weights = np.exp(scaled)
+        return weights / weights.sum()
+
+    @property
+    def allowed_token_mass(self) -> float:
+        return float(np.exp(self.option_log_probs).sum())
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One question's result: the option scores and what the model read, as text and counts."""
+
+    scores: QuestionScores
+    labels: list[str]
+    prompt_sha256: str
+    input_tokens: int  # the state prefix and this question's suffix
+    full_vocab_argmax_token: str  # the model's unrestricted next token, decoded
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A batch's answers in request order; each question's state group gives its timing."""
+
+    answers: list[Answer]
+    timings: list[dict[str, Any]]  # per question: the timing of its state's group
+    input_tokens: int
+    timing: dict[str, Any]  # the whole request's
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A conversation to continue, and how to sample the answer."""
+
+    messages: list[tuple[str, str]]  # (role, text)
+    max_tokens: int | None  # None: the configured cap
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Generated:
+    """A finished generation; the last event of every generation stream."""
+
+    text: str
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """Who answers: reported by /ping, /v1/models and inside every result."""
+
+    name: str
+    description: str
+    release_date: str
+    prompt_version: str
+    calibration: Calibration = field(default_factory=Calibration)
+    info: dict[str, Any] = field(default_factory=dict)  # GGUF, quantization, versions
+
+
+class ModelService(Protocol):
+    """The model's two operations, plus what serving needs around them."""
+
+    identity: ModelIdentity
+
+    async def score(self, questions: Sequence[StateQuestion]) -> Scored: ...
+
+    def generate(self, chat: Chat) -> AsyncIterator[TextDelta | Generated]: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def stop_work(self) -> None: ...
+
+    def close(self) -> None: ...

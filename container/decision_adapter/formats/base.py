@@ -1,0 +1,104 @@
+"""What a wire format is: a request schema, how a request becomes the service's questions or
+chat, how the results are encoded, and the body its errors are written in. Each route is bound
+to one format; adding a format is its module and a line in the app's route list."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..contract import ModelService, Scored, StateQuestion
+from ..errors import RequestError, validation_details
+from ..limits import LimitExceeded, TooManyQuestions
+
+
+@dataclass
+class Call:
+    """What a format may use of the HTTP request it answers."""
+
+    log: dict[str, Any] = field(default_factory=dict)  # fields for the request's log line
+    is_disconnected: Callable[[], Awaitable[bool]] | None = None
+
+
+@dataclass(frozen=True)
+class EventStream:
+    """A streamed answer: server-sent events, already encoded."""
+
+    events: AsyncIterator[str]
+    media_type: str = "text/event-stream"
+
+
+class WireFormat:
+    """The adapter's own error body; formats with their own conventions override it.
+
+    `shape_keys`: top-level keys that mark a body as written in this format on /invocations;
+    `shape_text`: those keys as the "expected one of" message names them.
+    """
+
+    def __init__(
+        self,
+        name: str = "",
+        schema: type[BaseModel] = BaseModel,
+        *,
+        shape_keys: tuple[str, ...] = (),
+        shape_text: str = "",
+    ) -> None:
+        self.name, self.schema = name, schema
+        self.shape_keys, self.shape_text = shape_keys, shape_text
+
+    def parse(self, body: Any) -> BaseModel:
+        if not isinstance(body, dict):
+            raise RequestError(422, "body: expected a JSON object", field="body")
+        return self.schema.model_validate(body)
+
+    async def answer(
+        self, request: Any, service: ModelService, call: Call
+    ) -> dict[str, Any] | EventStream:
+        raise NotImplementedError
+
+    def error_body(
+        self,
+        status: int,
+        message: str,
+        *,
+        error_type: str,
+        field: str | None = None,
+        retryable: bool = False,
+        detail: list | None = None,
+        location: tuple | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        body: dict[str, Any] = {"error": message, "error_type": error_type, "retryable": retryable}
+        if field is not None:
+            body["field"] = field
+        if detail is not None:
+            body["detail"] = detail
+        return status, body
+
+    def validation_error_body(self, error: ValidationError) -> tuple[int, dict[str, Any]]:
+        detail = validation_details(error)
+        where = detail[0]["field"] or "body"
+        return self.error_body(
+            422,
+            f"{where}: {detail[0]['message']}",
+            error_type="validation_error",
+            field=where,
+            detail=detail,
+        )
+
+
+ADAPTER_ERRORS = WireFormat()  # for routes that take no body (/stats) and unknown bodies
+
+
+async def score(
+    service: ModelService, questions: Sequence[StateQuestion], *, field: str, noun: str
+) -> Scored:
+    """The service's scoring, its limits named by the field that holds the questions."""
+    try:
+        return await service.score(questions)
+    except TooManyQuestions as error:
+        raise error.at(field, noun) from None
+    except LimitExceeded as error:
+        raise error.at(field) from None

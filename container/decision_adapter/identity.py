@@ -1,0 +1,95 @@
+"""The served model's identity, read once at load from its file, manifest and engine."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from datetime import datetime, timezone
+
+from . import __version__
+from .calibration import Calibration
+from .contract import ModelIdentity
+from .engine import Engine
+from .model_files import ModelFile
+from .prompts import PROMPT_VERSION
+from .settings import Settings
+
+# llama.cpp's `general.file_type` values for the quantizations people actually serve.
+FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    28: "IQ4_XS",
+    32: "BF16",
+}
+
+
+def release_date(model_file: ModelFile) -> str:
+    """When this model was packaged (its manifest), else the GGUF file's date."""
+    if model_file.manifest is not None:
+        return model_file.manifest.created_at.date().isoformat()
+    modified = model_file.path.stat().st_mtime
+    return datetime.fromtimestamp(modified, timezone.utc).date().isoformat()
+
+
+def model_identity(
+    model_file: ModelFile,
+    engine: Engine,
+    settings: Settings,
+    *,
+    prompt_mode: str,
+    calibration: Calibration,
+) -> ModelIdentity:
+    manifest = model_file.manifest
+    name = manifest.model.name if manifest is not None else model_file.path.stem
+    file_type = engine.metadata("general.file_type")
+    info = {
+        "name": name,
+        "gguf_file": model_file.path.name,
+        "gguf_bytes": model_file.size_bytes,
+        "gguf_sha256": model_file.sha256,
+        "gguf_source": model_file.source,
+        "description": engine.description,
+        "quantization": FILE_TYPES.get(int(file_type), file_type) if file_type else None,
+        "context_tokens": engine.n_ctx,
+        "threads": settings.n_threads,
+        "gpu_layers": settings.n_gpu_layers,
+        "gpu_offload_supported": engine.gpu_offload,
+        "prompt_mode": prompt_mode,
+        "manifest": None
+        if manifest is None
+        else {
+            "spec": manifest.spec,
+            "manifest_version": manifest.manifest_version,
+            "model": manifest.model.model_dump(),
+            "tool": manifest.tool.model_dump(),
+            "created_at": manifest.created_at.isoformat(),
+        },
+        "llama_cpp_python_version": importlib.metadata.version("llama-cpp-python"),
+        "adapter_version": __version__,
+    }
+    return ModelIdentity(
+        name=name,
+        description=f"{engine.description} ({prompt_mode} prompt), served by llama.cpp",
+        release_date=release_date(model_file),
+        prompt_version=PROMPT_VERSION,
+        calibration=calibration,
+        info=info,
+    )

@@ -1,0 +1,285 @@
+"""The HTTP layer in process, over a fake service: routing, auth, error bodies per format,
+limits, /ping and OpenAPI. The model's own behaviour is tested over the real GGUF elsewhere."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from decision_adapter.admission import Busy
+from decision_adapter.app import ROUTES, create_app
+from decision_adapter.limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
+from decision_adapter.model_files import ModelFileError
+from starlette.testclient import TestClient
+
+from tests.conftest import API_KEY as KEY
+from tests.fake_service import (
+    IDENTITY,
+    REPLY,
+    FakeService,
+    app_client,
+    settings,
+    wait_for_ping,
+)
+
+ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+DECISION = {
+    "decision": {
+        "id": "d",
+        "state": "s",
+        "question": "q?",
+        "options": [{"id": "a"}, {"id": "b"}],
+    }
+}
+SYSTEM_ONE = {
+    "model": "jev-latest",
+    "state": "s",
+    "questions": {
+        "ok": {"type": "noul"},
+        "team": {"type": "choice", "criteria": {"x": "one", "y": "two"}},
+    },
+}
+CHAT = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 4}
+
+
+@pytest.fixture(scope="module")
+def client(in_process):
+    return in_process
+
+
+@pytest.fixture(scope="module")
+def secured(secured_in_process):
+    return secured_in_process
+
+
+# --- routing ---------------------------------------------------------------------------
+def test_invocations_picks_the_format_by_the_body_shape(client):
+    decided = client.post("/invocations", json=DECISION).json()
+    assert decided["result"]["id"] == "d" and decided["result"]["option_ids"] == ["a", "b"]
+    answered = client.post("/invocations", json=SYSTEM_ONE).json()
+    assert set(answered["answers"]) == {"ok", "team"} and answered["model"] == IDENTITY.name
+    chatted = client.post("/invocations", json=CHAT).json()
+    assert chatted["object"] == "chat.completion"
+    assert chatted["choices"][0]["message"]["content"] == "".join(REPLY)
+
+
+def test_a_body_of_no_known_shape_is_a_422_naming_the_shapes(client):
+    for body in ({"something": "else"}, [1, 2, 3]):
+        response = client.post("/invocations", json=body)
+        assert response.status_code == 422 and response.json()["field"] == "body"
+    assert "`messages` (chat)" in response.json()["error"]
+
+
+def test_custom_attributes_force_the_format_and_are_echoed(client):
+    forced = client.post("/invocations", json=SYSTEM_ONE, headers={ATTRIBUTES: "format=decision"})
+    assert forced.status_code == 422 and forced.json()["field"] == "model"  # decision's shape
+    assert forced.headers[ATTRIBUTES] == "format=decision"
+    malformed = client.post(
+        "/invocations",
+        content=b"{",
+        headers={ATTRIBUTES: "format=systemone", "Content-Type": "application/json"},
+    )
+    assert malformed.status_code == 422 and malformed.json()["detail"][0]["loc"] == ["body"]
+    unknown = client.post("/invocations", json=DECISION, headers={ATTRIBUTES: "format=xml"})
+    assert unknown.status_code == 400
+    assert unknown.json()["error_type"] == "invalid_custom_attributes"
+
+
+def test_the_service_gets_the_questions_in_request_order():
+    service = FakeService()
+    with app_client(lambda _: service) as client:
+        client.post("/v1/systemone", json=SYSTEM_ONE)
+    (questions,) = service.scored
+    assert [q.question.option_ids for q in questions] == [["true", "false"], ["x", "y"]]
+    assert {q.state for q in questions} == {"s"} and service.closed
+
+
+def test_a_streamed_chat_is_server_sent_events_ending_with_the_result(client):
+    with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    texts = [c["choices"][0]["delta"].get("content") for c in chunks]
+    assert texts == ["", *REPLY, None]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+
+
+# --- auth ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("POST", "/v1/systemone", SYSTEM_ONE),
+        ("GET", "/v1/models", None),
+        ("POST", "/v1/chat/completions", CHAT),
+        ("GET", "/stats", None),
+    ],
+)
+def test_with_a_key_the_public_routes_need_it(secured, method, path, body):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        refused = secured.request(method, path, json=body, headers=headers)
+        assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+    shape = refused.json()
+    if path in ("/v1/systemone", "/v1/models"):
+        assert shape["detail"]["error_type"] == "authentication_error"
+    else:
+        assert shape["field"] == "Authorization"
+    allowed = secured.request(method, path, json=body, headers={"Authorization": f"Bearer {KEY}"})
+    assert allowed.status_code == 200
+
+
+def test_with_a_key_the_sagemaker_routes_stay_open(secured):
+    assert secured.get("/ping").status_code == 200
+    assert secured.post("/invocations", json=DECISION).status_code == 200
+
+
+def test_without_a_key_an_authorization_header_is_ignored(client):
+    response = client.post(
+        "/v1/systemone", json=SYSTEM_ONE, headers={"Authorization": "Bearer anything"}
+    )
+    assert response.status_code == 200
+
+
+# --- errors in each format's shape -----------------------------------------------------
+@pytest.mark.parametrize(
+    "error,path,body,status,field",
+    [
+        (TooManyQuestions(40, 32), "/invocations", DECISION, 422, "decision"),
+        (over_token_budget("questions", 9000, 8192), "/invocations", DECISION, 413, "decision"),
+        (over_token_budget("prompt", None, 8192), "/v1/chat/completions", CHAT, 413, "messages"),
+        (too_many_tokens_requested(4, 2), "/v1/chat/completions", CHAT, 422, "max_tokens"),
+        (
+            too_many_tokens_requested(4, 2),
+            "/v1/chat/completions",
+            {**CHAT, "max_completion_tokens": 4},
+            422,
+            "max_completion_tokens",
+        ),
+    ],
+)
+def test_limits_name_the_field_of_the_format(error, path, body, status, field):
+    with app_client(lambda _: FakeService(fails_with=error)) as client:
+        response = client.post(path, json=body)
+    assert response.status_code == status
+    payload = response.json()
+    assert payload["field"] == field and payload["error"].startswith(f"{field}: ")
+
+
+def test_limits_in_system_one_are_its_shapes():
+    with app_client(lambda _: FakeService(fails_with=TooManyQuestions(40, 32))) as client:
+        too_many = client.post("/v1/systemone", json=SYSTEM_ONE)
+    assert too_many.status_code == 422
+    assert too_many.json()["detail"][0]["loc"] == ["body", "questions"]
+    assert "40 questions, at most 32" in too_many.json()["detail"][0]["msg"]
+    over = over_token_budget("questions", 9000, 8192)
+    with app_client(lambda _: FakeService(fails_with=over)) as client:
+        over_budget = client.post("/v1/systemone", json=SYSTEM_ONE)
+    assert over_budget.status_code == 413
+    assert over_budget.json()["detail"]["error_type"] == "token_limit_exceeded"
+
+
+def test_a_busy_model_is_a_503_with_retry_after_in_each_format():
+    with app_client(lambda _: FakeService(fails_with=Busy(retry_after_s=3))) as client:
+        adapter = client.post("/invocations", json=DECISION)
+        system_one = client.post("/v1/systemone", json=SYSTEM_ONE)
+        chat = client.post("/v1/chat/completions", json=CHAT)
+    for response in (adapter, system_one, chat):
+        assert response.status_code == 503 and response.headers["retry-after"] == "3"
+    assert adapter.json()["retryable"] is True and chat.json()["error_type"] == "overloaded"
+    assert system_one.json()["detail"]["error_type"] == "overloaded"
+
+
+def test_an_unknown_model_is_a_404_naming_the_served_ones(client):
+    response = client.post("/v1/systemone", json={**SYSTEM_ONE, "model": "gpt-9"})
+    assert response.status_code == 404
+    assert IDENTITY.name in response.json()["detail"]["message"]
+
+
+@pytest.mark.parametrize(
+    "path,body,field",
+    [
+        ("/v1/chat/completions", {"messages": []}, "messages"),
+        ("/v1/chat/completions", {**CHAT, "temperature": 9}, "temperature"),
+        (
+            "/invocations",
+            {"decision": {**DECISION["decision"], "question": 42}},
+            "decision.question",
+        ),
+    ],
+)
+def test_validation_errors_name_the_field(client, path, body, field):
+    response = client.post(path, json=body)
+    assert response.status_code == 422 and response.json()["field"] == field
+    assert response.json()["error_type"] == "validation_error"
+
+
+def test_system_one_validation_errors_are_a_detail_list(client):
+    response = client.post("/v1/systemone", json={**SYSTEM_ONE, "questions": {}})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "questions"]
+
+
+# --- limits on the body ----------------------------------------------------------------
+def test_a_body_over_the_limit_is_a_413_declared_or_chunked():
+    with app_client(max_body_bytes=1024) as client:
+        declared = client.post("/invocations", content=b"{" + b" " * 2000 + b"}")
+        chunked = client.post("/invocations", content=iter([b"{", b" " * 2000, b"}"]))
+    for response in (declared, chunked):
+        assert response.status_code == 413 and response.json()["field"] == "body"
+        assert response.json()["error_type"] == "body_too_large"
+
+
+def test_a_body_of_another_media_type_is_a_415(client):
+    response = client.post(
+        "/invocations", content=b"decision=1", headers={"Content-Type": "text/plain"}
+    )
+    assert response.status_code == 415 and response.json()["field"] == "Content-Type"
+
+
+# --- /ping and loading -----------------------------------------------------------------
+def test_ping_is_503_loading_until_the_service_is_built_then_names_the_model():
+    loaded = threading.Event()
+
+    def slow_factory(_settings):
+        loaded.wait(10)
+        return FakeService()
+
+    with app_client(slow_factory, ready=False) as client:
+        loading = client.get("/ping")
+        busy = client.get("/v1/models")
+        loaded.set()
+        wait_for_ping(client)
+        ready = client.get("/ping")
+    assert loading.status_code == 503 and loading.json() == {"status": "loading"}
+    assert busy.status_code == 503
+    assert ready.json() == {"status": "ok", "model": IDENTITY.name}
+
+
+def test_a_service_that_cannot_load_reports_one_line():
+    reasons: list[str] = []
+
+    def broken(_settings):
+        raise ModelFileError("model directory /x is\nnot a directory")
+
+    app = create_app(settings(), service_factory=broken, on_startup_failure=reasons.append)
+    with TestClient(app) as client:
+        assert client.get("/ping").status_code == 503
+    assert reasons == ["model directory /x is not a directory"]
+
+
+def test_models_lists_the_model_and_its_alias(client):
+    names = [m["name"] for m in client.get("/v1/models").json()["models"]]
+    assert names == [IDENTITY.name, "jev-latest"]
+
+
+# --- OpenAPI ---------------------------------------------------------------------------
+def test_the_openapi_document_describes_every_route(client):
+    document = client.get("/openapi.json").json()
+    assert set(document["paths"]) == {route.path for route in ROUTES}
+    for path, method in (("/invocations", "post"), ("/v1/systemone", "post")):
+        assert "requestBody" in document["paths"][path][method]
+    assert {"DecisionRequest", "SystemOneRequest", "ChatRequest"} <= set(
+        document["components"]["schemas"]
+    )
