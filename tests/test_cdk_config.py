@@ -224,7 +224,7 @@ def test_images_must_be_private_ecr_with_a_full_sha256_digest(image):
 def test_model_data_must_be_an_s3_tar_gz_uri(uri):
     message = rejected(**{**RELEASE, "modelDataUri": uri})
     assert f"{uri!r} is not a model archive URI: expected s3://<bucket>/<key>.tar.gz " in message
-    assert "(the URI that `python -m ops build model` prints)" in message
+    assert ".tar.gz (the URI that `python -m ops build model` prints) [" in message
 
 
 def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
@@ -331,7 +331,7 @@ def test_unknown_keys_in_a_section_fail_rather_than_being_ignored():
 
 
 def test_endpoint_names_must_be_valid_and_distinct():
-    assert "not a SageMaker endpoint name" in rejected(
+    assert "'decision_cpu' is not a SageMaker endpoint name" in rejected(
         decisionCpuEndpoint={"endpointName": "decision_cpu"}
     )
     assert "endpoint names must differ" in rejected(

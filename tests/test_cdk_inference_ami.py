@@ -119,9 +119,11 @@ def test_the_parser_reads_name_accelerator_driver_and_cuda_major_minor():
         "<li> <p>NVIDIA driver version: 550</p> </li>"
         "<li> <p>CUDA version: 12.4.1</p> </li>"
         "</ul> </dd><dt>al2-ami-example-cpu-1</dt> <dd> <ul>"
-        "<li> <p>Accelerator: None</p> </li></ul> </dd></dl>"
+        "<li> <p>Accelerator: None</p> </li></ul> </dd>"
+        "<dt>al2-ami-example-bare-1</dt> <dd> <ul><li> <p>Kernel: 6.1</p> </li></ul> </dd></dl>"
     )
-    gpu, cpu = parse_ami_documentation(documentation).values()
+    gpu, cpu, bare = parse_ami_documentation(documentation).values()
+    assert (bare.accelerator, bare.nvidia_driver, bare.cuda) == ("", None, None)
     assert (gpu.name, gpu.accelerator, gpu.nvidia_driver, gpu.cuda) == (
         "al2-ami-example-gpu-1",
         "GPU (NVIDIA: L4)",
