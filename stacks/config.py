@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from stacks import capacity
 from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
 from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
 from stacks.inference_amis import check_ami_runs_cuda
@@ -165,8 +166,10 @@ class Autoscaling(_Config):
 
 class Alarms(_Config):
     server_errors_per_5_minutes: int = Field(
-        1, ge=1, description="Invocation5XXErrors alarm threshold"
+        1, ge=1, description="Invocation5XXErrors alarm threshold (less backpressure 503s)"
     )
+    # Decision endpoints: share of requests refused for backpressure (503) that alarms.
+    overloaded_percent: float = Field(5.0, gt=0, le=100)
     model_latency_p90_ms: int = Field(10_000, ge=1, le=3_600_000)
     evaluation_periods: int = Field(2, ge=1, le=100)
     topic_arn: str | None = Field(
@@ -221,8 +224,52 @@ class TextGenerationEndpoint(EndpointSettings):
         return self
 
 
-class DecisionCpuEndpoint(EndpointSettings):
+class _MeasuredDecisionEndpoint(EndpointSettings):
+    """A decision endpoint whose admission queue and wait, autoscaling target and latency
+    threshold default to the derivation from its measured throughput (stacks/capacity.py);
+    a value given in the config wins."""
+
+    measurement: ClassVar[str]
+    max_queue: int = Field(ge=0, le=1024)  # DECISION_MAX_QUEUE
+    admission_wait_s: float = Field(ge=0.0, le=60.0)  # DECISION_ADMISSION_WAIT_S
+
+    @model_validator(mode="before")
+    @classmethod
+    def _measured_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        derived = capacity.for_endpoint(cls.measurement)
+        data = _with_default(data, "max_queue", derived.max_queue)
+        data = _with_default(data, "admission_wait_s", derived.admission_wait_s)
+        for key, field, value in (
+            ("autoscaling", "invocations_per_instance", derived.invocations_per_instance),
+            ("alarms", "model_latency_p90_ms", derived.model_latency_p90_ms),
+        ):
+            nested = _given(data, key)
+            if nested is None or isinstance(nested, Mapping):
+                data = {**_without(data, key), key: _with_default(nested or {}, field, value)}
+        return data
+
+
+def _given(data: Mapping[str, Any], field: str) -> Any:
+    return data.get(field, data.get(to_camel(field)))
+
+
+def _without(data: Mapping[str, Any], field: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in (field, to_camel(field))}
+
+
+def _with_default(data: Mapping[str, Any], field: str, value: Any) -> dict[str, Any]:
+    """`data` with `field` set to `value` unless given (snake_case or camelCase)."""
+    if _given(data, field) is not None:
+        return dict(data)
+    return {**data, field: value}
+
+
+class DecisionCpuEndpoint(_MeasuredDecisionEndpoint):
     """The decision endpoint on one fixed CPU instance type."""
+
+    measurement = "decision-cpu"
 
     endpoint_name: EndpointName = "decision-models-decision-cpu"
     instance_type: InstanceType = "ml.c6i.2xlarge"
@@ -236,8 +283,10 @@ class DecisionCpuEndpoint(EndpointSettings):
         return self
 
 
-class DecisionGpuEndpoint(EndpointSettings):
+class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
     """The decision endpoint on an ordered pool of GPU types (first available wins)."""
+
+    measurement = "decision-gpu"
 
     endpoint_name: EndpointName = "decision-models-decision-gpu"
     instance_pool: list[InstanceType] = Field(

@@ -105,7 +105,10 @@ class EndpointStack(Stack):
                 "DECISION_N_THREADS": str(settings.n_threads),
                 "DECISION_N_CTX": str(settings.n_ctx),
                 "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
+                "DECISION_MAX_QUEUE": str(settings.max_queue),
+                "DECISION_ADMISSION_WAIT_S": str(settings.admission_wait_s),
             },
+            adapter_metrics=True,
             **props,
         )
 
