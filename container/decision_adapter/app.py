@@ -27,6 +27,7 @@ from .generation import GenerationResult
 from .http_body import read_json
 from .logs import RequestLog
 from .model_files import ModelFileError
+from .native_libraries import log_model_loaded
 from .openapi import openapi_document
 from .prompts import ChatTemplateError
 from .sagemaker import EchoCustomAttributes, forced_format
@@ -339,7 +340,8 @@ def create_app(settings: Settings | None = None, *, on_startup_failure=None) -> 
         async def load() -> None:
             try:
                 app.state.service = await asyncio.to_thread(DecisionService, settings)
-                log.info("model loaded", extra={"fields": {"model": app.state.service.model_info}})
+                service = app.state.service
+                log_model_loaded(service.model_info, service.engine, settings.n_gpu_layers)
             except Exception as error:  # noqa: BLE001 - whatever stops loading must end the process
                 reason = _load_failure(error)
                 app.state.startup_error = reason
