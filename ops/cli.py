@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status",
-        help="endpoint status and the instance type in use",  # pragma: no mutate
+        help="endpoint status, the instance type in use and each"  # pragma: no mutate
+        " instance's start-up line (GPU, layers offloaded)",  # pragma: no mutate
     )
     _endpoint_option(status)
     _json_option(status, "status")  # pragma: no mutate
@@ -263,11 +264,13 @@ def _invoke(args, make_client: ClientFactory, sleep, rng) -> int:
 
 def _status(args, make_client: ClientFactory) -> int:
     from ops.endpoint_status import endpoint_status, render_status
+    from ops.startup_log import startup_lines
 
     endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
     if not endpoint:
         raise UsageError("pass --endpoint NAME or set OPS_ENDPOINT_NAME")
     status = endpoint_status(make_client("sagemaker"), endpoint)
+    status["startup"] = startup_lines(make_client("logs"), endpoint)
     print(json.dumps(status, indent=2) if args.json else render_status(status))
     return 0 if status["status"] != "Failed" else EXIT_FAILED
 
