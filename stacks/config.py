@@ -40,6 +40,7 @@ _MODEL_DATA = re.compile(
 )
 _INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9-]+\.[a-z0-9]+$")
 _ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _LLAMA_FLAG = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _GPU_FAMILIES = ("ml.g", "ml.p")
 
@@ -197,6 +198,32 @@ class EndpointSettings(_Config):
         return self
 
 
+def _gguf_in_repository(value: str) -> str:
+    parts = value.split("/")
+    if not value.endswith(".gguf") or any(p in ("", ".", "..") or p.strip() != p for p in parts):
+        raise ValueError(
+            f"{value!r} is not a GGUF file path within the repository "
+            "(e.g. Qwen3.5-4B-Q4_K_M.gguf; relative, ending in .gguf)"
+        )
+    return value
+
+
+class HuggingFaceModel(_Config):
+    """A GGUF the DLC downloads from the Hugging Face Hub at start (llama-server's --hf-repo
+    and --hf-file): the endpoint then needs internet egress, and the pinned image digest no
+    longer pins the weights."""
+
+    repo: Annotated[
+        str,
+        AfterValidator(_matches(_HF_REPO, "a Hugging Face repository id (owner/name)")),
+    ]
+    file: Annotated[str, AfterValidator(_gguf_in_repository)]
+
+
+# llama-server flags the configuration sets itself; in llamaServerArgs they would fight it.
+_MODEL_FLAGS = ("model", "model-dir", "hf-repo", "hf-file", "model-url")
+
+
 class TextGenerationEndpoint(EndpointSettings):
     """The standard llama.cpp endpoint: the DLC image as published, chat completions."""
 
@@ -209,12 +236,19 @@ class TextGenerationEndpoint(EndpointSettings):
     )
     # Only applied to the cuda image: its driver must run the image's CUDA (checked at synth).
     inference_ami_version: AmiVersion = "al2023-ami-sagemaker-inference-gpu-4-1"
+    # Instead of the release's model archive: the DLC downloads this GGUF at start.
+    hugging_face: HuggingFaceModel | None = None
 
     @model_validator(mode="after")
     def _image_fits_instance(self) -> TextGenerationEndpoint:
         for flag in self.llama_server_args:
             if not _LLAMA_FLAG.match(flag):
                 raise ValueError(f"{flag!r} is not a llama-server flag name such as 'ctx-size'")
+            if flag in _MODEL_FLAGS:
+                raise ValueError(
+                    f"llamaServerArgs sets {flag!r}: the model comes from the release's archive "
+                    "(modelDataUri) or from huggingFace {repo, file}, not from both"
+                )
         gpu = self.instance_type.startswith(_GPU_FAMILIES)
         if gpu != (self.image == "cuda"):
             raise ValueError(

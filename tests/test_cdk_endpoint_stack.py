@@ -106,6 +106,35 @@ def test_text_generation_endpoint_runs_the_dlc_with_llama_cpp_settings(endpoints
     assert "InferenceAmiVersion" not in built["variant"]
 
 
+HUB = {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
+
+
+def test_text_generation_from_hugging_face_downloads_instead_of_the_archive(endpoints):
+    hub = bare(text_generation=TextGenerationEndpoint.model_validate({"huggingFace": HUB}))
+    built = model(hub, "decision-models-text-generation")
+    container = built["model"]["PrimaryContainer"]
+    assert container["Environment"] == {
+        "SM_LLAMA_CPP_CTX_SIZE": "8192",
+        "SM_LLAMA_CPP_THREADS": "8",
+        "SM_LLAMA_CPP_PARALLEL": "2",
+        "SM_LLAMA_CPP_HF_REPO": "unsloth/Qwen3.5-4B-GGUF",
+        "SM_LLAMA_CPP_HF_FILE": "Qwen3.5-4B-Q4_K_M.gguf",
+    }
+    # The DLC would serve a GGUF from /opt/ml/model first: no archive, and no right to read it.
+    assert "ModelDataUrl" not in container
+    assert ("s3:GetObject",) not in grants(hub, "TextGenerationExecutionRole")
+    # The download needs egress; the decision endpoints stay isolated with their archive.
+    assert built["model"]["EnableNetworkIsolation"] is False
+    for name in ("decision-models-decision-cpu", "decision-models-decision-gpu"):
+        decision = model(hub, name)["model"]
+        assert decision["EnableNetworkIsolation"] is True
+        assert decision["PrimaryContainer"]["ModelDataUrl"] == MODEL
+    # Without the option (the shared template): the archive, isolated.
+    default = model(endpoints, "decision-models-text-generation")["model"]
+    assert default["PrimaryContainer"]["ModelDataUrl"] == MODEL
+    assert default["EnableNetworkIsolation"] is True
+
+
 def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
     built = model(endpoints, "decision-models-decision-cpu")
     assert built["model"]["PrimaryContainer"]["Image"] == CPU_IMAGE

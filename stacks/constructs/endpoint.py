@@ -71,7 +71,7 @@ class SageMakerEndpoint(Construct):
         *,
         endpoint_name: str,
         image: ContainerImage,
-        model_archive: ModelArchive,
+        model_archive: ModelArchive | None,
         environment: Mapping[str, str],
         instances: Instances,
         initial_instance_count: int,
@@ -95,7 +95,8 @@ class SageMakerEndpoint(Construct):
             description=f"Runs the model of SageMaker endpoint {endpoint_name}",
         )
         image.grant_pull(self.role)
-        model_archive.grant_read(self.role)
+        if model_archive is not None:  # None: the container fetches its model itself
+            model_archive.grant_read(self.role)
         self._grant_logs(endpoint_name)
 
         self.model = sagemaker.CfnModel(
@@ -104,7 +105,7 @@ class SageMakerEndpoint(Construct):
             execution_role_arn=self.role.role_arn,
             primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
                 image=image.image_uri,
-                model_data_url=model_archive.uri,
+                model_data_url=model_archive.uri if model_archive is not None else None,
                 environment=dict(environment) or None,
             ),
             enable_network_isolation=network_isolation,
