@@ -34,12 +34,15 @@ def loaded_llama_libraries(maps: Path = Path("/proc/self/maps")) -> list[str]:
     return sorted(found)
 
 
-def offloaded_layers(engine, n_gpu_layers: int) -> dict[str, int]:
+def offloaded_layers(engine, n_gpu_layers: int) -> dict[str, int] | None:
     """Layers on the GPU of all, as llama.cpp counts them in its "offloaded N/M layers to GPU"
     line: the repeating layers plus the output layer, the request clamped to that; none on a
-    build without a GPU backend. -1 asks for every layer."""
+    build without a GPU backend. -1 asks for every layer. None: a service without a llama.cpp
+    engine (the in-process test service)."""
     import llama_cpp
 
+    if engine is None:
+        return None
     total = llama_cpp.llama_model_n_layer(engine.model) + 1
     if not engine.gpu_offload:
         return {"offloaded": 0, "total": total}
