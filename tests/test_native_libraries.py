@@ -8,7 +8,9 @@ import shutil
 from pathlib import Path
 
 import llama_cpp
+import pytest
 from decision_adapter.gpu_devices import gpu_devices
+from decision_adapter.native_libraries import offloaded_layers
 
 from tests.adapter_process import running_adapter
 
@@ -53,3 +55,18 @@ def test_a_libggml_found_through_ld_library_path_shows_in_the_log(tmp_path):
     by_name = {os.path.basename(f): Path(f).parent for f in entry["llama_libraries"]}
     assert by_name["libggml-base.so.0"] == elsewhere  # bound from LD_LIBRARY_PATH, not the wheel
     assert Path(by_name["libllama.so"]).resolve() == WHEEL_LIB  # loaded by path by the bindings
+
+
+@pytest.mark.parametrize(("requested", "offloaded"), [(-1, 19), (5, 5), (19, 19), (999, 19)])
+def test_layers_offloaded_are_the_request_clamped_to_llama_cpps_count(
+    engine, monkeypatch, requested, offloaded
+):
+    """What a GPU build would report, on the real model: this CPU wheel cannot offload, so the
+    build's answer to "can you offload?" is the one thing set here."""
+    monkeypatch.setattr(type(engine), "gpu_offload", property(lambda _: True))
+    assert offloaded_layers(engine, requested) == {"offloaded": offloaded, "total": 19}
+
+
+def test_a_cpu_build_offloads_nothing_whatever_was_asked(engine):
+    assert not engine.gpu_offload
+    assert offloaded_layers(engine, -1) == {"offloaded": 0, "total": 19}
