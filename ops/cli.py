@@ -1,4 +1,4 @@
-"""python -m ops {build,invoke,status}: the operator's view of builds and endpoints."""
+"""python -m ops {build,invoke,status,load}: the operator's view of builds and endpoints."""
 
 from __future__ import annotations
 
@@ -111,10 +111,45 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status",
-        help="endpoint status and the instance type in use",  # pragma: no mutate
+        help="endpoint status, the instance type in use and each"  # pragma: no mutate
+        " instance's start-up line (GPU, layers offloaded)",  # pragma: no mutate
     )
     _endpoint_option(status)
     _json_option(status, "status")  # pragma: no mutate
+
+    load = commands.add_parser(
+        "load",
+        help="closed-loop load on an endpoint; prints the figures"  # pragma: no mutate
+        " stacks/capacity.py derives defaults from",  # pragma: no mutate
+    )
+    _endpoint_option(load)
+    load.add_argument(
+        "body",
+        help="JSON file of one decision request",  # pragma: no mutate
+    )
+    load.add_argument(
+        "--clients",
+        default="1,2,4,8",
+        help="client counts, one level each; must include 1"  # pragma: no mutate
+        " (default: 1,2,4,8)",  # pragma: no mutate
+    )
+    load.add_argument(
+        "--requests",
+        type=int,
+        default=50,
+        help="requests per client and level (default: 50)",  # pragma: no mutate
+    )
+    load.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="instances serving the endpoint; rates are per instance"  # pragma: no mutate
+        " (default: 1)",  # pragma: no mutate
+    )
+    load.add_argument(
+        "--output",
+        help="write the figures JSON here (default: stdout)",  # pragma: no mutate
+    )
     return parser
 
 
@@ -148,6 +183,8 @@ def main(
             return _build(args, make_client, sleep, clock)
         if args.command == "invoke":
             return _invoke(args, make_client, sleep, rng)
+        if args.command == "load":
+            return _load(args, make_client, sleep)
         return _status(args, make_client)
     except UsageError as exc:
         _error(str(exc))
@@ -263,13 +300,48 @@ def _invoke(args, make_client: ClientFactory, sleep, rng) -> int:
 
 def _status(args, make_client: ClientFactory) -> int:
     from ops.endpoint_status import endpoint_status, render_status
+    from ops.startup_log import startup_lines
 
     endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
     if not endpoint:
         raise UsageError("pass --endpoint NAME or set OPS_ENDPOINT_NAME")
     status = endpoint_status(make_client("sagemaker"), endpoint)
+    status["startup"] = startup_lines(make_client("logs"), endpoint)
     print(json.dumps(status, indent=2) if args.json else render_status(status))
     return 0 if status["status"] != "Failed" else EXIT_FAILED
+
+
+def _load(args, make_client: ClientFactory, sleep) -> int:
+    from ops.load import figures, run_level
+    from ops.transports import InvokeFailed, SageMakerTransport
+
+    endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
+    if not endpoint:
+        raise UsageError("pass --endpoint NAME or set OPS_ENDPOINT_NAME")
+    try:
+        levels = [int(n) for n in args.clients.split(",")]
+    except ValueError:
+        raise UsageError(f"--clients expects counts such as 1,2,4, got {args.clients!r}") from None
+    if 1 not in levels or min(levels) < 1 or args.requests < 1 or args.instances < 1:
+        raise UsageError("--clients must include 1; counts, --requests, --instances at least 1")
+    body = _read_body(args.body)
+    transport = SageMakerTransport(make_client("sagemaker-runtime"), endpoint)
+    measured = []
+    try:
+        for clients in levels:
+            level = run_level(lambda: transport.send(body), clients, args.requests, sleep=sleep)
+            _info(f"{clients} client(s): {len(level.answered)} answered, {level.refused} refused")
+            measured.append(level)
+    except InvokeFailed as exc:
+        _error(str(exc) + (f": {exc.body}" if exc.body else ""))
+        return EXIT_FAILED
+    text = json.dumps(figures(measured, instances=args.instances, endpoint=endpoint), indent=2)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+    else:
+        print(text)
+    return 0
 
 
 def _info(line: str) -> None:

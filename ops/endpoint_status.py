@@ -54,6 +54,10 @@ def _variant(summary: dict, configured: dict) -> dict[str, Any]:
 
 
 def render_status(status: dict[str, Any]) -> str:
+    """The status, each variant with its instances' start-up lines (ops/startup_log.py)."""
+    from ops.startup_log import render_line
+
+    startup = status.get("startup") or {"instances": [], "missing": None}
     lines = [f"endpoint {status['endpoint']}: {status['status']}"]
     if status.get("failure_reason"):
         lines.append(f"  failure: {status['failure_reason']}")
@@ -73,4 +77,21 @@ def render_status(status: dict[str, Any]) -> str:
             lines.append(f"    image {image}")
         if variant["in_progress"]:
             lines.append(f"    in progress: {', '.join(variant['in_progress'])}")
+        lines.extend(
+            f"    started {render_line(line)}"
+            for line in startup["instances"]
+            if _variant_of(line) == variant["variant"]
+        )
+    variants = {variant["variant"] for variant in status["variants"]}
+    elsewhere = [line for line in startup["instances"] if _variant_of(line) not in variants]
+    if elsewhere:
+        lines.append("  start-up lines of other variants' instances:")
+        lines.extend(f"    started {render_line(line)}" for line in elsewhere)
+    if startup["missing"]:
+        lines.append(f"  start-up: {startup['missing']}")
     return "\n".join(lines)
+
+
+def _variant_of(line: dict[str, Any]) -> str:
+    """SageMaker names each instance's log stream `<variant>/<instance id>`."""
+    return line["log_stream"].partition("/")[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from stacks import capacity
 from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
 from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
 from stacks.inference_amis import check_ami_runs_cuda
@@ -39,6 +40,7 @@ _MODEL_DATA = re.compile(
 )
 _INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9-]+\.[a-z0-9]+$")
 _ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _LLAMA_FLAG = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _GPU_FAMILIES = ("ml.g", "ml.p")
 
@@ -165,8 +167,10 @@ class Autoscaling(_Config):
 
 class Alarms(_Config):
     server_errors_per_5_minutes: int = Field(
-        1, ge=1, description="Invocation5XXErrors alarm threshold"
+        1, ge=1, description="Invocation5XXErrors alarm threshold (less backpressure 503s)"
     )
+    # Decision endpoints: share of requests refused for backpressure (503) that alarms.
+    overloaded_percent: float = Field(5.0, gt=0, le=100)
     model_latency_p90_ms: int = Field(10_000, ge=1, le=3_600_000)
     evaluation_periods: int = Field(2, ge=1, le=100)
     topic_arn: str | None = Field(
@@ -194,6 +198,32 @@ class EndpointSettings(_Config):
         return self
 
 
+def _gguf_in_repository(value: str) -> str:
+    parts = value.split("/")
+    if not value.endswith(".gguf") or any(p in ("", ".", "..") or p.strip() != p for p in parts):
+        raise ValueError(
+            f"{value!r} is not a GGUF file path within the repository "
+            "(e.g. Qwen3.5-4B-Q4_K_M.gguf; relative, ending in .gguf)"
+        )
+    return value
+
+
+class HuggingFaceModel(_Config):
+    """A GGUF the DLC downloads from the Hugging Face Hub at start (llama-server's --hf-repo
+    and --hf-file): the endpoint then needs internet egress, and the pinned image digest no
+    longer pins the weights."""
+
+    repo: Annotated[
+        str,
+        AfterValidator(_matches(_HF_REPO, "a Hugging Face repository id (owner/name)")),
+    ]
+    file: Annotated[str, AfterValidator(_gguf_in_repository)]
+
+
+# llama-server flags the configuration sets itself; in llamaServerArgs they would fight it.
+_MODEL_FLAGS = ("model", "model-dir", "hf-repo", "hf-file", "model-url")
+
+
 class TextGenerationEndpoint(EndpointSettings):
     """The standard llama.cpp endpoint: the DLC image as published, chat completions."""
 
@@ -206,12 +236,19 @@ class TextGenerationEndpoint(EndpointSettings):
     )
     # Only applied to the cuda image: its driver must run the image's CUDA (checked at synth).
     inference_ami_version: AmiVersion = "al2023-ami-sagemaker-inference-gpu-4-1"
+    # Instead of the release's model archive: the DLC downloads this GGUF at start.
+    hugging_face: HuggingFaceModel | None = None
 
     @model_validator(mode="after")
     def _image_fits_instance(self) -> TextGenerationEndpoint:
         for flag in self.llama_server_args:
             if not _LLAMA_FLAG.match(flag):
                 raise ValueError(f"{flag!r} is not a llama-server flag name such as 'ctx-size'")
+            if flag in _MODEL_FLAGS:
+                raise ValueError(
+                    f"llamaServerArgs sets {flag!r}: the model comes from the release's archive "
+                    "(modelDataUri) or from huggingFace {repo, file}, not from both"
+                )
         gpu = self.instance_type.startswith(_GPU_FAMILIES)
         if gpu != (self.image == "cuda"):
             raise ValueError(
@@ -221,8 +258,52 @@ class TextGenerationEndpoint(EndpointSettings):
         return self
 
 
-class DecisionCpuEndpoint(EndpointSettings):
+class _MeasuredDecisionEndpoint(EndpointSettings):
+    """A decision endpoint whose admission queue and wait, autoscaling target and latency
+    threshold default to the derivation from its measured throughput (stacks/capacity.py);
+    a value given in the config wins."""
+
+    measurement: ClassVar[str]
+    max_queue: int = Field(ge=0, le=1024)  # DECISION_MAX_QUEUE
+    admission_wait_s: float = Field(ge=0.0, le=60.0)  # DECISION_ADMISSION_WAIT_S
+
+    @model_validator(mode="before")
+    @classmethod
+    def _measured_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        derived = capacity.for_endpoint(cls.measurement)
+        data = _with_default(data, "max_queue", derived.max_queue)
+        data = _with_default(data, "admission_wait_s", derived.admission_wait_s)
+        for key, field, value in (
+            ("autoscaling", "invocations_per_instance", derived.invocations_per_instance),
+            ("alarms", "model_latency_p90_ms", derived.model_latency_p90_ms),
+        ):
+            nested = _given(data, key)
+            if nested is None or isinstance(nested, Mapping):
+                data = {**_without(data, key), key: _with_default(nested or {}, field, value)}
+        return data
+
+
+def _given(data: Mapping[str, Any], field: str) -> Any:
+    return data.get(field, data.get(to_camel(field)))
+
+
+def _without(data: Mapping[str, Any], field: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in (field, to_camel(field))}
+
+
+def _with_default(data: Mapping[str, Any], field: str, value: Any) -> dict[str, Any]:
+    """`data` with `field` set to `value` unless given (snake_case or camelCase)."""
+    if _given(data, field) is not None:
+        return dict(data)
+    return {**data, field: value}
+
+
+class DecisionCpuEndpoint(_MeasuredDecisionEndpoint):
     """The decision endpoint on one fixed CPU instance type."""
+
+    measurement = "decision-cpu"
 
     endpoint_name: EndpointName = "decision-models-decision-cpu"
     instance_type: InstanceType = "ml.c6i.2xlarge"
@@ -236,8 +317,10 @@ class DecisionCpuEndpoint(EndpointSettings):
         return self
 
 
-class DecisionGpuEndpoint(EndpointSettings):
+class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
     """The decision endpoint on an ordered pool of GPU types (first available wins)."""
+
+    measurement = "decision-gpu"
 
     endpoint_name: EndpointName = "decision-models-decision-gpu"
     instance_pool: list[InstanceType] = Field(

@@ -45,17 +45,24 @@ class EndpointStack(Stack):
         if text.enabled:
             cuda = text.image == "cuda"
             digest = dlc.cuda_digest if cuda else dlc.cpu_digest
+            # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value.
+            environment = {
+                "SM_LLAMA_CPP_" + flag.upper().replace("-", "_"): _flag_value(value)
+                for flag, value in text.llama_server_args.items()
+            }
+            hub = text.hugging_face
+            if hub is not None:
+                # The DLC prefers a GGUF under /opt/ml/model, so the archive is left off; the
+                # download needs the internet, which network isolation would cut.
+                environment |= {"SM_LLAMA_CPP_HF_REPO": hub.repo, "SM_LLAMA_CPP_HF_FILE": hub.file}
             self._add(
                 "TextGeneration",
                 text,
                 image=ContainerImage.from_dlc(self, repository_name=dlc.repository, digest=digest),
-                # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value.
-                environment={
-                    "SM_LLAMA_CPP_" + flag.upper().replace("-", "_"): _flag_value(value)
-                    for flag, value in text.llama_server_args.items()
-                },
+                environment=environment,
                 instances=Instances.fixed(text.instance_type),
                 inference_ami_version=text.inference_ami_version if cuda else None,
+                **({"model_archive": None, "network_isolation": False} if hub else {}),
             )
         if decision_cpu.enabled:
             self._add_decision(
@@ -105,16 +112,19 @@ class EndpointStack(Stack):
                 "DECISION_N_THREADS": str(settings.n_threads),
                 "DECISION_N_CTX": str(settings.n_ctx),
                 "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
+                "DECISION_MAX_QUEUE": str(settings.max_queue),
+                "DECISION_ADMISSION_WAIT_S": str(settings.admission_wait_s),
             },
+            adapter_metrics=True,
             **props,
         )
 
     def _add(self, construct_id: str, settings: EndpointSettings, **props) -> None:
+        props = {"model_archive": self._model_archive, "network_isolation": True, **props}
         endpoint = SageMakerEndpoint(
             self,
             construct_id,
             endpoint_name=settings.endpoint_name,
-            model_archive=self._model_archive,
             initial_instance_count=settings.initial_instance_count,
             autoscaling=settings.autoscaling,
             alarms=settings.alarms,
@@ -122,7 +132,6 @@ class EndpointStack(Stack):
             model_data_download_timeout=Duration.seconds(
                 settings.model_data_download_timeout_seconds
             ),
-            network_isolation=True,
             **props,
         )
         self.endpoints[construct_id] = endpoint

@@ -36,15 +36,30 @@ def release(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def disposable(tmp_path_factory) -> Path:
-    """Artifacts not retained; only the CPU decision endpoint switched on."""
+    """Artifacts not retained; the GPU decision endpoint off, the DLC endpoint downloading its
+    model from Hugging Face (no archive, no network isolation)."""
     return synthesize(
         tmp_path_factory.mktemp("disposable"),
         retainArtifacts=False,
         modelDataUri=MODEL,
         decisionCpuImage=CPU_IMAGE,
-        textGenerationEndpoint={"enabled": False},
+        textGenerationEndpoint={
+            "huggingFace": {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
+        },
         decisionGpuEndpoint={"enabled": False},
     )
+
+
+def test_the_disposable_app_holds_the_hugging_face_endpoint(disposable):
+    """So that cdk-nag and cfn-lint below see that configuration too."""
+    models = resources(template(disposable, ENDPOINTS), "AWS::SageMaker::Model").values()
+    downloading = [
+        m
+        for m in models
+        if "SM_LLAMA_CPP_HF_REPO" in m["Properties"]["PrimaryContainer"].get("Environment", {})
+    ]
+    assert len(downloading) == 1
+    assert "ModelDataUrl" not in downloading[0]["Properties"]["PrimaryContainer"]
 
 
 def test_wildcard_resources_only_where_no_resource_level_permission_exists(release):

@@ -381,3 +381,36 @@ def test_the_image_repository_name_is_generated_unless_given_and_then_must_be_va
 def test_the_app_reads_its_context_through_cdks_lookup_function():
     context = {**cdk_json_context(), **RELEASE}
     assert AppConfig.from_context(context.get) == AppConfig.from_context(context)
+
+
+HUB = {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
+
+
+@pytest.mark.parametrize(
+    ("hub", "field", "complaint"),
+    [
+        ({**HUB, "repo": "Qwen3.5-4B-GGUF"}, "repo", "Hugging Face repository id"),
+        ({**HUB, "repo": "unsloth/Qwen/GGUF"}, "repo", "Hugging Face repository id"),
+        ({**HUB, "file": "Qwen3.5-4B-Q4_K_M.bin"}, "file", "GGUF file path"),
+        ({**HUB, "file": "../Qwen3.5-4B-Q4_K_M.gguf"}, "file", "GGUF file path"),
+        ({**HUB, "file": "/Qwen3.5-4B-Q4_K_M.gguf"}, "file", "GGUF file path"),
+        ({"repo": HUB["repo"]}, "file", "Field required"),
+    ],
+)
+def test_a_hugging_face_model_must_name_a_repository_and_a_gguf_in_it(hub, field, complaint):
+    with pytest.raises(ValidationError) as error:
+        config(textGenerationEndpoint={"huggingFace": hub})
+    assert f"textGenerationEndpoint.huggingFace.{field}" in str(error.value)
+    assert complaint in str(error.value)
+
+
+def test_a_hugging_face_model_is_accepted_with_a_path_inside_the_repository():
+    hub = {**HUB, "file": "Q4_K_M/Qwen3.5-4B-Q4_K_M.gguf"}
+    parsed = config(textGenerationEndpoint=json.dumps({"huggingFace": hub}))
+    assert parsed.text_generation_endpoint.hugging_face.file == hub["file"]
+
+
+@pytest.mark.parametrize("flag", ["hf-repo", "hf-file", "model"])
+def test_llama_server_args_cannot_choose_the_model_beside_the_archive_or_the_hub(flag):
+    with pytest.raises(ValidationError, match=f"llamaServerArgs sets '{flag}'"):
+        config(textGenerationEndpoint={"llamaServerArgs": {flag: "x"}})

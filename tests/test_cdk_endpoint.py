@@ -41,6 +41,7 @@ def template() -> Template:
         alarms=Alarms(server_errors_per_5_minutes=5, model_latency_p90_ms=2500, topic_arn=TOPIC),
         container_startup_timeout=cdk.Duration.minutes(10),
         model_data_download_timeout=cdk.Duration.minutes(15),
+        adapter_metrics=True,
     )
     SageMakerEndpoint(
         stack,
@@ -79,7 +80,7 @@ def test_each_endpoint_has_one_of_everything(template):
         "AWS::SageMaker::Endpoint": 2,
         "AWS::ApplicationAutoScaling::ScalableTarget": 2,
         "AWS::ApplicationAutoScaling::ScalingPolicy": 2,
-        "AWS::CloudWatch::Alarm": 4,
+        "AWS::CloudWatch::Alarm": 5,
         "AWS::IAM::Role": 3,  # two execution roles and the invoker
     }.items():
         template.resource_count_is(resource_type, count)
@@ -231,20 +232,22 @@ def test_autoscaling_tracks_invocations_per_instance_within_configured_bounds(te
 
 
 def test_every_endpoint_alarms_on_5xx_errors_and_model_latency(template):
-    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    alarms = [a["Properties"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()]
     by_metric: dict[str, list[dict]] = {}
-    for alarm in alarms.values():
-        props = alarm["Properties"]
+    for props in alarms:
+        if "Metrics" in props:  # the adapter's metric math, below
+            continue
         assert props["Namespace"] == "AWS/SageMaker"
         dimensions = {d["Name"]: d["Value"] for d in props["Dimensions"]}
         assert dimensions["VariantName"] == "AllTraffic"
         assert dimensions["EndpointName"]["Fn::GetAtt"][1] == "EndpointName"
         by_metric.setdefault(props["MetricName"], []).append(props)
+    # The DLC endpoint's 5XX alarm is the plain metric; the adapter's subtracts backpressure.
     assert sorted(by_metric) == ["Invocation5XXErrors", "ModelLatency"]
-    assert len(by_metric["Invocation5XXErrors"]) == len(by_metric["ModelLatency"]) == 2
-    cpu_errors = next(p for p in by_metric["Invocation5XXErrors"] if p["Threshold"] == 5)
-    assert cpu_errors["Statistic"] == "Sum"
-    assert cpu_errors["AlarmActions"] == [TOPIC]
+    assert len(by_metric["Invocation5XXErrors"]) == 1 and len(by_metric["ModelLatency"]) == 2
+    (dlc_errors,) = by_metric["Invocation5XXErrors"]
+    assert (dlc_errors["Statistic"], dlc_errors["Threshold"]) == ("Sum", 1)
+    assert "AlarmActions" not in dlc_errors
     cpu_latency = next(p for p in by_metric["ModelLatency"] if "AlarmActions" in p)
     assert cpu_latency["ExtendedStatistic"] == "p90"
     assert cpu_latency["Threshold"] == 2_500_000  # ModelLatency is in microseconds
@@ -258,6 +261,81 @@ def test_every_endpoint_alarms_on_5xx_errors_and_model_latency(template):
     for props in (*by_metric["Invocation5XXErrors"], *by_metric["ModelLatency"]):
         assert (props["EvaluationPeriods"], props["Period"]) == (Alarms().evaluation_periods, 300)
         assert props["TreatMissingData"] == "notBreaching"
+
+
+def math_alarm(template: Template, expression_part: str) -> tuple[dict, dict[str, dict]]:
+    """(alarm properties, {metric id: MetricStat}) of the one metric-math alarm so written."""
+    found = [
+        a["Properties"]
+        for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+        if any(
+            expression_part in m.get("Expression", "") for m in a["Properties"].get("Metrics", [])
+        )
+    ]
+    assert len(found) == 1, found
+    stats = {m["Id"]: m["MetricStat"] for m in found[0]["Metrics"] if "MetricStat" in m}
+    return found[0], stats
+
+
+def adapter_metric(stat: dict, name: str) -> None:
+    """The adapter's EMF contract: namespace DecisionAdapter, dimension Endpoint, 5 min sums."""
+    metric = stat["Metric"]
+    assert (metric["Namespace"], metric["MetricName"]) == ("DecisionAdapter", name)
+    (dimension,) = metric["Dimensions"]
+    assert dimension["Name"] == "Endpoint"
+    assert dimension["Value"]["Fn::GetAtt"][1] == "EndpointName"
+    assert (stat["Stat"], stat["Period"]) == ("Sum", 300)
+
+
+def test_adapter_5xx_alarm_subtracts_its_backpressure_503s(template):
+    props, stats = math_alarm(template, "errors")
+    (expression,) = [m for m in props["Metrics"] if "Expression" in m]
+    assert expression["Expression"] == "FILL(errors, 0) - FILL(overloaded, 0)"
+    assert expression["ReturnData"] is True
+    assert all(m.get("ReturnData") is False for m in props["Metrics"] if "MetricStat" in m)
+    sagemaker = stats["errors"]["Metric"]
+    assert (sagemaker["Namespace"], sagemaker["MetricName"]) == (
+        "AWS/SageMaker",
+        "Invocation5XXErrors",
+    )
+    assert stats["errors"]["Stat"] == "Sum"
+    adapter_metric(stats["overloaded"], "Overloaded")
+    assert props["Threshold"] == 5  # the configured serverErrorsPer5Minutes
+    assert props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert props["EvaluationPeriods"] == Alarms().evaluation_periods
+    assert props["TreatMissingData"] == "notBreaching"
+    assert props["AlarmActions"] == [TOPIC]
+
+
+def test_adapter_backpressure_has_an_alarm_of_its_own(template):
+    props, stats = math_alarm(template, "admitted")
+    (expression,) = [m for m in props["Metrics"] if "Expression" in m]
+    assert expression["Expression"] == (
+        "100 * FILL(overloaded, 0) / (FILL(admitted, 0) + FILL(overloaded, 0))"
+    )
+    adapter_metric(stats["overloaded"], "Overloaded")
+    adapter_metric(stats["admitted"], "Admitted")
+    assert props["Threshold"] == Alarms().overloaded_percent
+    assert props["ComparisonOperator"] == "GreaterThanThreshold"
+    assert props["EvaluationPeriods"] == Alarms().evaluation_periods
+    assert props["TreatMissingData"] == "notBreaching"
+    assert props["AlarmActions"] == [TOPIC]
+
+
+def test_the_stacks_metric_names_are_the_adapters_contract():
+    from stacks import adapter_metrics
+
+    assert (adapter_metrics.NAMESPACE, adapter_metrics.ENDPOINT_DIMENSION) == (
+        "DecisionAdapter",
+        "Endpoint",
+    )
+    assert (adapter_metrics.OVERLOADED, adapter_metrics.ADMITTED) == ("Overloaded", "Admitted")
+    assert (adapter_metrics.QUEUE_WAIT_MS, adapter_metrics.DECISION_LATENCY_MS) == (
+        "QueueWaitMs",
+        "DecisionLatencyMs",
+    )
+    assert adapter_metrics.KIND_DIMENSION == "Kind"
+    assert adapter_metrics.KINDS == ("decision", "decisions", "systemone", "chat")
 
 
 def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):

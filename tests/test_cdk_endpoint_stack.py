@@ -9,6 +9,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
+from stacks.capacity import for_endpoint
 from stacks.config import (
     DEFAULT_DLC_CPU_DIGEST,
     DecisionCpuEndpoint,
@@ -56,7 +57,7 @@ def test_endpoint_stack_resource_counts(endpoints):
         "AWS::SageMaker::Endpoint": 3,
         "AWS::ApplicationAutoScaling::ScalableTarget": 3,
         "AWS::ApplicationAutoScaling::ScalingPolicy": 3,
-        "AWS::CloudWatch::Alarm": 6,
+        "AWS::CloudWatch::Alarm": 8,
         "AWS::IAM::Role": 3,
         "AWS::IAM::Policy": 3,
     }.items():
@@ -105,6 +106,35 @@ def test_text_generation_endpoint_runs_the_dlc_with_llama_cpp_settings(endpoints
     assert "InferenceAmiVersion" not in built["variant"]
 
 
+HUB = {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
+
+
+def test_text_generation_from_hugging_face_downloads_instead_of_the_archive(endpoints):
+    hub = bare(text_generation=TextGenerationEndpoint.model_validate({"huggingFace": HUB}))
+    built = model(hub, "decision-models-text-generation")
+    container = built["model"]["PrimaryContainer"]
+    assert container["Environment"] == {
+        "SM_LLAMA_CPP_CTX_SIZE": "8192",
+        "SM_LLAMA_CPP_THREADS": "8",
+        "SM_LLAMA_CPP_PARALLEL": "2",
+        "SM_LLAMA_CPP_HF_REPO": "unsloth/Qwen3.5-4B-GGUF",
+        "SM_LLAMA_CPP_HF_FILE": "Qwen3.5-4B-Q4_K_M.gguf",
+    }
+    # The DLC would serve a GGUF from /opt/ml/model first: no archive, and no right to read it.
+    assert "ModelDataUrl" not in container
+    assert ("s3:GetObject",) not in grants(hub, "TextGenerationExecutionRole")
+    # The download needs egress; the decision endpoints stay isolated with their archive.
+    assert built["model"]["EnableNetworkIsolation"] is False
+    for name in ("decision-models-decision-cpu", "decision-models-decision-gpu"):
+        decision = model(hub, name)["model"]
+        assert decision["EnableNetworkIsolation"] is True
+        assert decision["PrimaryContainer"]["ModelDataUrl"] == MODEL
+    # Without the option (the shared template): the archive, isolated.
+    default = model(endpoints, "decision-models-text-generation")["model"]
+    assert default["PrimaryContainer"]["ModelDataUrl"] == MODEL
+    assert default["EnableNetworkIsolation"] is True
+
+
 def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
     built = model(endpoints, "decision-models-decision-cpu")
     assert built["model"]["PrimaryContainer"]["Image"] == CPU_IMAGE
@@ -112,6 +142,8 @@ def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
         "DECISION_N_THREADS": "8",
         "DECISION_N_CTX": "4096",
         "DECISION_N_GPU_LAYERS": "0",
+        "DECISION_MAX_QUEUE": str(for_endpoint("decision-cpu").max_queue),
+        "DECISION_ADMISSION_WAIT_S": str(for_endpoint("decision-cpu").admission_wait_s),
     }
     assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
     assert "InstancePools" not in built["variant"]
@@ -158,20 +190,54 @@ def test_every_execution_role_reads_the_one_archive_and_pulls_its_own_image(endp
         assert len(granted) == 4  # plus the ECR token and the endpoint's own log group
 
 
+def endpoint_of(resource: dict) -> str:
+    """The logical id of the endpoint a scaling target, policy or alarm watches."""
+    found = re.findall(
+        r'"Fn::GetAtt": \["(\w+Endpoint\w*)", "EndpointName"\]', json.dumps(resource)
+    )
+    assert len(set(found)) == 1, found
+    return found[0]
+
+
 def test_default_scaling_and_alarm_settings(endpoints):
+    """The DLC endpoint keeps the fixed defaults; the decision endpoints get the derivation
+    from their committed measurements (stacks/capacity.py)."""
+    names = {
+        logical_id: r["Properties"]["EndpointName"]
+        for logical_id, r in resources(endpoints, "AWS::SageMaker::Endpoint").items()
+    }
+    expected = {
+        "decision-models-text-generation": (60, 10_000),
+        "decision-models-decision-cpu": (
+            for_endpoint("decision-cpu").invocations_per_instance,
+            for_endpoint("decision-cpu").model_latency_p90_ms,
+        ),
+        "decision-models-decision-gpu": (
+            for_endpoint("decision-gpu").invocations_per_instance,
+            for_endpoint("decision-gpu").model_latency_p90_ms,
+        ),
+    }
     for target in resources(endpoints, "AWS::ApplicationAutoScaling::ScalableTarget").values():
         assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (1, 2)
+    targets = {}
     for policy in resources(endpoints, "AWS::ApplicationAutoScaling::ScalingPolicy").values():
         tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
-        assert tracking["TargetValue"] == 60
         assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == (
             "SageMakerVariantInvocationsPerInstance"
         )
-    thresholds = {
-        (a["Properties"]["MetricName"], a["Properties"]["Threshold"])
+        target_id = policy["Properties"]["ScalingTargetId"]["Ref"]
+        scalable = resources(endpoints, "AWS::ApplicationAutoScaling::ScalableTarget")[target_id]
+        targets[names[endpoint_of(scalable)]] = tracking["TargetValue"]
+    latency = {
+        names[endpoint_of(a)]: a["Properties"]["Threshold"]
         for a in resources(endpoints, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("MetricName") == "ModelLatency"
     }
-    assert thresholds == {("Invocation5XXErrors", 1), ("ModelLatency", 10_000_000)}
+    assert targets == {name: target for name, (target, _) in expected.items()}
+    assert latency == {name: ms * 1000 for name, (_, ms) in expected.items()}
+    for alarm in resources(endpoints, "AWS::CloudWatch::Alarm").values():
+        if "Invocation5XXErrors" in json.dumps(alarm):
+            assert alarm["Properties"]["Threshold"] == 1
 
 
 def test_every_endpoint_scales_and_alarms(endpoints):
@@ -183,11 +249,22 @@ def test_every_endpoint_scales_and_alarms(endpoints):
     assert scaled == endpoint_ids
     alarmed: dict[str, set[str]] = {}
     for alarm in resources(endpoints, "AWS::CloudWatch::Alarm").values():
-        dimensions = {d["Name"]: d["Value"] for d in alarm["Properties"]["Dimensions"]}
-        alarmed.setdefault(dimensions["EndpointName"]["Fn::GetAtt"][0], set()).add(
-            alarm["Properties"]["MetricName"]
+        props = alarm["Properties"]
+        metrics = [
+            m["MetricStat"]["Metric"]["MetricName"]
+            for m in props.get("Metrics", [])
+            if "MetricStat" in m
+        ]
+        alarmed.setdefault(endpoint_of(alarm), set()).add(
+            props.get("MetricName") or "+".join(sorted(metrics))
         )
-    assert alarmed == {e: {"Invocation5XXErrors", "ModelLatency"} for e in endpoint_ids}
+    (text_generation,) = [e for e in endpoint_ids if e.startswith("TextGeneration")]
+    assert alarmed == {
+        e: {"Invocation5XXErrors", "ModelLatency"}
+        if e == text_generation
+        else {"Invocation5XXErrors+Overloaded", "ModelLatency", "Admitted+Overloaded"}
+        for e in endpoint_ids
+    }
 
 
 def test_invoker_roles_get_invoke_on_every_endpoint():
@@ -210,7 +287,7 @@ def test_switched_off_endpoints_are_absent():
         decision_gpu_image=None,
     )
     endpoint_stack.resource_count_is("AWS::SageMaker::Endpoint", 1)
-    endpoint_stack.resource_count_is("AWS::CloudWatch::Alarm", 2)
+    endpoint_stack.resource_count_is("AWS::CloudWatch::Alarm", 3)
     one(
         endpoint_stack, "AWS::SageMaker::Endpoint", {"EndpointName": "decision-models-decision-cpu"}
     )

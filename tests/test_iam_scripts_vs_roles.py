@@ -320,6 +320,11 @@ def test_readme_lists_exactly_the_actions_the_operator_cli_calls():
     assert set(re.findall(r"`([a-z-]+:[A-Za-z]+)`", listed)) == operator_actions()
 
 
+def test_ops_status_reads_the_start_up_lines_with_filter_log_events_only():
+    """The one logs action of the CLI (ops/startup_log.py), seen through its boto3 call."""
+    assert {a for a in operator_actions() if a.startswith("logs:")} == {"logs:FilterLogEvents"}
+
+
 # --- parliament -----------------------------------------------------------------------------
 
 # CodeBuild's S3 source: CDK grants each project's role read access to the one source zip with

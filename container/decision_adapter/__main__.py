@@ -14,7 +14,6 @@ import uvicorn
 from .app import create_app
 from .connections import connection_limit, guarded_protocol
 from .logs import configure_logging
-from .native_libraries import log_llama_libraries
 from .settings import Settings, SettingsError
 from .shutdown import DrainingServer
 
@@ -71,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     configure_logging(settings.log_level)
-    log_llama_libraries()
     unmap_large_buffers()
 
     failure: list[str] = []

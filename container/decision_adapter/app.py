@@ -27,6 +27,7 @@ from .formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat
 from .http_body import read_json
 from .logs import RequestLog
 from .model_files import ModelFileError
+from .native_libraries import log_model_loaded
 from .openapi import openapi_document
 from .prompts import ChatTemplateError
 from .sagemaker import EchoCustomAttributes, forced_format
@@ -225,9 +226,10 @@ def create_app(
 
         async def load() -> None:
             try:
-                app.state.service = await asyncio.to_thread(service_factory, settings)
-                identity = app.state.service.identity
-                log.info("model loaded", extra={"fields": {"model": identity.info}})
+                service = await asyncio.to_thread(service_factory, settings)
+                app.state.service = service
+                engine = getattr(service, "engine", None)  # the in-process test service has none
+                log_model_loaded(service.identity.info, engine, settings.n_gpu_layers)
             except Exception as error:  # noqa: BLE001 - whatever stops loading must end the process
                 reason = _load_failure(error)
                 log.error(f"cannot serve: {reason}")

@@ -19,6 +19,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from stacks import adapter_metrics
 from stacks.config import Alarms, Autoscaling
 from stacks.constructs import nag
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
@@ -70,7 +71,7 @@ class SageMakerEndpoint(Construct):
         *,
         endpoint_name: str,
         image: ContainerImage,
-        model_archive: ModelArchive,
+        model_archive: ModelArchive | None,
         environment: Mapping[str, str],
         instances: Instances,
         initial_instance_count: int,
@@ -81,8 +82,12 @@ class SageMakerEndpoint(Construct):
         network_isolation: bool = True,
         inference_ami_version: str | None = None,
         least_outstanding_requests: bool = False,
+        adapter_metrics: bool = False,
     ) -> None:
+        """`adapter_metrics`: the container is the decision adapter, which emits the metrics
+        of stacks/adapter_metrics.py; its alarms then tell backpressure from failure."""
         super().__init__(scope, construct_id)
+        self._adapter_metrics = adapter_metrics
         self.role = iam.Role(
             self,
             "ExecutionRole",
@@ -90,7 +95,8 @@ class SageMakerEndpoint(Construct):
             description=f"Runs the model of SageMaker endpoint {endpoint_name}",
         )
         image.grant_pull(self.role)
-        model_archive.grant_read(self.role)
+        if model_archive is not None:  # None: the container fetches its model itself
+            model_archive.grant_read(self.role)
         self._grant_logs(endpoint_name)
 
         self.model = sagemaker.CfnModel(
@@ -99,7 +105,7 @@ class SageMakerEndpoint(Construct):
             execution_role_arn=self.role.role_arn,
             primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
                 image=image.image_uri,
-                model_data_url=model_archive.uri,
+                model_data_url=model_archive.uri if model_archive is not None else None,
                 environment=dict(environment) or None,
             ),
             enable_network_isolation=network_isolation,
@@ -157,6 +163,16 @@ class SageMakerEndpoint(Construct):
             namespace="AWS/SageMaker",
             metric_name=metric_name,
             dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT_NAME},
+            statistic=statistic,
+            period=Duration.minutes(5),
+        )
+
+    def adapter_metric(self, metric_name: str, *, statistic: str = "Sum") -> cloudwatch.Metric:
+        """One of the adapter's own metrics (EMF, stacks/adapter_metrics.py) for this endpoint."""
+        return cloudwatch.Metric(
+            namespace=adapter_metrics.NAMESPACE,
+            metric_name=metric_name,
+            dimensions_map={adapter_metrics.ENDPOINT_DIMENSION: self.endpoint_name},
             statistic=statistic,
             period=Duration.minutes(5),
         )
@@ -222,10 +238,11 @@ class SageMakerEndpoint(Construct):
         return target
 
     def _alarm(self, alarms: Alarms) -> list[cloudwatch.Alarm]:
-        server_errors = self.metric("Invocation5XXErrors", statistic="Sum").create_alarm(
+        server_errors = self._server_errors().create_alarm(
             self,
             "ServerErrorsAlarm",
-            alarm_description="The model container answered with 5xx errors.",
+            alarm_description="The model container answered with 5xx errors"
+            + (" other than backpressure 503s." if self._adapter_metrics else "."),
             threshold=alarms.server_errors_per_5_minutes,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             evaluation_periods=alarms.evaluation_periods,
@@ -241,8 +258,56 @@ class SageMakerEndpoint(Construct):
             evaluation_periods=alarms.evaluation_periods,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
+        created = [server_errors, latency]
+        if self._adapter_metrics:
+            created.append(self._backpressure_alarm(alarms))
         if alarms.topic_arn is not None:
             topic = sns.Topic.from_topic_arn(self, "AlarmTopic", alarms.topic_arn)
-            for alarm in (server_errors, latency):
+            for alarm in created:
                 alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
-        return [server_errors, latency]
+        return created
+
+    def _server_errors(self) -> cloudwatch.IMetric:
+        errors = self.metric("Invocation5XXErrors", statistic="Sum")
+        if not self._adapter_metrics:
+            return errors
+        # SageMaker counts the adapter's backpressure 503s as 5XX errors, so a threshold alone
+        # cannot tell a burst from a fault: any threshold above a burst's 503s also hides that
+        # many real errors. The adapter counts each such 503 itself (Overloaded), so the
+        # difference is exactly the other 5XXs. FILL: either series has no data point in a
+        # period without such events. Both sum over the same 5 minutes; a 503 logged just
+        # across a period boundary from SageMaker's count can shift one error by one period.
+        return cloudwatch.MathExpression(
+            expression="FILL(errors, 0) - FILL(overloaded, 0)",
+            using_metrics={
+                "errors": errors,
+                "overloaded": self.adapter_metric(adapter_metrics.OVERLOADED),
+            },
+            label="Invocation5XXErrors less backpressure 503s",
+            period=Duration.minutes(5),
+        )
+
+    def _backpressure_alarm(self, alarms: Alarms) -> cloudwatch.Alarm:
+        """Refusals for lack of capacity: scaling lags or the maximum is too low. Not a fault
+        of the container, so an alarm of its own."""
+        share = cloudwatch.MathExpression(
+            expression=("100 * FILL(overloaded, 0) / (FILL(admitted, 0) + FILL(overloaded, 0))"),
+            using_metrics={
+                "overloaded": self.adapter_metric(adapter_metrics.OVERLOADED),
+                "admitted": self.adapter_metric(adapter_metrics.ADMITTED),
+            },
+            label="Percent of requests refused for backpressure",
+            period=Duration.minutes(5),
+        )
+        return share.create_alarm(
+            self,
+            "BackpressureAlarm",
+            alarm_description=(
+                f"Over {alarms.overloaded_percent}% of requests refused with 503 (busy): "
+                "capacity is short of demand."
+            ),
+            threshold=alarms.overloaded_percent,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=alarms.evaluation_periods,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
