@@ -20,7 +20,9 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -30,6 +32,7 @@ ROOT = HERE.parent.parent
 RESULTS = HERE / "results.json"
 SURVIVORS = HERE / "SURVIVORS.md"
 KILLED = {"killed", "timeout", "caught by type check"}
+STALL_SECONDS = 300  # far past any mutant's tests here; a worker still running is deadlocked
 
 
 def load_groups() -> dict[str, dict]:
@@ -116,15 +119,36 @@ def output_to(log: Path):
             os.close(saved[1])
 
 
+def end_stalled_mutants(stall_seconds: float, stop: threading.Event) -> None:
+    """A mutant that deadlocks uses no CPU, so mutmut's CPU-time limit never ends it: after
+    `stall_seconds`, send its worker the signal that limit sends (SIGXCPU), which mutmut
+    records as a timeout, i.e. the tests noticed."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    while not stop.wait(5):
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if not (proc / "cmdline").read_bytes().startswith(b"mutmut: "):
+                    continue
+                started = int((proc / "stat").read_text().rpartition(")")[2].split()[19]) / ticks
+                if uptime - started > stall_seconds:
+                    os.kill(int(proc.name), signal.SIGXCPU)
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+
+
 def run_mutmut(max_children: int, log: Path) -> None:
     from mutmut.__main__ import cli
 
+    stop = threading.Event()
+    threading.Thread(target=end_stalled_mutants, args=(STALL_SECONDS, stop), daemon=True).start()
     with output_to(log):
         try:
             cli.main(["run", "--max-children", str(max_children)], standalone_mode=False)
             code = 0
         except SystemExit as exc:
             code = exc.code or 0
+    stop.set()
     if code:
         tail = log.read_text("utf-8", "replace")[-3000:]
         sys.exit(f"mutmut failed ({code}); end of {log}:\n{tail}")
