@@ -1,4 +1,4 @@
-"""python -m ops {build,invoke,status}: the operator's view of builds and endpoints."""
+"""python -m ops {build,invoke,status,submit,batch}: the operator's view of builds and endpoints."""
 
 from __future__ import annotations
 
@@ -115,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _endpoint_option(status)
     _json_option(status, "status")  # pragma: no mutate
+
+    from ops.background import add_commands
+
+    add_commands(commands)
     return parser
 
 
@@ -148,6 +152,11 @@ def main(
             return _build(args, make_client, sleep, clock)
         if args.command == "invoke":
             return _invoke(args, make_client, sleep, rng)
+        if args.command in ("submit", "batch"):
+            from ops import background
+
+            handler = background.submit if args.command == "submit" else background.batch
+            return handler(args, make_client, sleep, clock)
         return _status(args, make_client)
     except UsageError as exc:
         _error(str(exc))
