@@ -100,6 +100,7 @@ EndpointName = Annotated[
 # Both ContainerStartupHealthCheckTimeoutInSeconds and ModelDataDownloadTimeoutInSeconds.
 ContainerTimeout = Annotated[int, Field(ge=60, le=3600)]
 AmiVersion = Annotated[str, Field(pattern=r"^al2[a-z0-9-]*-ami-sagemaker-inference-gpu-[0-9-]+$")]
+S3Prefix = Annotated[str, Field(pattern=r"^[a-zA-Z0-9!_.*'()-]+(/[a-zA-Z0-9!_.*'()-]+)*$")]
 
 
 class _Config(BaseModel):
@@ -228,6 +229,10 @@ class DecisionCpuEndpoint(EndpointSettings):
     instance_type: InstanceType = "ml.c6i.2xlarge"
     n_threads: int = Field(8, ge=1, le=192)
     n_ctx: int = Field(4096, ge=256, le=262_144)
+    # Batch transform jobs on this endpoint's model (`python -m ops batch`) read
+    # <prefix>/<job>/input/ and write <prefix>/<job>/output/ of the artifact bucket with its
+    # role; None: no such rights.
+    batch_prefix: S3Prefix | None = "batch"
 
     @model_validator(mode="after")
     def _cpu_instance(self) -> DecisionCpuEndpoint:
@@ -280,9 +285,6 @@ class DecisionGpuEndpoint(EndpointSettings):
     def cuda_architectures(self) -> str:
         """What the GPU image compiles llama.cpp's CUDA kernels for, e.g. `75;86;89`."""
         return cuda_architectures(self.instance_pool)
-
-
-S3Prefix = Annotated[str, Field(pattern=r"^[a-zA-Z0-9!_.*'()-]+(/[a-zA-Z0-9!_.*'()-]+)*$")]
 
 
 class AsyncAutoscaling(_Config):

@@ -19,6 +19,7 @@ from stacks.config import (
 )
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
 from stacks.constructs.async_endpoint import AsyncDecisionEndpoint
+from stacks.constructs.batch_access import grant_batch_transform
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
 
 
@@ -69,6 +70,12 @@ class EndpointStack(Stack):
                 n_gpu_layers=0,
                 instances=Instances.fixed(decision_cpu.instance_type),
             )
+            if decision_cpu.batch_prefix is not None:
+                grant_batch_transform(
+                    self.endpoints["DecisionCpu"].role,
+                    self._artifact_bucket(),
+                    decision_cpu.batch_prefix,
+                )
         gpu = decision_gpu
         if gpu.enabled:
             self._add_decision(
@@ -96,13 +103,20 @@ class EndpointStack(Stack):
             if self.async_endpoint is not None:
                 self.async_endpoint.grant_invoke(invoker)
 
+    def _artifact_bucket(self) -> s3.IBucket:
+        """The bucket that holds the model archive: the stateful stack's artifact bucket."""
+        found = self.node.try_find_child("ArtifactBucket")
+        return found or s3.Bucket.from_bucket_name(
+            self, "ArtifactBucket", self._model_archive.bucket_name
+        )
+
     def _add_async(
         self, settings: DecisionAsyncEndpoint, image_uri: str | None
     ) -> AsyncDecisionEndpoint:
         """The asynchronous decision endpoint on the CPU image; its requests and answers live in
         the bucket that holds the model archive (the artifact bucket)."""
         assert image_uri is not None  # the config requires it for an enabled endpoint
-        bucket = s3.Bucket.from_bucket_name(self, "ArtifactBucket", self._model_archive.bucket_name)
+        bucket = self._artifact_bucket()
         endpoint = AsyncDecisionEndpoint(
             self,
             "DecisionAsync",

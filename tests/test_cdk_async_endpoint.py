@@ -1,6 +1,7 @@
 """The asynchronous decision endpoint, synthesized with the whole app (it is off by default):
 its AsyncInferenceConfig, scaling to zero and back, the execution role's S3 prefixes evaluated
-as IAM would, notifications, cdk-nag and cfn-lint."""
+as IAM would, notifications, cdk-nag and cfn-lint; and the batch transform prefixes of the CPU
+decision model's role."""
 
 from __future__ import annotations
 
@@ -273,3 +274,25 @@ def test_cdk_nag_finds_nothing_unacknowledged(assembly):
 
 def test_cfn_lint_reports_nothing(assembly):
     assert cfn_lint(assembly)[f"{ENDPOINTS}.template.json"] == []
+
+
+# --- batch transform on the CPU decision model ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("action", "key", "allowed"),
+    [
+        ("s3:GetObject", "batch/job-1/input/day.jsonl", True),
+        ("s3:PutObject", "batch/job-1/output/day.jsonl.out", True),
+        ("s3:GetObject", "models/3f2a/model.tar.gz", True),
+        ("s3:PutObject", "batch/job-1/input/day.jsonl", False),
+        ("s3:PutObject", "models/3f2a/model.tar.gz", False),
+        ("s3:GetObject", "async/input/req-1.json", False),
+        ("s3:DeleteObject", "batch/job-1/output/day.jsonl.out", False),
+    ],
+)
+def test_the_cpu_decision_model_reads_batch_inputs_and_writes_batch_outputs_only(
+    raw, action, key, allowed
+):
+    rendered = Rendered(raw)
+    role = logical_id(raw, "AWS::IAM::Role", "DecisionCpuExecutionRole")
+    statements = rendered.statements_of_role(role)
+    assert allows(statements, Request(action, f"{BUCKET}/{key}"), rendered) is allowed
