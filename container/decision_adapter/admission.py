@@ -156,8 +156,9 @@ class ModelRunner:
     @asynccontextmanager
     async def reserved(self) -> AsyncIterator[None]:
         """Admit once for several jobs (a JSON Lines body): `run()` calls made inside, by this
-        task, skip admission. The slot is released when the block ends, or, if the task was
-        cancelled mid-job, when that job does. `stream()` is not covered."""
+        task (and tasks it starts, which copy its context), skip admission. The slot is released
+        when the block ends, or, if the task was cancelled mid-job, when that job does.
+        `stream()` is not covered: it always admits."""
         if self._reservation.get() is not None:  # nested: the slot is already held
             yield
             return
