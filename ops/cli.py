@@ -1,4 +1,5 @@
-"""python -m ops {build,invoke,status,load}: the operator's view of builds and endpoints."""
+"""python -m ops {build,invoke,status,load,submit,batch}: the operator's view of builds and
+endpoints."""
 
 from __future__ import annotations
 
@@ -150,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         help="write the figures JSON here (default: stdout)",  # pragma: no mutate
     )
+
+    from ops.background import add_commands
+
+    add_commands(commands)
     return parser
 
 
@@ -185,6 +190,11 @@ def main(
             return _invoke(args, make_client, sleep, rng)
         if args.command == "load":
             return _load(args, make_client, sleep)
+        if args.command in ("submit", "batch"):
+            from ops import background
+
+            handler = background.submit if args.command == "submit" else background.batch
+            return handler(args, make_client, sleep, clock)
         return _status(args, make_client)
     except UsageError as exc:
         _error(str(exc))

@@ -102,6 +102,7 @@ EndpointName = Annotated[
 # Both ContainerStartupHealthCheckTimeoutInSeconds and ModelDataDownloadTimeoutInSeconds.
 ContainerTimeout = Annotated[int, Field(ge=60, le=3600)]
 AmiVersion = Annotated[str, Field(pattern=r"^al2[a-z0-9-]*-ami-sagemaker-inference-gpu-[0-9-]+$")]
+S3Prefix = Annotated[str, Field(pattern=r"^[a-zA-Z0-9!_.*'()-]+(/[a-zA-Z0-9!_.*'()-]+)*$")]
 
 
 class _Config(BaseModel):
@@ -309,6 +310,10 @@ class DecisionCpuEndpoint(_MeasuredDecisionEndpoint):
     instance_type: InstanceType = "ml.c6i.2xlarge"
     n_threads: int = Field(8, ge=1, le=192)
     n_ctx: int = Field(4096, ge=256, le=262_144)
+    # Batch transform jobs on this endpoint's model (`python -m ops batch`) read
+    # <prefix>/<job>/input/ and write <prefix>/<job>/output/ of the artifact bucket with its
+    # role; None: no such rights.
+    batch_prefix: S3Prefix | None = "batch"
 
     @model_validator(mode="after")
     def _cpu_instance(self) -> DecisionCpuEndpoint:
@@ -365,6 +370,62 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
         return cuda_architectures(self.instance_pool)
 
 
+class AsyncAutoscaling(_Config):
+    """Scaling on the request backlog, down to zero instances when there is none."""
+
+    min_capacity: int = Field(0, ge=0, le=100)
+    max_capacity: int = Field(2, ge=1, le=100)
+    # ApproximateBacklogSizePerInstance to hold (target tracking): queued requests per instance.
+    backlog_per_instance: float = Field(5, gt=0, le=10_000)
+    scale_in_cooldown_seconds: int = Field(600, ge=0, le=3600)
+    scale_out_cooldown_seconds: int = Field(120, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AsyncAutoscaling:
+        if self.max_capacity < self.min_capacity:
+            raise ValueError(
+                f"maxCapacity ({self.max_capacity}) is below minCapacity ({self.min_capacity})"
+            )
+        return self
+
+
+class DecisionAsyncEndpoint(EndpointSettings):
+    """An asynchronous decision endpoint on the CPU decision image: requests and answers in the
+    artifact bucket (the model archive's) under their own prefixes, SNS notifications, and
+    scaling on the backlog down to zero. Off by default."""
+
+    enabled: bool = False
+    endpoint_name: EndpointName = "decision-models-decision-async"
+    instance_type: InstanceType = "ml.c6i.2xlarge"
+    n_threads: int = Field(8, ge=1, le=192)
+    n_ctx: int = Field(4096, ge=256, le=262_144)
+    input_prefix: S3Prefix = "async/input"
+    output_prefix: S3Prefix = "async/output"
+    failure_prefix: S3Prefix = "async/failure"
+    autoscaling: AsyncAutoscaling = AsyncAutoscaling()
+
+    @model_validator(mode="after")
+    def _cpu_instance_and_separate_prefixes(self) -> DecisionAsyncEndpoint:
+        if self.instance_type.startswith(_GPU_FAMILIES):
+            raise ValueError(
+                f"{self.instance_type!r} is a GPU type; the asynchronous endpoint runs the CPU "
+                "decision image"
+            )
+        prefixes = {
+            "inputPrefix": self.input_prefix,
+            "outputPrefix": self.output_prefix,
+            "failurePrefix": self.failure_prefix,
+        }
+        for key, prefix in prefixes.items():
+            for other_key, other in prefixes.items():
+                if key != other_key and (prefix + "/").startswith(other + "/"):
+                    raise ValueError(
+                        f"{key} ({prefix!r}) lies within {other_key} ({other!r}): the role's "
+                        "read and write rights would overlap"
+                    )
+        return self
+
+
 class AppConfig(_Config):
     """Everything the app reads from context.
 
@@ -395,6 +456,7 @@ class AppConfig(_Config):
     text_generation_endpoint: TextGenerationEndpoint = TextGenerationEndpoint()
     decision_cpu_endpoint: DecisionCpuEndpoint = DecisionCpuEndpoint()
     decision_gpu_endpoint: DecisionGpuEndpoint = DecisionGpuEndpoint()
+    decision_async_endpoint: DecisionAsyncEndpoint = DecisionAsyncEndpoint()
     invoker_role_arns: list[
         Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$")]
     ] = Field(default_factory=list)
@@ -412,6 +474,7 @@ class AppConfig(_Config):
         "text_generation_endpoint",
         "decision_cpu_endpoint",
         "decision_gpu_endpoint",
+        "decision_async_endpoint",
         "invoker_role_arns",
         mode="before",
     )
@@ -428,6 +491,7 @@ class AppConfig(_Config):
             self.text_generation_endpoint,
             self.decision_cpu_endpoint,
             self.decision_gpu_endpoint,
+            self.decision_async_endpoint,
         )
         names = [e.endpoint_name for e in endpoints if e.enabled]
         if len(names) != len(set(names)):
@@ -436,6 +500,12 @@ class AppConfig(_Config):
         images = (
             (self.decision_cpu_endpoint, self.decision_cpu_image, "decisionCpuImage", "cpu-image"),
             (self.decision_gpu_endpoint, self.decision_gpu_image, "decisionGpuImage", "gpu-image"),
+            (
+                self.decision_async_endpoint,
+                self.decision_cpu_image,
+                "decisionCpuImage",
+                "cpu-image",
+            ),
         )
         if self.model_data_uri is None:
             given = [key for _, image, key, _ in images if image is not None]

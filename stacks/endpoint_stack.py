@@ -6,9 +6,11 @@ from collections.abc import Sequence
 
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.config import (
+    DecisionAsyncEndpoint,
     DecisionCpuEndpoint,
     DecisionGpuEndpoint,
     DlcImages,
@@ -16,6 +18,8 @@ from stacks.config import (
     TextGenerationEndpoint,
 )
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
+from stacks.constructs.async_endpoint import AsyncDecisionEndpoint
+from stacks.constructs.batch_access import grant_batch_transform
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
 
 
@@ -35,6 +39,7 @@ class EndpointStack(Stack):
         decision_gpu: DecisionGpuEndpoint,
         decision_gpu_image: str | None,
         invoker_role_arns: Sequence[str] = (),
+        decision_async: DecisionAsyncEndpoint | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -72,6 +77,12 @@ class EndpointStack(Stack):
                 n_gpu_layers=0,
                 instances=Instances.fixed(decision_cpu.instance_type),
             )
+            if decision_cpu.batch_prefix is not None:
+                grant_batch_transform(
+                    self.endpoints["DecisionCpu"].role,
+                    self._artifact_bucket(),
+                    decision_cpu.batch_prefix,
+                )
         gpu = decision_gpu
         if gpu.enabled:
             self._add_decision(
@@ -88,10 +99,60 @@ class EndpointStack(Stack):
                 least_outstanding_requests=True,
             )
 
+        self.async_endpoint = None
+        if decision_async is not None and decision_async.enabled:
+            self.async_endpoint = self._add_async(decision_async, decision_cpu_image)
+
         for index, role_arn in enumerate(invoker_role_arns):
             invoker = iam.Role.from_role_arn(self, f"Invoker{index}", role_arn)
             for endpoint in self.endpoints.values():
                 endpoint.grant_invoke(invoker)
+            if self.async_endpoint is not None:
+                self.async_endpoint.grant_invoke(invoker)
+
+    def _artifact_bucket(self) -> s3.IBucket:
+        """The bucket that holds the model archive: the stateful stack's artifact bucket."""
+        found = self.node.try_find_child("ArtifactBucket")
+        return found or s3.Bucket.from_bucket_name(
+            self, "ArtifactBucket", self._model_archive.bucket_name
+        )
+
+    def _add_async(
+        self, settings: DecisionAsyncEndpoint, image_uri: str | None
+    ) -> AsyncDecisionEndpoint:
+        """The asynchronous decision endpoint on the CPU image; its requests and answers live in
+        the bucket that holds the model archive (the artifact bucket)."""
+        assert image_uri is not None  # the config requires it for an enabled endpoint
+        bucket = self._artifact_bucket()
+        endpoint = AsyncDecisionEndpoint(
+            self,
+            "DecisionAsync",
+            endpoint_name=settings.endpoint_name,
+            image=ContainerImage.from_ecr_uri(image_uri),
+            model_archive=self._model_archive,
+            environment=_decision_environment(settings, n_gpu_layers=0),
+            instance_type=settings.instance_type,
+            initial_instance_count=settings.initial_instance_count,
+            autoscaling=settings.autoscaling,
+            alarms=settings.alarms,
+            container_startup_timeout=Duration.seconds(settings.container_startup_timeout_seconds),
+            model_data_download_timeout=Duration.seconds(
+                settings.model_data_download_timeout_seconds
+            ),
+            bucket=bucket,
+            input_prefix=settings.input_prefix,
+            output_prefix=settings.output_prefix,
+            failure_prefix=settings.failure_prefix,
+        )
+        outputs = {
+            "EndpointName": endpoint.endpoint_name,
+            "InputLocation": bucket.s3_url_for_object(f"{settings.input_prefix}/"),
+            "SuccessTopicArn": endpoint.success_topic.topic_arn,
+            "ErrorTopicArn": endpoint.error_topic.topic_arn,
+        }
+        for name, value in outputs.items():
+            CfnOutput(self, f"DecisionAsync{name}", value=value)
+        return endpoint
 
     def _add_decision(
         self,
@@ -109,9 +170,7 @@ class EndpointStack(Stack):
             settings,
             image=ContainerImage.from_ecr_uri(image_uri),
             environment={
-                "DECISION_N_THREADS": str(settings.n_threads),
-                "DECISION_N_CTX": str(settings.n_ctx),
-                "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
+                **_decision_environment(settings, n_gpu_layers=n_gpu_layers),
                 "DECISION_MAX_QUEUE": str(settings.max_queue),
                 "DECISION_ADMISSION_WAIT_S": str(settings.admission_wait_s),
             },
@@ -136,6 +195,19 @@ class EndpointStack(Stack):
         )
         self.endpoints[construct_id] = endpoint
         CfnOutput(self, f"{construct_id}EndpointName", value=endpoint.endpoint_name)
+
+
+def _decision_environment(
+    settings: DecisionCpuEndpoint | DecisionGpuEndpoint | DecisionAsyncEndpoint,
+    *,
+    n_gpu_layers: int,
+) -> dict[str, str]:
+    """The adapter's variables for a decision endpoint."""
+    return {
+        "DECISION_N_THREADS": str(settings.n_threads),
+        "DECISION_N_CTX": str(settings.n_ctx),
+        "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
+    }
 
 
 def _flag_value(value: str | int | bool) -> str:

@@ -92,3 +92,16 @@ def run_app(tmp_path: Path, **overrides) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+def cfn_lint(assembly: Path) -> dict[str, list[str]]:
+    """cfn-lint's findings on each template of a cloud assembly, in three regions."""
+    from cfnlint.api import lint
+
+    return {
+        path.name: [
+            f"{m.rule.id} {m.message} ({m.linenumber})"
+            for m in lint(path.read_text(), regions=["us-east-1", "eu-west-1", "eu-central-1"])
+        ]
+        for path in sorted(assembly.glob("*.template.json"))
+    }

@@ -43,6 +43,7 @@ class FakeService:
         self.fails_with = fails_with  # raised by both operations, as the real service raises
         self.scored: list[list[StateQuestion]] = []
         self.chats: list[Chat] = []
+        self.reservations = 0  # `reserved()` blocks entered
         self.closed = False
 
     async def score(self, questions: Sequence[StateQuestion]) -> Scored:
@@ -51,6 +52,11 @@ class FakeService:
         self.scored.append(list(questions))
         answers = [self._answer(item) for item in questions]
         return Scored(answers, [TIMING] * len(answers), 10 * len(answers), TIMING)
+
+    @contextlib.asynccontextmanager
+    async def reserved(self) -> AsyncIterator[None]:
+        self.reservations += 1
+        yield
 
     @staticmethod
     def _answer(item: StateQuestion) -> Answer:

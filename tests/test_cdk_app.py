@@ -20,6 +20,7 @@ from tests.cdk_templates import (
     RELEASE,
     ROOT,
     STATEFUL,
+    cfn_lint,
     listed,
     resources,
     run_app,
@@ -88,18 +89,6 @@ def test_cdk_nag_finds_nothing_unacknowledged_and_every_acknowledgement_has_a_re
     rules = {re.sub(r"\[.*", "", f["ruleName"]) for f in acknowledged}
     # Nothing about public access, TLS or encryption at rest is waved through.
     assert rules == {"AwsSolutions-IAM5", "AwsSolutions-CB4"}
-
-
-def cfn_lint(assembly: Path) -> dict[str, list[str]]:
-    from cfnlint.api import lint
-
-    return {
-        path.name: [
-            f"{m.rule.id} {m.message} ({m.linenumber})"
-            for m in lint(path.read_text(), regions=["us-east-1", "eu-west-1", "eu-central-1"])
-        ]
-        for path in sorted(assembly.glob("*.template.json"))
-    }
 
 
 def test_cfn_lint_reports_nothing_on_the_templates(release):

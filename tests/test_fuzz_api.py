@@ -38,6 +38,7 @@ def test_the_document_describes_every_route(fuzz_adapter):
     assert set(document["paths"]) == {
         "/ping",
         "/invocations",
+        "/execution-parameters",
         "/v1/systemone",
         "/v1/chat/completions",
         "/v1/models",

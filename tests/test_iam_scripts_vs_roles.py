@@ -317,7 +317,7 @@ def operator_actions() -> set[str]:
 def test_readme_lists_exactly_the_actions_the_operator_cli_calls():
     readme = (ROOT / "README.md").read_text()
     (listed,) = re.findall(r"The operator's credentials need:\s+([^.]+)\.", readme)
-    assert set(re.findall(r"`([a-z-]+:[A-Za-z]+)`", listed)) == operator_actions()
+    assert set(re.findall(r"`([a-z0-9-]+:[A-Za-z]+)`", listed)) == operator_actions()
 
 
 def test_ops_status_reads_the_start_up_lines_with_filter_log_events_only():

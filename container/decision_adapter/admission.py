@@ -13,7 +13,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -65,6 +67,10 @@ class ModelRunner:
         self.in_flight = 0
         self.stats = AdmissionStats()
         self._stopping = threading.Event()  # set at the shutdown deadline; never cleared
+        # Set inside `reserved()`: the task's jobs run on the slot it already holds.
+        self._reservation: ContextVar[list[Future] | None] = ContextVar(
+            f"reservation-{id(self)}", default=None
+        )
 
     def stop_work(self) -> None:
         """Shutdown deadline: refuse new work; running work ends with ShuttingDown."""
@@ -107,15 +113,15 @@ class ModelRunner:
         self.stats.admitted += 1
         self.stats.waited += 1
 
-    def _submit(self, function: Callable[..., T], *args: Any):
-        loop = asyncio.get_running_loop()
+    def _submit(self, function: Callable[..., T], *args: Any, release: bool = True):
         future = self._executor.submit(function, *args)
-
-        def release(_):
-            loop.call_soon_threadsafe(self._release)
-
-        future.add_done_callback(release)
+        if release:
+            self._release_when_done(future)
         return future
+
+    def _release_when_done(self, future: Future) -> None:
+        loop = asyncio.get_running_loop()
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._release))
 
     def _release(self) -> None:
         if self._waiters:  # hand the slot over: in_flight stays 1
@@ -133,12 +139,40 @@ class ModelRunner:
             started.append(time.perf_counter())
             return function(*args)
 
-        await self._admit()
+        reservation = self._reservation.get()
+        if reservation is None:
+            await self._admit()
+        elif self._stopping.is_set():
+            raise ShuttingDown(self._retry_after_s)
+        future = self._submit(timed, release=reservation is None)
+        if reservation is not None:
+            reservation[:] = [future]  # the latest job: the one the slot waits for
         try:
-            result = await asyncio.wrap_future(self._submit(timed))
+            result = await asyncio.wrap_future(future)
         except Exception as error:  # an interrupted decode fails: say why
             raise self._stopped(error) from None
         return result, (started[0] - arrived) * 1000
+
+    @asynccontextmanager
+    async def reserved(self) -> AsyncIterator[None]:
+        """Admit once for several jobs (a JSON Lines body): `run()` calls made inside, by this
+        task (and tasks it starts, which copy its context), skip admission. The slot is released
+        when the block ends, or, if the task was cancelled mid-job, when that job does.
+        `stream()` is not covered: it always admits."""
+        if self._reservation.get() is not None:  # nested: the slot is already held
+            yield
+            return
+        await self._admit()
+        jobs: list[Future] = []
+        token = self._reservation.set(jobs)
+        try:
+            yield
+        finally:
+            self._reservation.reset(token)
+            if jobs and not jobs[0].done():  # cancelled mid-job: free the slot when it ends
+                self._release_when_done(jobs[0])
+            else:
+                self._release()
 
     async def stream(self, produce: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
         """Admit, then iterate `produce()` on the model thread, handing items over as they come.

@@ -16,21 +16,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import jsonlines
 from .admission import Busy
 from .auth import authenticate
 from .connections import limit_accept_error_logs
 from .contract import ModelService
 from .engine import EngineError
 from .errors import RequestError
+from .execution_parameters import execution_parameters
 from .formats import decision, openai_chat, systemone
-from .formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat
-from .http_body import read_json
+from .formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
+from .http_body import media_type, read_bytes, read_json
 from .logs import RequestLog
 from .model_files import ModelFileError
 from .native_libraries import log_model_loaded
 from .openapi import openapi_document
 from .prompts import ChatTemplateError
-from .sagemaker import EchoCustomAttributes, forced_format
+from .sagemaker import CUSTOM_ATTRIBUTES, EchoCustomAttributes, forced_format
 from .service import DecisionService
 from .settings import Settings
 
@@ -49,6 +51,14 @@ ServiceFactory = Callable[[Settings], ModelService]
 # --- errors ----------------------------------------------------------------------------
 def error_response(wire_format: WireFormat, error: Exception) -> Response:
     """A domain error as a response in `wire_format`'s error body."""
+    status, body, headers = error_parts(wire_format, error)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def error_parts(
+    wire_format: WireFormat, error: Exception
+) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+    """A domain error's status, body in `wire_format` and headers."""
     headers = None
     if isinstance(error, ValidationError):
         status, body = wire_format.validation_error_body(error)
@@ -80,7 +90,7 @@ def error_response(wire_format: WireFormat, error: Exception) -> Response:
         status, body = wire_format.error_body(
             500, f"model failure: {error}", error_type="engine_error"
         )
-    return JSONResponse(body, status_code=status, headers=headers)
+    return status, body, headers
 
 
 ANSWERED_ERRORS = (RequestError, ValidationError, Busy, ChatTemplateError, EngineError)
@@ -117,14 +127,7 @@ async def _answer(wire_format: WireFormat, request: Request, body: Any) -> Respo
 
 def _shape(body: Any) -> WireFormat:
     """The wire format a body's shape says it is written in."""
-    if isinstance(body, dict):
-        for wire_format in INVOCATION_FORMATS:
-            if any(key in body for key in wire_format.shape_keys):
-                return wire_format
-    shapes = [wire_format.shape_text for wire_format in INVOCATION_FORMATS]
-    raise RequestError(
-        422, f"body: expected one of {', '.join(shapes[:-1])} or {shapes[-1]}", field="body"
-    )
+    return format_of(body, INVOCATION_FORMATS)
 
 
 async def invocations(request: Request) -> Response:
@@ -135,6 +138,9 @@ async def invocations(request: Request) -> Response:
         forced = forced_format(request.headers, list(BY_NAME))
     except RequestError as error:
         return error_response(ADAPTER_ERRORS, error)
+    if media_type(request) in jsonlines.MEDIA_TYPES:
+        answers_in = BY_NAME[forced] if forced is not None else ADAPTER_ERRORS
+        return await answered_in(answers_in, _answer_lines(request, forced))
     if forced is not None:
         return await answered_in(BY_NAME[forced], answering(BY_NAME[forced])(request))
     try:
@@ -143,6 +149,48 @@ async def invocations(request: Request) -> Response:
     except RequestError as error:
         return error_response(ADAPTER_ERRORS, error)
     return await answered_in(wire_format, _answer(wire_format, request, body))
+
+
+# The formats a JSON Lines body's lines may be written in: chat answers are not one line each.
+LINE_FORMATS: tuple[WireFormat, ...] = (decision.FORMAT, systemone.FORMAT)
+
+
+def _line_error(wire_format: WireFormat, error: Exception) -> tuple[int, dict[str, Any]]:
+    if isinstance(error, Busy) or not isinstance(error, ANSWERED_ERRORS):
+        raise error
+    status, body, _ = error_parts(wire_format, error)
+    return status, body
+
+
+async def _answer_lines(request: Request, forced: str | None) -> Response:
+    """A JSON Lines body (batch transform): limits, then every line parsed, then answered."""
+    settings: Settings = request.app.state.settings
+    if forced is not None and BY_NAME[forced] not in LINE_FORMATS:
+        raise RequestError(
+            415,
+            f"{CUSTOM_ATTRIBUTES}: format={forced} cannot be sent as JSON Lines; its lines hold "
+            f"{' or '.join(f.name for f in LINE_FORMATS)} bodies",
+            field=CUSTOM_ATTRIBUTES,
+            error_type="unsupported_media_type",
+        )
+    raw = await read_bytes(
+        request,
+        settings.max_jsonlines_bytes,
+        settings.body_timeout_s,
+        limit="DECISION_MAX_JSONLINES_BYTES",
+    )
+    lines = await asyncio.to_thread(
+        jsonlines.parse,
+        raw,
+        formats=LINE_FORMATS,
+        forced=BY_NAME[forced] if forced is not None else None,
+        max_lines=settings.max_jsonlines_lines,
+        max_line_bytes=settings.max_body_bytes,
+    )
+    log = request.scope["state"]["log_fields"]
+    answers = await jsonlines.answer(lines, _service(request), log, _line_error)
+    encoded = await asyncio.to_thread(jsonlines.encode, answers)
+    return Response(encoded, media_type=jsonlines.MEDIA_TYPE)
 
 
 def public(wire_format: WireFormat, respond: Callable[[Request], Awaitable[Response]]):
@@ -187,6 +235,7 @@ async def openapi(request: Request) -> Response:
 ROUTES = [
     Route("/ping", ping, methods=["GET"]),
     Route("/invocations", invocations, methods=["POST"]),
+    Route("/execution-parameters", execution_parameters, methods=["GET"]),
     Route(
         "/v1/chat/completions",
         public(openai_chat.FORMAT, answering(openai_chat.FORMAT)),

@@ -5,6 +5,7 @@ the model's identity. No llama.cpp here: the wire formats import this module, ne
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -117,6 +118,10 @@ class ModelService(Protocol):
     identity: ModelIdentity
 
     async def score(self, questions: Sequence[StateQuestion]) -> Scored: ...
+
+    def reserved(self) -> AbstractAsyncContextManager[None]:
+        """Admit once; `score` calls inside the block (same task) run without admission."""
+        ...
 
     def generate(self, chat: Chat) -> AsyncIterator[TextDelta | Generated]: ...
 

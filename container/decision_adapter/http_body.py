@@ -97,10 +97,12 @@ def parse_json(raw: bytes) -> Any:
     return body
 
 
+def media_type(request: Request) -> str:
+    return request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+
+
 async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
-    content_type = (
-        request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    )
+    content_type = media_type(request)
     if content_type not in JSON_TYPES:
         raise RequestError(
             415,
@@ -108,11 +110,23 @@ async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
             field="Content-Type",
             error_type="unsupported_media_type",
         )
+    body = await read_bytes(request, max_bytes, timeout_s)
+    if not body.strip():
+        raise RequestError(
+            400, "body: empty; send a JSON object", field="body", error_type="invalid_json"
+        )
+    return parse_json(body)
+
+
+async def read_bytes(
+    request: Request, max_bytes: int, timeout_s: float, limit: str = "DECISION_MAX_BODY_BYTES"
+) -> bytes:
+    """The whole body, refused past `max_bytes` (the setting `limit`) or `timeout_s`."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise RequestError(
             413,
-            f"body: {declared} bytes, the limit is {max_bytes} " "(DECISION_MAX_BODY_BYTES)",
+            f"body: {declared} bytes, the limit is {max_bytes} ({limit})",
             field="body",
             error_type="body_too_large",
         )
@@ -124,7 +138,7 @@ async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
                 if len(body) > max_bytes:
                     raise RequestError(
                         413,
-                        f"body: more than {max_bytes} bytes (DECISION_MAX_BODY_BYTES)",
+                        f"body: more than {max_bytes} bytes ({limit})",
                         field="body",
                         error_type="body_too_large",
                     )
@@ -142,8 +156,4 @@ async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
             field="body",
             error_type="client_disconnected",
         ) from None
-    if not body.strip():
-        raise RequestError(
-            400, "body: empty; send a JSON object", field="body", error_type="invalid_json"
-        )
-    return parse_json(bytes(body))
+    return bytes(body)

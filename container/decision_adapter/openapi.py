@@ -124,7 +124,8 @@ def openapi_document() -> dict[str, Any]:
             "/invocations": {
                 "post": {
                     "summary": (
-                        "SageMaker's route; the body's shape picks decision, System One or chat"
+                        "SageMaker's route; the body's shape picks decision, System One or "
+                        "chat; an application/jsonlines body answers one line per line"
                     ),
                     "parameters": [
                         {
@@ -158,6 +159,13 @@ def openapi_document() -> dict[str, Any]:
                         *body_errors,
                         streams=True,
                     ),
+                }
+            },
+            "/execution-parameters": {
+                "get": {
+                    "summary": "batch transform: MaxConcurrentTransforms, BatchStrategy and "
+                    "MaxPayloadInMB this container prefers (its JSON Lines limits)",
+                    "responses": {"200": {"description": "parameters", **_json(ANY_OBJECT)}},
                 }
             },
             "/v1/systemone": {

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from .admission import ModelRunner
@@ -93,6 +94,10 @@ class DecisionService:
         """Shutdown deadline: end the model work in progress and refuse more."""
         self.runner.stop_work()
         self.engine.interrupt()
+
+    def reserved(self) -> AbstractAsyncContextManager[None]:
+        """One admission for several `score` calls of this task (see ModelRunner.reserved)."""
+        return self.runner.reserved()
 
     async def _prepared(self, function: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._prepare, function)

@@ -81,6 +81,18 @@ class Settings(BaseModel):
         le=64 * 1_048_576,
         validation_alias=AliasChoices("DECISION_MAX_BODY_BYTES"),
     )
+    # JSON Lines bodies on /invocations (batch transform): their own byte limit, at least
+    # 1 MiB since /execution-parameters offers it in whole MB (SageMaker's MaxPayloadInMB), and
+    # a line count. 16,384 lines of 64 bytes fill 1 MiB: no valid decision line is that short.
+    max_jsonlines_bytes: int = Field(
+        1_048_576,
+        ge=1_048_576,
+        le=100 * 1_048_576,
+        validation_alias=AliasChoices("DECISION_MAX_JSONLINES_BYTES"),
+    )
+    max_jsonlines_lines: int = Field(
+        16_384, ge=1, le=1_000_000, validation_alias=AliasChoices("DECISION_MAX_JSONLINES_LINES")
+    )
     # Prefilled states kept across requests; None: an eighth of this machine's memory, at most
     # 4 GiB (see state_cache_budget); 0 disables the cache.
     state_cache_bytes: int | None = Field(

@@ -75,7 +75,7 @@ class SageMakerEndpoint(Construct):
         environment: Mapping[str, str],
         instances: Instances,
         initial_instance_count: int,
-        autoscaling: Autoscaling,
+        autoscaling: Autoscaling | None,
         alarms: Alarms,
         container_startup_timeout: Duration,
         model_data_download_timeout: Duration,
@@ -83,9 +83,12 @@ class SageMakerEndpoint(Construct):
         inference_ami_version: str | None = None,
         least_outstanding_requests: bool = False,
         adapter_metrics: bool = False,
+        async_inference: sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty | None = None,
     ) -> None:
         """`adapter_metrics`: the container is the decision adapter, which emits the metrics
-        of stacks/adapter_metrics.py; its alarms then tell backpressure from failure."""
+        of stacks/adapter_metrics.py; its alarms then tell backpressure from failure.
+        `autoscaling` None: the caller scales the variant (`scaling_resource_id`);
+        `async_inference` makes it an asynchronous endpoint."""
         super().__init__(scope, construct_id)
         self._adapter_metrics = adapter_metrics
         self.role = iam.Role(
@@ -138,6 +141,7 @@ class SageMakerEndpoint(Construct):
                     **instances.variant_properties(),
                 )
             ],
+            async_inference_config=async_inference,
         )
         self.endpoint = sagemaker.CfnEndpoint(
             self,
@@ -148,7 +152,8 @@ class SageMakerEndpoint(Construct):
         self.endpoint_name = self.endpoint.attr_endpoint_name
         self.endpoint_arn = self.endpoint.ref
 
-        self.scalable_target = self._autoscale(autoscaling)
+        self.scaling_resource_id = f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}"
+        self.scalable_target = self._autoscale(autoscaling) if autoscaling else None
         self.alarms = self._alarm(alarms)
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
@@ -202,6 +207,22 @@ class SageMakerEndpoint(Construct):
         )
 
     def _autoscale(self, autoscaling: Autoscaling) -> appscaling.ScalableTarget:
+        target = self.add_scalable_target(
+            min_capacity=autoscaling.min_capacity, max_capacity=autoscaling.max_capacity
+        )
+        target.scale_to_track_metric(
+            "InvocationsPerInstance",
+            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
+            target_value=autoscaling.invocations_per_instance,
+            scale_in_cooldown=Duration.seconds(autoscaling.scale_in_cooldown_seconds),
+            scale_out_cooldown=Duration.seconds(autoscaling.scale_out_cooldown_seconds),
+        )
+        return target
+
+    def add_scalable_target(
+        self, *, min_capacity: int, max_capacity: int
+    ) -> appscaling.ScalableTarget:
+        """The variant's instance count as an Application Auto Scaling target."""
         # Application Auto Scaling acts for SageMaker through its service-linked role, which
         # CloudFormation creates when the target names it.
         scaling_role = iam.Role.from_role_arn(
@@ -218,24 +239,16 @@ class SageMakerEndpoint(Construct):
             ),
             mutable=False,
         )
-        target = appscaling.ScalableTarget(
+        return appscaling.ScalableTarget(
             self,
             "Scaling",
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}",
+            resource_id=self.scaling_resource_id,
             scalable_dimension="sagemaker:variant:DesiredInstanceCount",
-            min_capacity=autoscaling.min_capacity,
-            max_capacity=autoscaling.max_capacity,
+            min_capacity=min_capacity,
+            max_capacity=max_capacity,
             role=scaling_role,
         )
-        target.scale_to_track_metric(
-            "InvocationsPerInstance",
-            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
-            target_value=autoscaling.invocations_per_instance,
-            scale_in_cooldown=Duration.seconds(autoscaling.scale_in_cooldown_seconds),
-            scale_out_cooldown=Duration.seconds(autoscaling.scale_out_cooldown_seconds),
-        )
-        return target
 
     def _alarm(self, alarms: Alarms) -> list[cloudwatch.Alarm]:
         server_errors = self._server_errors().create_alarm(

@@ -92,6 +92,18 @@ class WireFormat:
 ADAPTER_ERRORS = WireFormat()  # for routes that take no body (/stats) and unknown bodies
 
 
+def format_of(body: Any, formats: Sequence[WireFormat]) -> WireFormat:
+    """The one of `formats` that a body's shape says it is written in."""
+    if isinstance(body, dict):
+        for wire_format in formats:
+            if any(key in body for key in wire_format.shape_keys):
+                return wire_format
+    shapes = [wire_format.shape_text for wire_format in formats]
+    raise RequestError(
+        422, f"body: expected one of {', '.join(shapes[:-1])} or {shapes[-1]}", field="body"
+    )
+
+
 async def score(
     service: ModelService, questions: Sequence[StateQuestion], *, field: str, noun: str
 ) -> Scored:

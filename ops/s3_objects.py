@@ -1,0 +1,95 @@
+"""S3 locations as the background commands use them: upload a body, see whether an answer has
+appeared, fetch it."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<key>.*))?$")
+
+
+class S3Error(Exception):
+    """An S3 call failed: the message names the location and S3's own reason."""
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    key: str
+
+    @classmethod
+    def parse(cls, uri: str) -> S3Location:
+        match = _S3_URI.match(uri)
+        if match is None:
+            raise ValueError(f"{uri!r} is not an s3://<bucket>/<key> location")
+        return cls(match["bucket"], match["key"] or "")
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def child(self, name: str) -> S3Location:
+        """`name` under this location taken as a prefix ("a/b" + "c" -> "a/b/c")."""
+        prefix = self.key.rstrip("/")
+        return S3Location(self.bucket, f"{prefix}/{name}" if prefix else name)
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+
+def _failed(action: str, location: S3Location, error: Exception) -> S3Error:
+    return S3Error(f"cannot {action} {location.uri}: {error}")
+
+
+def upload(s3, location: S3Location, body: bytes, content_type: str) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.put_object(Bucket=location.bucket, Key=location.key, Body=body, ContentType=content_type)
+    except ClientError as error:
+        raise _failed("upload to", location, error) from None
+
+
+def exists(s3, location: S3Location) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_object(Bucket=location.bucket, Key=location.key)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise _failed("look for", location, error) from None
+    return True
+
+
+def fetch(s3, location: S3Location) -> bytes:
+    from botocore.exceptions import ClientError
+
+    try:
+        return s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
+    except ClientError as error:
+        raise _failed("fetch", location, error) from None
+
+
+def wait_for_first(
+    s3,
+    locations: list[S3Location],
+    *,
+    poll_seconds: float,
+    timeout_seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> S3Location | None:
+    """The first of `locations` to exist, polling; None after `timeout_seconds`."""
+    started = clock()
+    while True:
+        for location in locations:
+            if exists(s3, location):
+                return location
+        if clock() - started >= timeout_seconds:
+            return None
+        sleep(poll_seconds)

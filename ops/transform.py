@@ -1,0 +1,104 @@
+"""SageMaker batch transform over a JSON Lines file: start the job, follow it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ops.s3_objects import S3Location
+
+JSON_LINES = "application/jsonlines"
+
+
+class TransformFailed(Exception):
+    pass
+
+
+class TransformTimedOut(Exception):
+    pass
+
+
+def model_of_endpoint(sagemaker, endpoint: str) -> str:
+    """The SageMaker model an endpoint serves (its config's first variant)."""
+    config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
+    config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
+    return config["ProductionVariants"][0]["ModelName"]
+
+
+def start_transform(
+    sagemaker,
+    *,
+    job_name: str,
+    model: str,
+    source: S3Location,
+    output: S3Location,
+    instance_type: str,
+    instance_count: int,
+    max_payload_mb: int | None,
+    invocation_timeout_s: int,
+) -> None:
+    """One line per record, several records per request (the adapter answers a JSON Lines body
+    line by line), answers assembled one per line. MaxConcurrentTransforms and, unless given,
+    MaxPayloadInMB come from the container's /execution-parameters."""
+    request = {
+        "TransformJobName": job_name,
+        "ModelName": model,
+        "BatchStrategy": "MultiRecord",
+        # A body of many decisions takes long: up to the hour SageMaker allows, one retry.
+        "ModelClientConfig": {
+            "InvocationsTimeoutInSeconds": invocation_timeout_s,
+            "InvocationsMaxRetries": 1,
+        },
+        "TransformInput": {
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": source.uri}},
+            "ContentType": JSON_LINES,
+            "SplitType": "Line",
+        },
+        "TransformOutput": {
+            "S3OutputPath": output.uri,
+            "Accept": JSON_LINES,
+            "AssembleWith": "Line",
+        },
+        "TransformResources": {"InstanceType": instance_type, "InstanceCount": instance_count},
+    }
+    if max_payload_mb is not None:
+        request["MaxPayloadInMB"] = max_payload_mb
+    sagemaker.create_transform_job(**request)
+
+
+def result_location(source: S3Location, output: S3Location) -> S3Location:
+    """Where SageMaker writes the answers to one input object: its name plus `.out`."""
+    return output.child(f"{source.name}.out")
+
+
+def wait_for_transform(
+    sagemaker,
+    job_name: str,
+    *,
+    poll_seconds: float,
+    timeout_seconds: float,
+    report: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict:
+    """Poll until the job ends; report each status once. Raises on failure and timeout."""
+    started = clock()
+    reported = None
+    while True:
+        job = sagemaker.describe_transform_job(TransformJobName=job_name)
+        status = job["TransformJobStatus"]
+        if status != reported:
+            report(f"[{clock() - started:6.0f}s] {status}")
+            reported = status
+        if status == "Completed":
+            return job
+        if status in ("Failed", "Stopped"):
+            reason = job.get("FailureReason") or "no reason given"
+            raise TransformFailed(f"transform job {job_name} {status.lower()}: {reason}")
+        if clock() - started >= timeout_seconds:
+            raise TransformTimedOut(
+                f"transform job {job_name} still {status} after {timeout_seconds:.0f}s "
+                f"(it keeps running; stop it with `aws sagemaker stop-transform-job "
+                f"--transform-job-name {job_name}`)"
+            )
+        sleep(poll_seconds)
