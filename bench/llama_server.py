@@ -7,6 +7,7 @@ import contextlib
 import re
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,18 +59,36 @@ class LlamaServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def cpu_features(self) -> str | None:
-        """The `CPU : SSE3 = 1 | ...` line llama.cpp prints at start: which kernels it runs."""
-        return cpu_features(self.log())
-
 
 def cpu_features(text: str) -> str | None:
-    """The CPU backend's feature list from llama.cpp's system info (server log or
-    llama_print_system_info), normalised for comparison."""
+    """The CPU backend's feature list (`CPU : SSE3 = 1 | ...`) from llama.cpp's system info,
+    normalised for comparison."""
     match = re.search(r"CPU : ([^\n]*?)\s*(?:\n|$)", text)
     if not match:
         return None
     return " | ".join(part.strip() for part in match.group(1).split("|") if part.strip())
+
+
+def built_cpu_features(binary: Path) -> str | None:
+    """What the build's own libllama reports (llama-server logs it only at trace verbosity,
+    which would slow it down). Asked in a child process: this one has llama-cpp-python's."""
+    library = binary.parent / "libllama.so"
+    probe = (
+        "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); "
+        "lib.llama_print_system_info.restype = ctypes.c_char_p; "
+        "print(lib.llama_print_system_info().decode())"
+    )
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-c", probe, str(library)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return cpu_features(finished.stdout)
 
 
 def free_port() -> int:
@@ -163,7 +182,7 @@ def start_beside(
     import llama_cpp
 
     ours = cpu_features(llama_cpp.llama_print_system_info().decode())
-    theirs = server.cpu_features()
+    theirs = built_cpu_features(build.binary)
     return server, info | {
         "arguments": settings.arguments(),
         "cpu_features": {"llama_cpp_python": ours, "llama_server": theirs},

@@ -234,20 +234,31 @@ def _token_check(counts: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- (b) ------------------------------------------------------------------------------------
+def _server_read_all(reply: dict[str, Any], item: Asked) -> bool:
+    """llama-server's prompt was our tokens: those it reused plus those it decoded."""
+    timings = reply["timings"]
+    return timings["cache_n"] + timings["prompt_n"] == len(item.tokens)
+
+
 def eight_shared(sides: Sides, rounds: list[list[Asked]]) -> dict[str, Any]:
     """Per round: our one `decisions` request, then llama-server's 8 sequential requests."""
     sides.decide([rounds[0][0].decision])  # warm-up
     ours, theirs = [], []
     reused: list[int] = []
+    matched = True
     for questions in rounds:
-        seconds, _ = sides.decide([item.decision for item in questions])
+        seconds, answer = sides.decide([item.decision for item in questions])
         ours.append(seconds)
+        matched &= [r["input_tokens"] for r in answer["results"]] == [
+            len(item.tokens) for item in questions
+        ]
         total = 0.0
         for position, item in enumerate(questions):
-            seconds, answer = sides.one_token(item, cache_prompt=True)
+            seconds, reply = sides.one_token(item, cache_prompt=True)
             total += seconds
+            matched &= _server_read_all(reply, item)
             if position:
-                reused.append(answer["timings"]["cache_n"])
+                reused.append(reply["timings"]["cache_n"])
         theirs.append(total)
     return {
         "questions": len(rounds[0]),
@@ -256,6 +267,7 @@ def eight_shared(sides: Sides, rounds: list[list[Asked]]) -> dict[str, Any]:
         "llama_server_eight_requests_median_ms": median_ms(theirs),
         "ratio": ratio(_median(ours), _median(theirs)),
         "llama_server_reused_tokens_median": _median(reused),
+        "same_tokens": matched,
         "rounds": len(rounds),
         "samples_ms": {"adapter": samples_ms(ours), "llama_server": samples_ms(theirs)},
     }
@@ -270,6 +282,7 @@ def eight_cached(sides: Sides, rounds: list[list[Asked]]) -> dict[str, Any]:
     our_phases, their_phases = [], []
     outcomes: dict[str, int] = {}
     reused: list[int] = []
+    matched = True
     for questions in rounds:
         for position, item in enumerate(questions):
             seconds, answer = sides.decide([item.decision])
@@ -278,6 +291,8 @@ def eight_cached(sides: Sides, rounds: list[list[Asked]]) -> dict[str, Any]:
             outcomes[timing["state_cache"]] = outcomes.get(timing["state_cache"], 0) + 1
             seconds_theirs, reply = sides.one_token(item, cache_prompt=True)
             theirs[position].append(seconds_theirs)
+            matched &= answer["result"]["input_tokens"] == len(item.tokens)
+            matched &= _server_read_all(reply, item)
             if position:
                 our_phases.append(_adapter_phases(seconds, timing))
                 their_phases.append(_server_phases(seconds_theirs, reply))
@@ -292,6 +307,7 @@ def eight_cached(sides: Sides, rounds: list[list[Asked]]) -> dict[str, Any]:
         "state_prompt_tokens": len(rounds[0][0].tokens),
         "adapter_state_cache": outcomes,
         "llama_server_reused_tokens_median": _median(reused),
+        "same_tokens": matched,
         "first_median_ms": {"adapter": median_ms(ours[0]), "llama_server": median_ms(theirs[0])},
         "follow_up_median_ms": {
             "adapter": median_ms(follow_ours),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from bench.llama_server import ServerSettings, cpu_features, start_beside
+from bench.llama_server import ServerSettings, built_cpu_features, cpu_features, start_beside
 from bench.llama_server_build import (
     CMAKE_FLAGS,
     Build,
@@ -115,3 +115,7 @@ def test_cpu_features_read_the_same_from_the_binding_and_a_server_log():
         f"CPU : {ours} | \nmain: done\n"
     )
     assert cpu_features(log) == ours
+
+
+def test_a_build_without_its_library_reports_no_cpu_features(tmp_path):
+    assert built_cpu_features(tmp_path / "bin" / "llama-server") is None

@@ -16,8 +16,9 @@ from bench.side_by_side import (
 )
 from bench.timing import Streamed
 
-# A real one-token /completion answer of llama-server (this repository's bench build, Gemma 3
-# 270M, n_probs=20) to the bench's single decision prompt; its options' labels " A", " B", " C".
+# A real one-token /completion answer of llama-server (the bench's build of llama-cpp-python
+# 0.3.36's llama.cpp, Gemma 3 270M, n_probs=20) to the bench's single decision prompt, less its
+# echo of the settings, prompt and local model path; the options' labels are " A", " B", " C".
 ANSWER = Path(__file__).parent / "data" / "llama_server_completion.json"
 
 
