@@ -127,3 +127,32 @@ def test_generation_rate_leaves_out_the_first_token():
     streamed = Streamed(first_s=0.5, last_s=2.5, total_s=2.6, events=[])
     assert streamed.generation_rate(41) == pytest.approx(20.0)
     assert Streamed(first_s=0.5, last_s=0.5, total_s=0.6, events=[]).generation_rate(1) == 0.0
+
+
+def test_every_round_starts_cold_for_llama_servers_prefix_cache(renderer):
+    """llama-server reuses any common token prefix: each round's state must differ from the
+    last one's near the start, while a round's questions share their whole state."""
+    from os.path import commonprefix
+
+    from bench.side_by_side import prepare
+    from bench.workloads import long_state
+
+    state = long_state(1000, renderer)
+    item = {
+        "id": "x",
+        "state": "s",
+        "question": "q?",
+        "options": [{"id": "a"}, {"id": "b"}],
+        "expected": "a",
+    }
+    work = prepare(renderer, state, 2, [item])
+    first, second = work.shared_rounds[0], work.shared_rounds[1]
+    assert len(first) == 8 and len(first[0].tokens) > 1000
+    across_rounds = len(commonprefix([first[0].tokens, second[0].tokens]))
+    within_round = len(commonprefix([first[0].tokens, first[1].tokens]))
+    assert across_rounds < 100
+    assert within_round > 1000
+    assert len(commonprefix([first[0].tokens, work.cached_rounds[0][0].tokens])) < 100
+    (labelled,) = work.labelled
+    assert labelled.expected == "a" and len(labelled.label_tokens) == 2
+    assert work.chat_tokens[0] == renderer.engine.bos_token
