@@ -129,19 +129,12 @@ def llama_server_table(versus: dict) -> list[str]:
     ]
     a = versus.get("single_decision")
     if a:
-        ours, theirs = a["phases_median_ms"]["adapter"], a["phases_median_ms"]["llama_server"]
-        model = _ratio(ours["model_ms"], theirs["prompt_ms"] + theirs["predicted_ms"])
         lines += [
             f"| (a) one decision, {a['prompt_tokens']} tokens, vs a one-token completion with "
             f"n_probs={a['n_probs']} | {a['adapter_median_ms']:.0f} ms | "
             f"{a['llama_server_median_ms']:.0f} ms | {_x(a['ratio'])} | "
             f"{_met(a, '<=', 'target_max')} |",
-            f"| (a) where the time goes (medians) | model {ours['model_ms']:.0f} ms, "
-            f"tokenizing {ours['prepare_ms']:.0f} ms, rest of the handler "
-            f"{ours['handler_other_ms']:.0f} ms, HTTP and client "
-            f"{ours['outside_handler_ms']:.0f} ms | prompt {theirs['prompt_ms']:.0f} ms, "
-            f"sampling {theirs['predicted_ms']:.0f} ms, HTTP and client "
-            f"{theirs['outside_model_ms']:.0f} ms | {_x(model)} model | |",
+            _phases_row("(a) where the time goes (medians)", a["phases_median_ms"]),
         ]
     b = versus.get("eight_questions_shared")
     if b:
@@ -165,6 +158,10 @@ def llama_server_table(versus: dict) -> list[str]:
             f"{totals['adapter']:.0f} ms | {first['llama_server']:.0f} ms; "
             f"{totals['llama_server']:.0f} ms | {_x(c['eight_total_ratio'])} all | |",
         ]
+        if c.get("follow_up_phases_median_ms"):
+            lines.append(
+                _phases_row("(b) a follow-up: where the time goes", c["follow_up_phases_median_ms"])
+            )
     chat = versus.get("chat")
     if chat:
         ours, theirs, ratios = chat["adapter"], chat["llama_server"], chat["ratios"]
@@ -197,6 +194,21 @@ def llama_server_table(versus: dict) -> list[str]:
     for key, error in (versus.get("errors") or {}).items():
         lines.append(f"| {key} | failed: {error} | | | |")
     return [*lines, "", RATIO_MEANING]
+
+
+def _phases_row(title: str, phases: dict) -> str:
+    """Our model work (state prefill or restore, question, readout), tokenizing, the rest of
+    the handler and what lies outside it, against llama-server's own prompt and sampling
+    timings and what lies outside them."""
+    ours, theirs = phases["adapter"], phases["llama_server"]
+    model = _ratio(ours["model_ms"], theirs["prompt_ms"] + theirs["predicted_ms"])
+    return (
+        f"| {title} | model {ours['model_ms']:.0f} ms, tokenizing {ours['prepare_ms']:.0f} ms, "
+        f"rest of the handler {ours['handler_other_ms']:.0f} ms, HTTP and client "
+        f"{ours['outside_handler_ms']:.0f} ms | prompt {theirs['prompt_ms']:.0f} ms, sampling "
+        f"{theirs['predicted_ms']:.0f} ms, HTTP and client {theirs['outside_model_ms']:.0f} ms "
+        f"| {_x(model)} model | |"
+    )
 
 
 def _ratio(ours: float, theirs: float) -> float | None:

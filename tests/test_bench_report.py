@@ -53,6 +53,15 @@ def _versus() -> dict:
             "eight_total_ratio": 1.179,
             "target_max": 1.0,
             "meets_target": False,
+            "follow_up_phases_median_ms": {
+                "adapter": {
+                    "model_ms": 180.0,
+                    "prepare_ms": 4.0,
+                    "handler_other_ms": 2.0,
+                    "outside_handler_ms": 24.0,
+                },
+                "llama_server": {"prompt_ms": 120.0, "predicted_ms": 0.0, "outside_model_ms": 30},
+            },
         },
         "chat": {
             "prompt_tokens": [26],
@@ -105,6 +114,8 @@ def test_llama_server_columns_and_what_the_ratio_means():
     assert "| 3179 ms | 2600 ms | **1.22x** |" in table
     assert "| 210 ms | 150 ms | **1.40x** | <= 1.0 (missed) |" in table
     assert "| 41.0 | 43.0 | **0.95x** | >= 0.9 (met) |" in table
+    assert "| (b) a follow-up: where the time goes | model 180 ms" in table
+    assert "HTTP and client 30 ms | **1.50x** model |" in table
     assert "| 90 ms | 60 ms | **1.50x** |" in table
     assert "median share 42% (lowest 5%); top token not an option 17 of 49" in table
     assert "| chat_x | failed: ReadTimeout: timed out |" in table
