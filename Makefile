@@ -35,8 +35,12 @@ test: $(VENV)/.dev node_modules/.package-lock.json
 rehearse: $(VENV)/.dev node_modules/.package-lock.json
 	$(PYTHON) -m pytest -m rehearsal
 
+# The benchmark (README, Benchmarks). Its first run also builds llama-server from the llama.cpp
+# that llama-cpp-python vendors (minutes, once) into ~/.cache/decision-bench/ for the side-by-side
+# columns; BENCH_ARGS=--no-llama-server leaves it out.
+BENCH_ARGS ?=
 bench: $(VENV)/.dev
-	$(PYTHON) -m bench
+	$(PYTHON) -m bench $(BENCH_ARGS)
 
 # Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.
 # Writes tests/mutation/results.json: make mutation MUTATION_MODULES="ops" MUTATION_JOBS=4

@@ -10,6 +10,9 @@
     and the share of 503s.
 (e) the alternative: a one-token chat completion asking for the option letter, same model and
     prompt text, over the labelled examples: latency, accuracy and how often it names an option.
+(f) side by side with llama-server, the stock DLC's server, built once from the llama.cpp that
+    llama-cpp-python vendors (bench.llama_server_build) and started with the adapter's settings:
+    see bench.side_by_side. If it cannot be built or started, the run says why and goes on.
 
 Writes bench/results/<date>-<machine>.json and one PNG per experiment beside it. Repetitions
 beyond the first stop when the run's time budget (--budget-minutes) runs short.
@@ -18,6 +21,7 @@ beyond the first stop when the run's time budget (--budget-minutes) runs short.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -28,9 +32,11 @@ from pathlib import Path
 
 import httpx
 
-from bench import experiments
+from bench import experiments, side_by_side
 from bench.experiments import QUICK, Plan
 from bench.floor import Floor
+from bench.llama_server import start_beside
+from bench.llama_server_build import Build, ensure_llama_server
 from bench.timing import Budget, Caller
 from bench.workloads import (
     OPTIONS,
@@ -59,6 +65,7 @@ class Prepared:
     state_1000: str
     length_cases: list[tuple[int, str, list[int]]]
     examples: list[dict]
+    versus: side_by_side.Workload
 
 
 def prepare(plan: Plan) -> Prepared:
@@ -76,24 +83,48 @@ def prepare(plan: Plan) -> Prepared:
         single = prompt_tokens(renderer, SHORT_STATE, QUESTIONS[0], OPTIONS)
         cases = [(n, *state_for_prompt_length(renderer, n)) for n in plan.lengths]
         state = long_state(SHARED_STATE_TOKENS, renderer)
+        examples = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
+        versus = side_by_side.prepare(
+            renderer, state, plan.versus_rounds, examples[: plan.chat_items or len(examples)]
+        )
     finally:
         engine.close()
-    examples = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
-    return Prepared(gguf, single, state, cases, examples)
+    return Prepared(gguf, single, state, cases, examples, versus)
 
 
 def log(budget: Budget, message: str) -> None:
     print(f"[{budget.elapsed():6.1f}s] {message}", flush=True)
 
 
-def run(plan: Plan, budget: Budget) -> dict:
+# A comparison that fails half-way is reported as such; the rest of the run still counts.
+SIDE_BY_SIDE_ERRORS = (httpx.HTTPError, RuntimeError, KeyError, ValueError, IndexError)
+
+
+def beside(budget: Budget, what: str, versus: dict, key: str, measure) -> None:
+    log(budget, f"(f) llama-server: {what}")
+    try:
+        versus[key] = measure()
+    except SIDE_BY_SIDE_ERRORS as error:
+        versus.setdefault("errors", {})[key] = f"{type(error).__name__}: {error}"
+        log(budget, f"(f) {what} failed: {type(error).__name__}: {error}")
+
+
+def run(plan: Plan, budget: Budget, build: Build) -> dict:
     log(budget, "tokenizing")
     prepared = prepare(plan)
 
     result: dict = {}
     callers: list[Caller] = []
-    with tempfile.TemporaryDirectory() as tmp, httpx.Client() as client:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        httpx.Client() as client,
+        contextlib.ExitStack() as llama_server_stack,
+    ):
         tmp_dir = Path(tmp)
+        log(budget, "starting llama-server beside the adapter")
+        server, versus = start_beside(llama_server_stack, build, prepared.gguf, THREADS, tmp_dir)
+        if server is None:
+            log(budget, f"(f) llama-server side by side skipped: {versus['skipped_reason']}")
         # The state cache (on by default) would answer repeated states without prefilling them:
         # (a)-(e) measure the model path with it off; (b) is measured once more with it on.
         with running_adapter(tmp_dir, **ADAPTER_ENV) as adapter, Floor(prepared.gguf) as floor:
@@ -116,6 +147,45 @@ def run(plan: Plan, budget: Budget) -> dict:
             result["chat_alternative"] = experiments.chat_alternative(
                 caller, adapter.url, plan, budget, prepared.examples
             )
+            if server is not None:
+                sides = side_by_side.Sides(caller, adapter.url, server.url)
+                work = prepared.versus
+                beside(
+                    budget,
+                    "(a) one decision vs a one-token completion",
+                    versus,
+                    "single_decision",
+                    lambda: side_by_side.single_decision(
+                        sides, work.single, plan.versus_single_repeats
+                    ),
+                )
+                beside(
+                    budget,
+                    "(b) one decisions request vs 8 requests with its prompt cache",
+                    versus,
+                    "eight_questions_shared",
+                    lambda: side_by_side.eight_shared(sides, work.shared_rounds),
+                )
+                beside(
+                    budget,
+                    "chat, streamed and not",
+                    versus,
+                    "chat",
+                    lambda: side_by_side.chat(
+                        sides,
+                        work.chat_messages,
+                        work.chat_tokens,
+                        plan.versus_chat_max_tokens,
+                        plan.versus_chat_repeats,
+                    ),
+                )
+                beside(
+                    budget,
+                    "options in its top-N over the labelled decisions",
+                    versus,
+                    "options",
+                    lambda: side_by_side.option_answers(sides, work.labelled),
+                )
             log(budget, "state cache off: eight follow-up requests")
             cache_off = experiments.state_cache_follow_ups(
                 caller, adapter.url, prepared.state_1000, plan.follow_up_repeats, "off"
@@ -133,6 +203,16 @@ def run(plan: Plan, budget: Budget) -> dict:
             cache_on = experiments.state_cache_follow_ups(
                 caller, cached.url, prepared.state_1000, plan.follow_up_repeats, "on"
             )
+            if server is not None:
+                sides = side_by_side.Sides(caller, cached.url, server.url)
+                beside(
+                    budget,
+                    "(b) 8 separate requests, state cache vs its prompt cache",
+                    versus,
+                    "eight_questions_cached",
+                    lambda: side_by_side.eight_cached(sides, prepared.versus.cached_rounds),
+                )
+        llama_server_stack.close()  # (d) below runs the adapter alone
         result["state_cache"] = {
             "state_tokens": SHARED_STATE_TOKENS,
             "target_max_ratio": experiments.CACHE_TARGET,
@@ -167,6 +247,7 @@ def run(plan: Plan, budget: Budget) -> dict:
         "runs": runs,
     }
     result["sequential_503s"] = sum(c.refused_503 for c in callers)
+    result["llama_server"] = versus
     return result | {"gguf": prepared.gguf.name}
 
 
@@ -192,7 +273,12 @@ def main() -> None:
         "--budget-minutes",
         type=float,
         default=None,
-        help="time budget for the measurements (default 11, --quick 3)",
+        help="time budget for the measurements (default 13, --quick 4)",
+    )
+    parser.add_argument(
+        "--no-llama-server",
+        action="store_true",
+        help="skip building and comparing with llama-server",
     )
     parser.add_argument("--output", type=Path, default=None, help="JSON path (charts beside it)")
     args = parser.parse_args()
@@ -200,8 +286,14 @@ def main() -> None:
     plan = QUICK if args.quick else Plan()
     if args.repeats:
         plan = dataclasses.replace(plan, single_repeats=args.repeats)
-    budget = Budget((args.budget_minutes or (3 if args.quick else 11)) * 60)
-    measured = run(plan, budget)
+    if args.no_llama_server:
+        build = Build("-", Path(), reason="--no-llama-server")
+    else:
+        print("llama-server: the cached build, or a build now (minutes, once)", flush=True)
+        build = ensure_llama_server()
+        print(f"llama-server: {build.binary or 'skipped: ' + str(build.reason)}", flush=True)
+    budget = Budget((args.budget_minutes or (4 if args.quick else 13)) * 60)
+    measured = run(plan, budget, build)
     gguf = measured.pop("gguf")
     now = datetime.now(timezone.utc)
     result = {

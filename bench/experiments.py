@@ -42,6 +42,11 @@ class Plan:
     queues: tuple[int, ...] = (0, 16)
     chat_items: int | None = None  # None: every labelled example
     follow_up_repeats: int = 3
+    # side by side with llama-server (bench.side_by_side)
+    versus_single_repeats: int = 15
+    versus_rounds: int = 3
+    versus_chat_repeats: int = 3
+    versus_chat_max_tokens: int = 64
 
 
 QUICK = Plan(
@@ -54,6 +59,10 @@ QUICK = Plan(
     load_seconds=2.0,
     chat_items=8,
     follow_up_repeats=1,
+    versus_single_repeats=5,
+    versus_rounds=1,
+    versus_chat_repeats=1,
+    versus_chat_max_tokens=32,
 )
 
 # Cumulative shares of the budget: the deadline by which each phase stops adding repetitions.

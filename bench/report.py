@@ -94,10 +94,129 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
             f"{d['valid_answer_rate']:.0%} "
             f"vs {c['valid_answer_rate']:.0%} |"
         )
+    versus = result.get("llama_server")
+    if versus:
+        lines += ["", *llama_server_table(versus)]
     charts = result.get("charts") or {}
     if charts:
         lines += ["", " ".join(f"![{name}]({link_prefix}{file})" for name, file in charts.items())]
     return "\n".join(lines)
+
+
+RATIO_MEANING = (
+    "Ratio: the adapter's figure over llama-server's, measured in the same run on the same "
+    "prompt tokens, the two taking turns request by request; for times below 1 means the "
+    "adapter is faster, for tokens/s above 1 does."
+)
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"**{value:.2f}x**"
+
+
+def _met(row: dict, sign: str, key: str) -> str:
+    return f"{sign} {row[key]} ({'met' if row['meets_target'] else 'missed'})"
+
+
+def llama_server_table(versus: dict) -> list[str]:
+    """The side-by-side rows (bench.side_by_side), or the reason they are missing."""
+    if versus.get("skipped_reason"):
+        reason = versus["skipped_reason"].strip().splitlines()[0]
+        return [f"Side by side with llama-server: skipped ({reason})."]
+    lines = [
+        "| Side by side with llama-server | adapter | llama-server | ratio | target |",
+        "|---|---|---|---|---|",
+    ]
+    a = versus.get("single_decision")
+    if a:
+        lines += [
+            f"| (a) one decision, {a['prompt_tokens']} tokens, vs a one-token completion with "
+            f"n_probs={a['n_probs']} | {a['adapter_median_ms']:.0f} ms | "
+            f"{a['llama_server_median_ms']:.0f} ms | {_x(a['ratio'])} | "
+            f"{_met(a, '<=', 'target_max')} |",
+            _phases_row("(a) where the time goes (medians)", a["phases_median_ms"]),
+        ]
+    b = versus.get("eight_questions_shared")
+    if b:
+        lines.append(
+            f"| (b) {b['questions']} questions on a {b['state_prompt_tokens']}-token prompt, "
+            f"state cache off: our one `decisions` request vs its {b['questions']} requests "
+            f"(prompt cache on, {b['llama_server_reused_tokens_median']:.0f} tokens reused) | "
+            f"{b['adapter_one_request_median_ms']:.0f} ms | "
+            f"{b['llama_server_eight_requests_median_ms']:.0f} ms | {_x(b['ratio'])} | |"
+        )
+    c = versus.get("eight_questions_cached")
+    if c:
+        first, follow = c["first_median_ms"], c["follow_up_median_ms"]
+        totals = c["eight_total_median_ms"]
+        lines += [
+            f"| (b) the same as {c['questions']} separate requests, our state cache vs its "
+            f"prompt cache: each follow-up question | {follow['adapter']:.0f} ms | "
+            f"{follow['llama_server']:.0f} ms | {_x(c['follow_up_ratio'])} | "
+            f"{_met(c, '<=', 'target_max')} |",
+            f"| (b) ... the first question; all {c['questions']} | {first['adapter']:.0f} ms; "
+            f"{totals['adapter']:.0f} ms | {first['llama_server']:.0f} ms; "
+            f"{totals['llama_server']:.0f} ms | {_x(c['eight_total_ratio'])} all | |",
+        ]
+        if c.get("follow_up_phases_median_ms"):
+            lines.append(
+                _phases_row("(b) a follow-up: where the time goes", c["follow_up_phases_median_ms"])
+            )
+    chat = versus.get("chat")
+    if chat:
+        ours, theirs, ratios = chat["adapter"], chat["llama_server"], chat["ratios"]
+        lines += [
+            f"| chat, streamed: generation tokens/s ({chat['max_tokens']} tokens, "
+            f"{chat['prompt_tokens'][0]}-token prompt) | "
+            f"{ours['streamed_generation_tokens_per_s']:.1f} | "
+            f"{theirs['streamed_generation_tokens_per_s']:.1f} | "
+            f"{_x(ratios['streamed_generation_tokens_per_s'])} | "
+            f"{_met(chat, '>=', 'target_min_generation')} |",
+            f"| chat, streamed: time to first token | "
+            f"{ours['streamed_first_token_median_ms']:.0f} ms | "
+            f"{theirs['streamed_first_token_median_ms']:.0f} ms | "
+            f"{_x(ratios['streamed_first_token'])} | |",
+            f"| chat, not streamed: whole answer | {ours['whole_median_ms']:.0f} ms "
+            f"({ours['whole_tokens_per_s']:.1f} tokens/s) | {theirs['whole_median_ms']:.0f} ms "
+            f"({theirs['whole_tokens_per_s']:.1f} tokens/s) | {_x(ratios['whole_latency'])} | |",
+        ]
+    options = versus.get("options")
+    if options:
+        accuracy = options["accuracy"]
+        lines.append(
+            f"| options: {options['items']} labelled decisions, llama-server's top-"
+            f"{options['n_probs']} mass on the options' labels | probabilities over the options "
+            f"only; accuracy {_pct(accuracy['adapter'])} | median share "
+            f"{options['option_share_median']:.0%} (lowest {options['option_share_min']:.0%}); "
+            f"top token not an option {options['top_token_not_an_option']} of "
+            f"{options['items']}; accuracy {_pct(accuracy['llama_server'])} | | |"
+        )
+    for key, error in (versus.get("errors") or {}).items():
+        lines.append(f"| {key} | failed: {error} | | | |")
+    return [*lines, "", RATIO_MEANING]
+
+
+def _phases_row(title: str, phases: dict) -> str:
+    """Our model work (state prefill or restore, question, readout), tokenizing, the rest of
+    the handler and what lies outside it, against llama-server's own prompt and sampling
+    timings and what lies outside them."""
+    ours, theirs = phases["adapter"], phases["llama_server"]
+    model = _ratio(ours["model_ms"], theirs["prompt_ms"] + theirs["predicted_ms"])
+    return (
+        f"| {title} | model {ours['model_ms']:.0f} ms, tokenizing {ours['prepare_ms']:.0f} ms, "
+        f"rest of the handler {ours['handler_other_ms']:.0f} ms, HTTP and client "
+        f"{ours['outside_handler_ms']:.0f} ms | prompt {theirs['prompt_ms']:.0f} ms, sampling "
+        f"{theirs['predicted_ms']:.0f} ms, HTTP and client {theirs['outside_model_ms']:.0f} ms "
+        f"| {_x(model)} model | |"
+    )
+
+
+def _ratio(ours: float, theirs: float) -> float | None:
+    return ours / theirs if theirs > 0 else None
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -35,6 +37,39 @@ class Caller:
 
     def seconds(self, url: str, body: dict) -> float:
         return self.post(url, body)[0]
+
+    def stream(self, url: str, body: dict, has_text: Callable[[dict], bool]) -> Streamed:
+        """A server-sent-event response, timed per event: when the first and the last event
+        that `has_text` accepts arrived, and when the stream ended."""
+        started = time.perf_counter()
+        first = last = None
+        events: list[dict] = []
+        with self.client.stream("POST", url, json=body, timeout=300) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[len("data: ") :])
+                events.append(event)
+                if has_text(event):
+                    last = time.perf_counter() - started
+                    first = last if first is None else first
+        total = time.perf_counter() - started
+        if first is None:
+            raise RuntimeError(f"{url}: the stream carried no text")
+        return Streamed(first_s=first, last_s=last, total_s=total, events=events)
+
+
+@dataclass(frozen=True)
+class Streamed:
+    first_s: float  # time to the first text
+    last_s: float  # time to the last text
+    total_s: float
+    events: list[dict]
+
+    def generation_rate(self, tokens: int) -> float:
+        """Tokens per second after the first: generation alone, prompt processing excluded."""
+        return (tokens - 1) / (self.last_s - self.first_s) if self.last_s > self.first_s else 0.0
 
 
 def ms(seconds: float) -> float:

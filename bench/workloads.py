@@ -32,6 +32,8 @@ QUESTIONS = [
     "Which unit should own the follow-up?",
     "Which queue should the bot forward this to?",
 ]
+# A chat prompt this base model answers at length (it counts on) rather than ending its turn.
+LONG_CHAT_MESSAGE = "Count from 1 to 1000: 1, 2, 3,"
 # The prompt-length sweep uses the smallest decision (two bare options) so 64 tokens fits.
 LENGTH_QUESTION = "Is this urgent?"
 LENGTH_OPTIONS = [{"id": "yes"}, {"id": "no"}]
@@ -62,8 +64,11 @@ def long_state(tokens_wanted: int, renderer) -> str:
     return text
 
 
-def prompt_tokens(renderer, state: Any, question: str, options: list[dict[str, Any]]) -> list[int]:
-    """The exact tokens the adapter decodes for one decision (state prefix + question suffix)."""
+def decision_prompt(
+    renderer, state: Any, question: str, options: list[dict[str, Any]]
+) -> tuple[list[int], list[list[int]]]:
+    """The exact tokens the adapter decodes for one decision (state prefix + question suffix),
+    and each option label's tokens, in the options' order."""
     from decision_adapter.contract import Question
     from decision_adapter.scoring import build_plan
 
@@ -72,7 +77,18 @@ def prompt_tokens(renderer, state: Any, question: str, options: list[dict[str, A
         state,
         [Question(question, [o["id"] for o in options], [o.get("description") for o in options])],
     )
-    return plan.prefix_tokens + plan.questions[0].suffix_tokens
+    asked = plan.questions[0]
+    return plan.prefix_tokens + asked.suffix_tokens, asked.label_tokens
+
+
+def prompt_tokens(renderer, state: Any, question: str, options: list[dict[str, Any]]) -> list[int]:
+    return decision_prompt(renderer, state, question, options)[0]
+
+
+def chat_tokens(renderer, messages: list[dict[str, str]]) -> list[int]:
+    """The tokens the adapter's /v1/chat/completions generates after, as its service renders
+    them (decision_adapter.service.DecisionService.prepare_chat)."""
+    return renderer.tokens(renderer.chat(messages).prefix, starts_prompt=True)
 
 
 def state_for_prompt_length(renderer, total_tokens: int) -> tuple[str, list[int]]:

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The CPU figure is this development machine's `make bench` (2 CPUs, Gemma 3 270M): a stand-in
+# The CPU figure: this machine's `make bench` (2 CPUs, Gemma 3 270M), copied here; a stand-in
 # until the bench runs on the endpoint's instance type with the deployed model. The GPU file
 # holds a documented conservative figure, not a measurement.
 MEASUREMENTS = {
-    "decision-cpu": ROOT / "bench" / "results" / "2026-11-30-x86_64-2cpu.json",
+    "decision-cpu": ROOT / "stacks" / "measurements" / "decision-cpu.json",
     "decision-gpu": ROOT / "stacks" / "measurements" / "decision-gpu.json",
 }
 UTILISATION = 0.7
