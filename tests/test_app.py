@@ -270,8 +270,13 @@ def test_a_service_that_cannot_load_reports_one_line():
 
 
 def test_models_lists_the_model_and_its_alias(client):
-    names = [m["name"] for m in client.get("/v1/models").json()["models"]]
+    listed = client.get("/v1/models").json()
+    names = [m["name"] for m in listed["models"]]
     assert names == [IDENTITY.name, "jev-latest"]
+    # OpenAI's shape beside it, naming the same models (llama-server serves both too).
+    assert listed["object"] == "list"
+    assert [m["id"] for m in listed["data"]] == names
+    assert {m["object"] for m in listed["data"]} == {"model"}
 
 
 # --- OpenAPI ---------------------------------------------------------------------------

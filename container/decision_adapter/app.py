@@ -172,7 +172,13 @@ async def ping(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    return JSONResponse(systemone.FORMAT.models(_service(request).identity))
+    """One body for both clients, as llama-server does: System One's `models` beside OpenAI's
+    `object`/`data`. Each client reads its own keys and ignores the other's."""
+    listed = systemone.FORMAT.models(_service(request).identity)
+    names = [model["name"] for model in listed["models"]]
+    return JSONResponse(
+        {**openai_chat.encode_models(names, listed["models"][0]["release_date"]), **listed}
+    )
 
 
 async def stats(request: Request) -> Response:

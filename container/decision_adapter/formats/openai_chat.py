@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import uuid
@@ -74,6 +75,21 @@ class ChatRequest(BaseModel):
         if error.subject != "max_tokens":
             return "messages"
         return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
+
+def encode_models(names: list[str], release_date: str) -> dict[str, Any]:
+    """OpenAI's model list (`models.list()`), as llama-server serves it beside other shapes.
+    `created` is the release date (YYYY-MM-DD), so the list does not change between calls."""
+    created = int(
+        datetime.datetime.fromisoformat(release_date).replace(tzinfo=datetime.UTC).timestamp()
+    )
+    return {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "local"}
+            for name in names
+        ],
+    }
 
 
 def completion_id() -> str:
