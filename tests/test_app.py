@@ -189,6 +189,9 @@ def test_a_busy_model_is_a_503_with_retry_after_in_each_format():
         assert response.status_code == 503 and response.headers["retry-after"] == "3"
     assert adapter.json()["retryable"] is True and chat.json()["error_type"] == "overloaded"
     assert system_one.json()["detail"]["error_type"] == "overloaded"
+    # The header's value in each body too: SageMaker's InvokeEndpoint passes bodies, not headers.
+    assert adapter.json()["retry_after_s"] == chat.json()["retry_after_s"] == 3
+    assert system_one.json()["detail"]["retry_after_s"] == 3
 
 
 def test_an_unknown_model_is_a_404_naming_the_served_ones(client):

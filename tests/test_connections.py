@@ -105,7 +105,8 @@ def test_more_connections_than_descriptors_are_refused_cleanly(tmp_path):
         assert refused, "connections beyond the cap must be refused at once"
         _, _, rest = refused[0].partition(b"\r\n")
         assert b"Retry-After: 1" in rest
-        assert json.loads(rest.partition(b"\r\n\r\n")[2])["retryable"] is True
+        refusal = json.loads(rest.partition(b"\r\n\r\n")[2])
+        assert refusal["retryable"] is True and refusal["retry_after_s"] == 1
         for connection in hoarders:  # the header deadline closes every hoarded connection
             connection.settimeout(30)
             with contextlib.suppress(ConnectionResetError):

@@ -63,7 +63,11 @@ def error_response(wire_format: WireFormat, error: Exception) -> Response:
     elif isinstance(error, Busy):
         headers = {"Retry-After": str(error.retry_after_s)}
         status, body = wire_format.error_body(
-            503, str(error), error_type="overloaded", retryable=True
+            503,
+            str(error),
+            error_type="overloaded",
+            retryable=True,
+            retry_after_s=error.retry_after_s,
         )
     elif isinstance(error, ChatTemplateError):
         # Only chat renders the client's messages through the template at request time; a

@@ -29,10 +29,16 @@ ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 
 
 def _raw_response(
-    status: str, message: str, error_type: str, *, retryable: bool, extra: str = ""
+    status: str, message: str, error_type: str, *, retryable: bool, retry_after_s: int | None = None
 ) -> bytes:
-    """A whole response written before (or instead of) h11: the connection closes after it."""
-    body = json.dumps({"error": message, "error_type": error_type, "retryable": retryable}).encode()
+    """A whole response written before (or instead of) h11: the connection closes after it.
+    A Retry-After is also in the body, where clients behind SageMaker can read it."""
+    fields: dict = {"error": message, "error_type": error_type, "retryable": retryable}
+    extra = ""
+    if retry_after_s is not None:
+        fields["retry_after_s"] = retry_after_s
+        extra = f"Retry-After: {retry_after_s}\r\n"
+    body = json.dumps(fields).encode()
     return (
         f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n"
         f"{extra}Content-Length: {len(body)}\r\n\r\n"
@@ -83,7 +89,7 @@ def guarded_protocol(
         f"too many open connections (at most {max_connections}, DECISION_MAX_CONNECTIONS); retry",
         "connection_limit",
         retryable=True,
-        extra=f"Retry-After: {retry_after_s}\r\n",
+        retry_after_s=retry_after_s,
     )
     too_slow = _raw_response(
         "408 Request Timeout",

@@ -295,7 +295,8 @@ class ChatFormat(WireFormat):
                     event = await anext(events)
                 except ShuttingDown as error:  # the status is sent: end with an error event
                     message = {"message": str(error), "type": "server_shutting_down"}
-                    yield sse({"error": {**message, "retryable": True}})
+                    retry = {"retryable": True, "retry_after_s": error.retry_after_s}
+                    yield sse({"error": {**message, **retry}})
                     yield sse("[DONE]")
                     return
             call.log.update(
