@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from . import metrics
+
 T = TypeVar("T")
 _DONE = object()
 
@@ -83,12 +85,15 @@ class ModelRunner:
     async def _admit(self) -> None:
         if self._stopping.is_set():
             raise ShuttingDown(self._retry_after_s)
+        arrived = time.perf_counter()
         if self.in_flight == 0:
             self.in_flight = 1
             self.stats.admitted += 1
+            metrics.record_admitted(0.0)
             return
         if len(self._waiters) >= self._max_queue:
             self.stats.refused_queue_full += 1
+            metrics.record_overloaded()
             raise Busy(self._retry_after_s)
         granted = asyncio.get_running_loop().create_future()
         self._waiters.append(granted)
@@ -103,9 +108,11 @@ class ModelRunner:
         if not granted.done():
             self._waiters.remove(granted)
             self.stats.refused_wait_expired += 1
+            metrics.record_overloaded()
             raise Busy(self._retry_after_s)
         self.stats.admitted += 1
         self.stats.waited += 1
+        metrics.record_admitted((time.perf_counter() - arrived) * 1000)
 
     def _submit(self, function: Callable[..., T], *args: Any):
         loop = asyncio.get_running_loop()

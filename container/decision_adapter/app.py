@@ -256,7 +256,10 @@ def create_app(
 
     application = Starlette(
         routes=ROUTES,
-        middleware=[Middleware(RequestLog), Middleware(EchoCustomAttributes)],
+        middleware=[
+            Middleware(RequestLog, endpoint=settings.metrics_endpoint),
+            Middleware(EchoCustomAttributes),
+        ],
         lifespan=lifespan,
     )
     # `/v1/models/` is a 404, not a redirect built from the client's Host header.

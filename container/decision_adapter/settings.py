@@ -75,6 +75,15 @@ class Settings(BaseModel):
     retry_after_s: int = Field(
         1, ge=1, le=300, validation_alias=AliasChoices("DECISION_RETRY_AFTER_S")
     )
+    # The `Endpoint` dimension of the adapter's EMF metrics (SageMaker does not tell a container
+    # its endpoint's name: the deployment sets it).
+    metrics_endpoint: str = Field(
+        "local",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        validation_alias=AliasChoices("DECISION_METRICS_ENDPOINT"),
+    )
     max_body_bytes: int = Field(
         1_048_576,
         ge=1024,

@@ -1,0 +1,89 @@
+"""The adapter's own metrics, written into its JSON log lines in CloudWatch's embedded metric
+format (EMF): CloudWatch Logs turns each record into metric data points, no agent or API call.
+
+THE NAMES ARE A CONTRACT with the endpoint's alarms: namespace `DecisionAdapter`, dimension
+`Endpoint` on every metric and `Kind` also on the latency; `Overloaded` and `Admitted` (Count),
+`QueueWaitMs` and `DecisionLatencyMs` (Milliseconds). One record per request that reached
+admission, merged into the request's log line.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from dataclasses import dataclass
+from typing import Any
+
+NAMESPACE = "DecisionAdapter"
+KINDS = ("decision", "decisions", "systemone", "chat")
+
+
+@dataclass
+class AdmissionOutcome:
+    """What admission did with one request: filled in by the admission, read by the log."""
+
+    admitted: bool = False
+    overloaded: bool = False
+    queue_wait_ms: float = 0.0
+
+
+# Set by the request log for each request (its own task), so admission can report to it
+# without the service knowing about HTTP.
+_current: contextvars.ContextVar[AdmissionOutcome | None] = contextvars.ContextVar(
+    "admission_outcome", default=None
+)
+
+
+def start_request() -> AdmissionOutcome:
+    outcome = AdmissionOutcome()
+    _current.set(outcome)
+    return outcome
+
+
+def record_admitted(queue_wait_ms: float) -> None:
+    if (outcome := _current.get()) is not None:
+        outcome.admitted, outcome.queue_wait_ms = True, queue_wait_ms
+
+
+def record_overloaded() -> None:
+    if (outcome := _current.get()) is not None:
+        outcome.overloaded = True
+
+
+def emf_fields(
+    endpoint: str,
+    outcome: AdmissionOutcome,
+    *,
+    kind: str | None,
+    latency_ms: float,
+    now_ms: int | None = None,
+) -> dict[str, Any]:
+    """The EMF members to merge into a request's log line; empty when the request never
+    reached admission (pings, bad requests), which count for nothing here."""
+    if not (outcome.admitted or outcome.overloaded):
+        return {}
+    fields: dict[str, Any] = {
+        "Endpoint": endpoint,
+        "Overloaded": int(outcome.overloaded),
+        "Admitted": int(outcome.admitted),
+    }
+    metrics = [
+        {"Name": "Overloaded", "Unit": "Count"},
+        {"Name": "Admitted", "Unit": "Count"},
+    ]
+    directives = [{"Namespace": NAMESPACE, "Dimensions": [["Endpoint"]], "Metrics": metrics}]
+    if outcome.admitted:
+        fields["QueueWaitMs"] = round(outcome.queue_wait_ms, 3)
+        metrics.append({"Name": "QueueWaitMs", "Unit": "Milliseconds"})
+        if kind in KINDS:
+            fields["Kind"] = kind
+            fields["DecisionLatencyMs"] = round(latency_ms, 3)
+            directives.append(
+                {
+                    "Namespace": NAMESPACE,
+                    "Dimensions": [["Endpoint", "Kind"]],
+                    "Metrics": [{"Name": "DecisionLatencyMs", "Unit": "Milliseconds"}],
+                }
+            )
+    timestamp = now_ms if now_ms is not None else int(time.time() * 1000)
+    return {"_aws": {"Timestamp": timestamp, "CloudWatchMetrics": directives}, **fields}
