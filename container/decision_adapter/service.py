@@ -78,6 +78,7 @@ class DecisionService:
             max_queue=settings.max_queue,
             wait_s=settings.admission_wait_s,
             retry_after_s=settings.retry_after_s,
+            grace_s=settings.slot_grace_ms / 1000,
         )
         # Rendering and tokenizing run here, never on the event loop (100 KB of newlines cost
         # llama.cpp seconds before UserTextTokenizer) nor on the model thread (a request over
