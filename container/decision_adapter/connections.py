@@ -20,6 +20,8 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .metrics import ConnectionRefusals
+
 log = logging.getLogger("decision_adapter")
 
 # Descriptors kept free for everything that is not a client: the model file, logs, the
@@ -81,7 +83,11 @@ def connection_limit(configured: int) -> int:
 
 
 def guarded_protocol(
-    *, max_connections: int, header_timeout_s: float, retry_after_s: int
+    *,
+    max_connections: int,
+    header_timeout_s: float,
+    retry_after_s: int,
+    metrics_endpoint: str = "local",
 ) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a request-head deadline and a connection cap."""
     refusal = _raw_response(
@@ -99,6 +105,7 @@ def guarded_protocol(
     )
 
     trimmer = HeapTrimmer()
+    refusals = ConnectionRefusals(metrics_endpoint)
 
     class GuardedH11Protocol(H11Protocol):
         _refused = False
@@ -109,6 +116,7 @@ def guarded_protocol(
                 self._refused = True
                 transport.write(refusal)
                 transport.close()
+                refusals.refused(self.loop)
                 return
             super().connection_made(transport)
             self._arm_head_deadline()

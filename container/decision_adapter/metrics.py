@@ -9,10 +9,14 @@ admission, merged into the request's log line.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger("decision_adapter")
 
 NAMESPACE = "DecisionAdapter"
 KINDS = ("decision", "decisions", "systemone", "chat")
@@ -23,7 +27,7 @@ class AdmissionOutcome:
     """What admission did with one request: filled in by the admission, read by the log."""
 
     admitted: bool = False
-    overloaded: bool = False
+    overloaded: int = 0  # 503s for backpressure: 0 or 1 for a request, a count for refusals
     queue_wait_ms: float = 0.0
 
 
@@ -47,7 +51,7 @@ def record_admitted(queue_wait_ms: float) -> None:
 
 def record_overloaded() -> None:
     if (outcome := _current.get()) is not None:
-        outcome.overloaded = True
+        outcome.overloaded = 1
 
 
 def emf_fields(
@@ -64,7 +68,7 @@ def emf_fields(
         return {}
     fields: dict[str, Any] = {
         "Endpoint": endpoint,
-        "Overloaded": int(outcome.overloaded),
+        "Overloaded": outcome.overloaded,
         "Admitted": int(outcome.admitted),
     }
     metrics = [
@@ -87,3 +91,24 @@ def emf_fields(
             )
     timestamp = now_ms if now_ms is not None else int(time.time() * 1000)
     return {"_aws": {"Timestamp": timestamp, "CloudWatchMetrics": directives}, **fields}
+
+
+class ConnectionRefusals:
+    """Connections refused at the connection cap (a 503 before any request is read) count as
+    `Overloaded` too: one log line with their EMF record per second at most, however many."""
+
+    def __init__(self, endpoint: str, interval_s: float = 1.0) -> None:
+        self.endpoint, self.interval_s = endpoint, interval_s
+        self.pending = 0
+
+    def refused(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.pending == 0:
+            loop.call_later(self.interval_s, self._flush)
+        self.pending += 1
+
+    def _flush(self) -> None:
+        count, self.pending = self.pending, 0
+        record = emf_fields(
+            self.endpoint, AdmissionOutcome(overloaded=count), kind=None, latency_ms=0
+        )
+        log.warning("connections refused", extra={"fields": {"refused": count, **record}})
