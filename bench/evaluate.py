@@ -44,6 +44,8 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "evaluate"
 class Target:
     """Where requests go: one transport per wire format, with the ops CLI's retry policy."""
 
+    sleep = staticmethod(time.sleep)  # between retries; tests replace it
+
     def __init__(self, transports: dict[str, Any], description: str, max_attempts: int) -> None:
         self.transports = transports
         self.description = description
@@ -89,7 +91,10 @@ class Target:
 
         started = time.perf_counter()
         reply = call_with_retries(
-            lambda: self.transports[kind].send(payload), self.backoff, on_retry=count
+            lambda: self.transports[kind].send(payload),
+            self.backoff,
+            sleep=self.sleep,
+            on_retry=count,
         )
         elapsed = time.perf_counter() - started
         self.retries += retries

@@ -6,6 +6,7 @@ adapter answers 503 whenever its admission slots are full: the client owns the r
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
@@ -84,3 +85,21 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         return None
     current = time.time() if now is None else now
     return max(0.0, when.timestamp() - current)
+
+
+def retry_after_in_body(text: str | bytes | None) -> float | None:
+    """The adapter's `retry_after_s` from a 503 body, in any of its formats' error shapes
+    (top level; System One's `detail`; an `error` object). SageMaker's InvokeEndpoint passes a
+    container's 503 body on as the ModelError's OriginalMessage but drops its Retry-After."""
+    try:
+        body = json.loads(text or "")
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    for holder in (body, body.get("detail"), body.get("error")):
+        if isinstance(holder, dict):
+            value = holder.get("retry_after_s")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                return float(value)
+    return None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from ops.retry import Retryable, parse_retry_after
+from ops.retry import Retryable, parse_retry_after, retry_after_in_body
 
 RETRYABLE_STATUS = {429, 503}
 # SageMaker's own transient refusals (as opposed to the container's, which arrive as ModelError).
@@ -67,6 +67,8 @@ def _classify_client_error(exc: ClientError) -> Exception:
         status = response.get("OriginalStatusCode")
         message = response.get("OriginalMessage") or response.get("Error", {}).get("Message", "")
         if status in RETRYABLE_STATUS:
+            if retry_after is None:  # SageMaker drops the header; the adapter repeats it
+                retry_after = retry_after_in_body(response.get("OriginalMessage"))
             return Retryable(f"container answered {status}", retry_after)
         return InvokeFailed(f"container answered {status}", status, message)
     if code in RETRYABLE_AWS_CODES:
@@ -103,9 +105,10 @@ class HttpTransport:
         except urllib.error.HTTPError as err:
             text = err.read().decode("utf-8", "replace")
             if err.code in RETRYABLE_STATUS:
-                raise Retryable(
-                    f"HTTP {err.code}", parse_retry_after(err.headers.get("Retry-After"))
-                ) from err
+                retry_after = parse_retry_after(err.headers.get("Retry-After"))
+                if retry_after is None:
+                    retry_after = retry_after_in_body(text)
+                raise Retryable(f"HTTP {err.code}", retry_after) from err
             raise InvokeFailed(f"HTTP {err.code}", err.code, text) from err
         except urllib.error.URLError as err:
             raise InvokeFailed(f"cannot reach {self._url}: {err.reason}") from err

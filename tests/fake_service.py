@@ -107,3 +107,35 @@ def wait_for_ping(client: TestClient, timeout_s: float = 10) -> None:
     while client.get("/ping").status_code != 200:
         assert time.monotonic() < deadline, "the fake service did not load"
         time.sleep(0.005)
+
+
+def overload_bodies(retry_after_s: int) -> dict[str, str]:
+    """The 503 body the adapter writes for an overload in each wire format (through
+    /invocations, as SageMaker sends it), with `retry_after_s` configured: what InvokeEndpoint
+    hands a client as a ModelError's OriginalMessage."""
+    from decision_adapter.admission import Busy
+
+    requests = {
+        "decision": {
+            "decision": {
+                "id": "d",
+                "state": "s",
+                "question": "q?",
+                "options": [{"id": "a"}, {"id": "b"}],
+            }
+        },
+        "systemone": {
+            "model": "jev-latest",
+            "state": "s",
+            "questions": {"q": {"type": "noul", "instructions": "q?"}},
+        },
+        "chat": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1},
+    }
+    bodies = {}
+    with app_client(lambda _: FakeService(fails_with=Busy(retry_after_s=retry_after_s))) as client:
+        for name, body in requests.items():
+            response = client.post("/invocations", json=body)
+            assert response.status_code == 503
+            assert response.headers["retry-after"] == str(retry_after_s)
+            bodies[name] = response.text
+    return bodies

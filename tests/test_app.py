@@ -189,6 +189,9 @@ def test_a_busy_model_is_a_503_with_retry_after_in_each_format():
         assert response.status_code == 503 and response.headers["retry-after"] == "3"
     assert adapter.json()["retryable"] is True and chat.json()["error_type"] == "overloaded"
     assert system_one.json()["detail"]["error_type"] == "overloaded"
+    # The header's value in each body too: SageMaker's InvokeEndpoint passes bodies, not headers.
+    assert adapter.json()["retry_after_s"] == chat.json()["retry_after_s"] == 3
+    assert system_one.json()["detail"]["retry_after_s"] == 3
 
 
 def test_an_unknown_model_is_a_404_naming_the_served_ones(client):
@@ -270,8 +273,13 @@ def test_a_service_that_cannot_load_reports_one_line():
 
 
 def test_models_lists_the_model_and_its_alias(client):
-    names = [m["name"] for m in client.get("/v1/models").json()["models"]]
+    listed = client.get("/v1/models").json()
+    names = [m["name"] for m in listed["models"]]
     assert names == [IDENTITY.name, "jev-latest"]
+    # OpenAI's shape beside it, naming the same models (llama-server serves both too).
+    assert listed["object"] == "list"
+    assert [m["id"] for m in listed["data"]] == names
+    assert {m["object"] for m in listed["data"]} == {"model"}
 
 
 # --- OpenAPI ---------------------------------------------------------------------------

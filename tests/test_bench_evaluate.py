@@ -484,3 +484,36 @@ def test_pride_divides_out_the_position_prior_measured_on_rotations():
     for name in ("original", "reversed"):
         debiased = readout_study.renormalised(np.array(row[name]["letters.pride"]))
         assert np.allclose(np.exp(debiased), [0.2, 0.6, 0.2])
+
+
+def test_evaluate_waits_the_retry_after_in_a_model_errors_body(monkeypatch):
+    """Through SageMaker the adapter's Retry-After arrives only in the 503's body."""
+    from tests.aws_stubs import stubbed_client
+    from tests.fake_service import overload_bodies
+
+    answer = json.dumps({"result": {"id": "r1", "probabilities": [1.0]}}).encode()
+    with stubbed_client("sagemaker-runtime") as (client, stubber):
+        stubber.add_client_error(
+            "invoke_endpoint",
+            service_error_code="ModelError",
+            http_status_code=424,
+            modeled_fields={
+                "OriginalStatusCode": 503,
+                "OriginalMessage": overload_bodies(retry_after_s=2)["systemone"],
+            },
+        )
+        stubber.add_response("invoke_endpoint", {"Body": streaming_body(answer)})
+        monkeypatch.setattr("ops.clients.boto3_clients", lambda region: lambda service: client)
+        sleeps = []
+        monkeypatch.setattr(evaluate.Target, "sleep", staticmethod(sleeps.append))
+        target = evaluate.Target.endpoint("decisions", "us-east-1", max_attempts=3)
+        reply, _, retries = target.send("systemone", {"questions": {}})
+    assert reply["result"]["id"] == "r1" and retries == 1 and sleeps == [2.0]
+
+
+def streaming_body(data: bytes):
+    import io
+
+    from botocore.response import StreamingBody
+
+    return StreamingBody(io.BytesIO(data), len(data))

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from launcher import running_adapter
+from launcher import running_adapter, wait_until
 
 HEADER_TIMEOUT_S = 1.0
 DECISION = {
@@ -105,7 +105,18 @@ def test_more_connections_than_descriptors_are_refused_cleanly(tmp_path):
         assert refused, "connections beyond the cap must be refused at once"
         _, _, rest = refused[0].partition(b"\r\n")
         assert b"Retry-After: 1" in rest
-        assert json.loads(rest.partition(b"\r\n\r\n")[2])["retryable"] is True
+        refusal = json.loads(rest.partition(b"\r\n\r\n")[2])
+        assert refusal["retryable"] is True and refusal["retry_after_s"] == 1
+
+        def overloaded() -> list[dict]:  # the refusals' EMF records: backpressure 503s too
+            lines = [json.loads(line) for line in adapter.log().splitlines() if line[:1] == "{"]
+            return [line for line in lines if line.get("message") == "connections refused"]
+
+        wait_until(lambda: sum(r["Overloaded"] for r in overloaded()) >= len(refused), timeout=10)
+        for record in overloaded():
+            (directive,) = record["_aws"]["CloudWatchMetrics"]
+            assert directive["Namespace"] == "DecisionAdapter" and record["Endpoint"] == "local"
+            assert record["Admitted"] == 0 and record["Overloaded"] == record["refused"] > 0
         for connection in hoarders:  # the header deadline closes every hoarded connection
             connection.settimeout(30)
             with contextlib.suppress(ConnectionResetError):

@@ -12,6 +12,7 @@ from botocore.response import StreamingBody
 from ops.cli import main
 from ops.retry import Backoff
 from tests.aws_stubs import stubbed_client
+from tests.fake_service import overload_bodies
 
 DECISION_BODY = {
     "decision": {
@@ -141,6 +142,50 @@ def test_persistent_503_gives_up_after_max_attempts(runtime, body_file, capsys):
     )
     assert code == 1 and len(sleeps) == 2
     assert "gave up after 3 attempts" in capsys.readouterr().err
+
+
+def adapter_busy(stubber, retry_after_s: int) -> None:
+    """A ModelError as InvokeEndpoint raises it for the adapter's overload 503: the body as
+    OriginalMessage, no Retry-After header."""
+    stubber.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelError",
+        service_message="Received server error (503) from primary",
+        http_status_code=424,
+        modeled_fields={
+            "OriginalStatusCode": 503,
+            "OriginalMessage": overload_bodies(retry_after_s)["decision"],
+        },
+        expected_params=invoke_params(),
+    )
+
+
+def test_retry_after_in_a_model_errors_body_is_waited_then_retried(runtime, body_file, capsys):
+    client, stubber = runtime
+    adapter_busy(stubber, retry_after_s=2)
+    stubber.add_response(
+        "invoke_endpoint",
+        {"Body": streaming(DECISION_ANSWER), "ContentType": "application/json"},
+        expected_params=invoke_params(),
+    )
+    sleeps = []
+    code = run(["invoke", "--endpoint", "decisions", str(body_file)], client, sleeps)
+    assert code == 0 and sleeps == [2.0]  # the jitter of a first retry is at most 0.5 s
+    assert "retrying in 2.00s" in capsys.readouterr().err
+    stubber.assert_no_pending_responses()
+
+
+def test_retry_after_in_the_body_gives_up_after_the_attempts_budget(runtime, body_file, capsys):
+    client, stubber = runtime
+    for _ in range(3):
+        adapter_busy(stubber, retry_after_s=2)
+    sleeps = []
+    code = run(
+        ["invoke", "--endpoint", "decisions", "--max-attempts", "3", str(body_file)], client, sleeps
+    )
+    assert code == 1 and sleeps == [2.0, 2.0]
+    assert "gave up after 3 attempts" in capsys.readouterr().err
+    stubber.assert_no_pending_responses()
 
 
 def test_json_flag_prints_the_answer_as_json_from_stdin(runtime, monkeypatch, capsys):

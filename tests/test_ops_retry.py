@@ -6,7 +6,14 @@ from email.utils import formatdate
 
 import pytest
 
-from ops.retry import Backoff, RetriesExhausted, Retryable, call_with_retries, parse_retry_after
+from ops.retry import (
+    Backoff,
+    RetriesExhausted,
+    Retryable,
+    call_with_retries,
+    parse_retry_after,
+    retry_after_in_body,
+)
 
 
 class MaxRandom(random.Random):
@@ -126,3 +133,22 @@ def test_parse_retry_after_http_date():
 def test_parse_retry_after_http_date_against_the_real_clock():
     in_an_hour = formatdate(time.time() + 3600, usegmt=True)
     assert parse_retry_after(in_an_hour) == pytest.approx(3600, abs=5)
+
+
+@pytest.mark.parametrize(
+    "body,seconds",
+    [
+        ('{"error": "busy", "retryable": true, "retry_after_s": 2}', 2.0),
+        ('{"detail": {"error_type": "overloaded", "message": "m", "retry_after_s": 3}}', 3.0),
+        ('{"error": {"message": "m", "retry_after_s": 4}}', 4.0),
+        ('{"error": "busy", "retryable": true}', None),
+        ('{"retry_after_s": -1}', None),
+        ('{"retry_after_s": true}', None),
+        ('{"retry_after_s": "2"}', None),
+        ("not json", None),
+        ("[2]", None),
+        (None, None),
+    ],
+)
+def test_retry_after_in_a_body_is_read_from_each_error_shape(body, seconds):
+    assert retry_after_in_body(body) == seconds

@@ -18,6 +18,7 @@ from ops.transports import (
     _classify_client_error,
 )
 from tests.aws_stubs import stubbed_client
+from tests.fake_service import overload_bodies
 
 
 @pytest.fixture
@@ -215,3 +216,22 @@ def test_sparse_client_errors_still_classify(response, message, status, body):
     failure = _classify_client_error(ClientError(response, "InvokeEndpoint"))
     assert isinstance(failure, InvokeFailed)
     assert (str(failure), failure.status, failure.body) == (message, status, body)
+
+
+@pytest.mark.parametrize("wire_format", ["decision", "systemone", "chat"])
+def test_a_container_503_behind_sagemaker_carries_retry_after_in_its_body(runtime, wire_format):
+    """InvokeEndpoint drops the container's Retry-After header; the adapter's body repeats it."""
+    client, stubber = runtime
+    stubber.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelError",
+        service_message="Received server error (503)",
+        http_status_code=424,
+        modeled_fields={
+            "OriginalStatusCode": 503,
+            "OriginalMessage": overload_bodies(retry_after_s=2)[wire_format],
+        },
+    )
+    with pytest.raises(Retryable) as refused:
+        SageMakerTransport(client, "e").send(b"{}")
+    assert refused.value.retry_after == 2.0

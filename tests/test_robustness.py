@@ -167,6 +167,7 @@ def test_the_queue_is_bounded_in_count_and_time(tmp_path):
         DECISION_MAX_QUEUE="1",
         DECISION_ADMISSION_WAIT_S="2",
         DECISION_STATE_CACHE_BYTES="0",
+        DECISION_SLOT_GRACE_MS="0",  # the queue alone (the grace: test_admission_grace.py)
     ) as adapter:
         url, outcome = adapter.url, {}
 

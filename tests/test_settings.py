@@ -48,6 +48,7 @@ def test_request_budget_is_capped_by_the_context():
         ("PORT", "70000"),
         ("DECISION_N_GPU_LAYERS", "-2"),
         ("DECISION_LOG_LEVEL", "chatty"),
+        ("DECISION_METRICS_ENDPOINT", "has spaces"),
     ],
 )
 def test_impossible_values_name_the_variable(name, value):

@@ -278,6 +278,7 @@ def test_busy_model_answers_503_in_system_one_shape_after_retry_after_s(secured_
     # The secured adapter sets DECISION_RETRY_AFTER_S to a value other than the default.
     assert busy.status_code == 503 and busy.headers["retry-after"] == str(RETRY_AFTER_S)
     assert busy.json()["detail"]["error_type"] == "overloaded"
+    assert busy.json()["detail"]["retry_after_s"] == RETRY_AFTER_S
 
 
 # --- auth ---------------------------------------------------------------------------------

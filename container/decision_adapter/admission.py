@@ -19,6 +19,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from . import metrics
+
 T = TypeVar("T")
 _DONE = object()
 
@@ -43,8 +45,9 @@ class ShuttingDown(Busy):
 class AdmissionStats:
     admitted: int = 0  # ran at once or after waiting
     waited: int = 0  # of those, admitted after waiting in the queue
-    refused_queue_full: int = 0  # answered 503 at once: the model busy and the queue full
+    refused_queue_full: int = 0  # answered 503: the model busy, the queue full, no grace slot
     refused_wait_expired: int = 0  # answered 503 after waiting the whole admission wait
+    admitted_in_grace: int = 0  # the queue was full, but the slot came free within the grace
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -58,10 +61,14 @@ class ModelRunner:
     model thread is free.
     """
 
-    def __init__(self, *, max_queue: int, wait_s: float, retry_after_s: int) -> None:
+    def __init__(
+        self, *, max_queue: int, wait_s: float, retry_after_s: int, grace_s: float = 0.0
+    ) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._max_queue = max_queue
         self._wait_s = wait_s
+        self._grace_s = grace_s
+        self._in_grace = 0  # waiters in their grace, not in the queue
         self._retry_after_s = retry_after_s
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.in_flight = 0
@@ -89,29 +96,53 @@ class ModelRunner:
     async def _admit(self) -> None:
         if self._stopping.is_set():
             raise ShuttingDown(self._retry_after_s)
+        arrived = time.perf_counter()
         if self.in_flight == 0:
             self.in_flight = 1
             self.stats.admitted += 1
+            metrics.record_admitted(0.0)
             return
-        if len(self._waiters) >= self._max_queue:
-            self.stats.refused_queue_full += 1
+        if len(self._waiters) - self._in_grace >= self._max_queue:
+            # The queue is full. A job whose client just left frees the slot a moment later
+            # (the token being decoded ends first): one request at a time may wait that grace,
+            # outside the queue, so a client's next request is not refused for its own
+            # abandoned one. Under overload every other request is still refused at once.
+            grace_s = self._grace_s if self._in_grace == 0 else 0
+            if not await self._slot_within(grace_s, grace=True):
+                self.stats.refused_queue_full += 1
+                metrics.record_overloaded()
+                raise Busy(self._retry_after_s)
+            self.stats.admitted_in_grace += 1
+        elif not await self._slot_within(self._wait_s):
+            self.stats.refused_wait_expired += 1
+            metrics.record_overloaded()
             raise Busy(self._retry_after_s)
+        else:
+            self.stats.waited += 1
+        self.stats.admitted += 1
+        metrics.record_admitted((time.perf_counter() - arrived) * 1000)
+
+    async def _slot_within(self, timeout_s: float, *, grace: bool = False) -> bool:
+        """Wait in line for the slot, at most `timeout_s`; True once it was handed over."""
+        if timeout_s <= 0:
+            return False
         granted = asyncio.get_running_loop().create_future()
         self._waiters.append(granted)
+        self._in_grace += grace
         try:
-            await asyncio.wait({granted}, timeout=self._wait_s)
+            await asyncio.wait({granted}, timeout=timeout_s)
         except BaseException:  # cancelled while waiting (the client left)
             if granted.done():
                 self._release()  # the slot arrived just now: pass it on
             else:
                 self._waiters.remove(granted)
             raise
+        finally:
+            self._in_grace -= grace
         if not granted.done():
             self._waiters.remove(granted)
-            self.stats.refused_wait_expired += 1
-            raise Busy(self._retry_after_s)
-        self.stats.admitted += 1
-        self.stats.waited += 1
+            return False
+        return True
 
     def _submit(self, function: Callable[..., T], *args: Any, release: bool = True):
         future = self._executor.submit(function, *args)

@@ -74,7 +74,11 @@ def error_parts(
     elif isinstance(error, Busy):
         headers = {"Retry-After": str(error.retry_after_s)}
         status, body = wire_format.error_body(
-            503, str(error), error_type="overloaded", retryable=True
+            503,
+            str(error),
+            error_type="overloaded",
+            retryable=True,
+            retry_after_s=error.retry_after_s,
         )
     elif isinstance(error, ChatTemplateError):
         # Only chat renders the client's messages through the template at request time; a
@@ -221,7 +225,13 @@ async def ping(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    return JSONResponse(systemone.FORMAT.models(_service(request).identity))
+    """One body for both clients, as llama-server does: System One's `models` beside OpenAI's
+    `object`/`data`. Each client reads its own keys and ignores the other's."""
+    listed = systemone.FORMAT.models(_service(request).identity)
+    names = [model["name"] for model in listed["models"]]
+    return JSONResponse(
+        {**openai_chat.encode_models(names, listed["models"][0]["release_date"]), **listed}
+    )
 
 
 async def stats(request: Request) -> Response:
@@ -297,7 +307,10 @@ def create_app(
 
     application = Starlette(
         routes=ROUTES,
-        middleware=[Middleware(RequestLog), Middleware(EchoCustomAttributes)],
+        middleware=[
+            Middleware(RequestLog, endpoint=settings.metrics_endpoint),
+            Middleware(EchoCustomAttributes),
+        ],
         lifespan=lifespan,
     )
     # `/v1/models/` is a 404, not a redirect built from the client's Host header.

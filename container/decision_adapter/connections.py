@@ -20,6 +20,8 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .metrics import ConnectionRefusals
+
 log = logging.getLogger("decision_adapter")
 
 # Descriptors kept free for everything that is not a client: the model file, logs, the
@@ -29,10 +31,16 @@ ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 
 
 def _raw_response(
-    status: str, message: str, error_type: str, *, retryable: bool, extra: str = ""
+    status: str, message: str, error_type: str, *, retryable: bool, retry_after_s: int | None = None
 ) -> bytes:
-    """A whole response written before (or instead of) h11: the connection closes after it."""
-    body = json.dumps({"error": message, "error_type": error_type, "retryable": retryable}).encode()
+    """A whole response written before (or instead of) h11: the connection closes after it.
+    A Retry-After is also in the body, where clients behind SageMaker can read it."""
+    fields: dict = {"error": message, "error_type": error_type, "retryable": retryable}
+    extra = ""
+    if retry_after_s is not None:
+        fields["retry_after_s"] = retry_after_s
+        extra = f"Retry-After: {retry_after_s}\r\n"
+    body = json.dumps(fields).encode()
     return (
         f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n"
         f"{extra}Content-Length: {len(body)}\r\n\r\n"
@@ -75,7 +83,11 @@ def connection_limit(configured: int) -> int:
 
 
 def guarded_protocol(
-    *, max_connections: int, header_timeout_s: float, retry_after_s: int
+    *,
+    max_connections: int,
+    header_timeout_s: float,
+    retry_after_s: int,
+    metrics_endpoint: str = "local",
 ) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a request-head deadline and a connection cap."""
     refusal = _raw_response(
@@ -83,7 +95,7 @@ def guarded_protocol(
         f"too many open connections (at most {max_connections}, DECISION_MAX_CONNECTIONS); retry",
         "connection_limit",
         retryable=True,
-        extra=f"Retry-After: {retry_after_s}\r\n",
+        retry_after_s=retry_after_s,
     )
     too_slow = _raw_response(
         "408 Request Timeout",
@@ -93,6 +105,7 @@ def guarded_protocol(
     )
 
     trimmer = HeapTrimmer()
+    refusals = ConnectionRefusals(metrics_endpoint)
 
     class GuardedH11Protocol(H11Protocol):
         _refused = False
@@ -103,6 +116,7 @@ def guarded_protocol(
                 self._refused = True
                 transport.write(refusal)
                 transport.close()
+                refusals.refused(self.loop)
                 return
             super().connection_made(transport)
             self._arm_head_deadline()

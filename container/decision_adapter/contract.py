@@ -83,11 +83,32 @@ class Chat:
     top_k: int = 0
     seed: int | None = None
     stop: list[str] | None = None
+    top_logprobs: int | None = None  # None: no log-probabilities; N: each token's and N others
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """A token as text and bytes (a token may hold part of a UTF-8 character) and its
+    full-vocabulary log-probability."""
+
+    text: str
+    utf8: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    """One generated token's log-probability and the likeliest tokens at its step."""
+
+    token: TokenChoice
+    top: tuple[TokenChoice, ...]
 
 
 @dataclass(frozen=True)
 class TextDelta:
     text: str
+    # The tokens sampled since the previous delta (when the chat asked for log-probabilities).
+    tokens: tuple[SampledToken, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,10 @@ class Generated:
     finish_reason: str  # "stop" or "length"
     prompt_tokens: int
     completion_tokens: int
+    # Every sampled token, `completion_tokens` of them, when log-probabilities were asked;
+    # `unsent` are those no TextDelta carried (the ones that ended in a stop string).
+    tokens: tuple[SampledToken, ...] | None = None
+    unsent: tuple[SampledToken, ...] = ()
 
 
 @dataclass(frozen=True)

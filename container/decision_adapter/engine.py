@@ -343,6 +343,18 @@ class Engine:
         self._interrupt_flag[0] = b"!"
 
     # --- generation --------------------------------------------------------------------
+    def sampled_log_probs(self, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+        """The full-vocabulary log-probability of `token`, just sampled by `generate`, and the
+        `top` likeliest tokens with theirs, from the logits it was sampled from (raw, before
+        temperature and truncation, as llama-server and OpenAI report them). Call it before
+        `generate` resumes: the next decode replaces those logits."""
+        logits = self._logits(-1).astype(np.float64)
+        shifted = logits - logits.max()
+        log_probs = shifted - np.log(np.exp(shifted).sum())
+        best = np.argpartition(-log_probs, top)[:top] if top else np.array([], dtype=int)
+        best = best[np.argsort(-log_probs[best], kind="stable")]
+        return float(log_probs[token]), [(int(t), float(log_probs[t])) for t in best]
+
     def generate(
         self,
         prompt: Sequence[int],

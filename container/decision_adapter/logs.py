@@ -10,6 +10,8 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import metrics
+
 log = logging.getLogger("decision_adapter")
 
 
@@ -43,11 +45,13 @@ def configure_logging(level: str) -> None:
 class RequestLog:
     """ASGI middleware: assigns a request id and logs one line when the response is done.
 
-    Routes may add fields (timings, counts) to `scope["state"]["log_fields"]`.
+    Routes may add fields (timings, counts) to `scope["state"]["log_fields"]`. A request that
+    reached admission also carries its EMF metrics (metrics.py), under `endpoint`'s name.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, endpoint: str = "local") -> None:
         self.app = app
+        self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,6 +62,7 @@ class RequestLog:
         scope["state"]["log_fields"] = {}
         status = {"code": 500}
         started = time.perf_counter()
+        outcome = metrics.start_request()
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -69,14 +74,19 @@ class RequestLog:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            duration_ms = (time.perf_counter() - started) * 1000
             fields = {
                 "request_id": request_id,
                 "method": scope["method"],
                 "path": scope["path"],
                 "status": status["code"],
-                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+                "duration_ms": round(duration_ms, 3),
                 **scope["state"]["log_fields"],
             }
+            kind = scope["state"]["log_fields"].get("kind")
+            fields.update(
+                metrics.emf_fields(self.endpoint, outcome, kind=kind, latency_ms=duration_ms)
+            )
             # SageMaker pings every few seconds; healthy pings only at DEBUG.
             quiet = scope["path"] == "/ping" and status["code"] == 200
             log.log(logging.DEBUG if quiet else logging.INFO, "request", extra={"fields": fields})

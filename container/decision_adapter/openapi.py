@@ -196,7 +196,7 @@ def openapi_document() -> dict[str, Any]:
             },
             "/v1/models": {
                 "get": {
-                    "summary": "the served model and its alias jev-latest",
+                    "summary": "the served model and its alias jev-latest (System One, OpenAI)",
                     "responses": _responses("models", 401, 503),
                     **authenticated,
                 }

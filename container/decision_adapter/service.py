@@ -15,7 +15,15 @@ from typing import Any, TypeVar
 
 from .admission import ModelRunner
 from .calibration import load_calibration
-from .contract import Chat, Generated, Scored, StateQuestion, TextDelta
+from .contract import (
+    Chat,
+    Generated,
+    SampledToken,
+    Scored,
+    StateQuestion,
+    TextDelta,
+    TokenChoice,
+)
 from .engine import Engine, EngineConfig
 from .generation import text_events
 from .identity import model_identity
@@ -71,6 +79,7 @@ class DecisionService:
             max_queue=settings.max_queue,
             wait_s=settings.admission_wait_s,
             retry_after_s=settings.retry_after_s,
+            grace_s=settings.slot_grace_ms / 1000,
         )
         # Rendering and tokenizing run here, never on the event loop (100 KB of newlines cost
         # llama.cpp seconds before UserTextTokenizer) nor on the model thread (a request over
@@ -170,6 +179,20 @@ class DecisionService:
         return Scored(answers, timings, needed, _request_timing(group_timings))
 
     # --- generation --------------------------------------------------------------------
+    def _sampled_token(self, top: int) -> Callable[[int], SampledToken]:
+        """On the model thread, as each token is sampled: its log-probability and the `top`
+        likeliest tokens', as text."""
+
+        def choice(token: int, logprob: float) -> TokenChoice:
+            utf8 = self.engine.piece(token, special=False)
+            return TokenChoice(utf8.decode("utf-8", errors="replace"), utf8, logprob)
+
+        def sampled(token: int) -> SampledToken:
+            logprob, best = self.engine.sampled_log_probs(token, top)
+            return SampledToken(choice(token, logprob), tuple(choice(t, lp) for t, lp in best))
+
+        return sampled
+
     async def generate(self, chat: Chat) -> AsyncIterator[TextDelta | Generated]:
         """Text as it is sampled, then the finished generation. Limits are checked and the
         model admitted on the first `anext`, before anything is sent."""
@@ -206,7 +229,12 @@ class DecisionService:
                 seed=seed,
             )
             stops = chat.stop or self.renderer.chat_stops
-            return text_events(sampled, self.engine.piece, stops, max_tokens, len(tokens))
+            log_probs = (
+                None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
+            )
+            return text_events(
+                sampled, self.engine.piece, stops, max_tokens, len(tokens), log_probs
+            )
 
         events = self.runner.stream(produce)
         try:

@@ -75,6 +75,20 @@ class Settings(BaseModel):
     retry_after_s: int = Field(
         1, ge=1, le=300, validation_alias=AliasChoices("DECISION_RETRY_AFTER_S")
     )
+    # A request that finds the queue full waits this long for the slot before its 503: freeing
+    # the model after a client left mid-answer takes a moment (one decode).
+    slot_grace_ms: int = Field(
+        1000, ge=0, le=5000, validation_alias=AliasChoices("DECISION_SLOT_GRACE_MS")
+    )
+    # The `Endpoint` dimension of the adapter's EMF metrics (SageMaker does not tell a container
+    # its endpoint's name: the deployment sets it).
+    metrics_endpoint: str = Field(
+        "local",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        validation_alias=AliasChoices("DECISION_METRICS_ENDPOINT"),
+    )
     max_body_bytes: int = Field(
         1_048_576,
         ge=1024,

@@ -69,8 +69,13 @@ class WireFormat:
         retryable: bool = False,
         detail: list | None = None,
         location: tuple | None = None,
+        retry_after_s: int | None = None,
     ) -> tuple[int, dict[str, Any]]:
+        """`retry_after_s`, on a 503, repeats the Retry-After header in the body: SageMaker's
+        InvokeEndpoint hands a client the body of a 503 but not its headers."""
         body: dict[str, Any] = {"error": message, "error_type": error_type, "retryable": retryable}
+        if retry_after_s is not None:
+            body["retry_after_s"] = retry_after_s
         if field is not None:
             body["field"] = field
         if detail is not None:

@@ -114,7 +114,7 @@ class DecisionFormat(WireFormat):
         field = "decision" if request.decision is not None else "decisions"
         questions = [StateQuestion(d.state, d.as_question()) for d in decisions]
         scored = await score(service, questions, field=field, noun="decisions")
-        call.log.update(kind="decision", decisions=len(decisions), **scored.timing)
+        call.log.update(kind=field, decisions=len(decisions), **scored.timing)
         results = [
             encode_result(decision, answer, timing, service.identity)
             for decision, answer, timing in zip(decisions, scored.answers, scored.timings)

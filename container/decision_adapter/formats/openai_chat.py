@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationInfo, field_validator
 
 from ..admission import ShuttingDown
-from ..contract import Chat, Generated, ModelService, TextDelta
+from ..contract import Chat, Generated, ModelService, SampledToken, TextDelta, TokenChoice
 from ..limits import LimitExceeded
 from .base import Call, EventStream, WireFormat
 
@@ -34,10 +35,39 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
+# OpenAI chat fields this server does not implement: sent, each is a 422 naming it, never
+# silently ignored (an answer without the tools or format asked for would look like success).
+UNSUPPORTED_FIELDS = (
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "response_format",
+    "logit_bias",
+    "audio",
+    "modalities",
+    "prediction",
+    "reasoning_effort",
+    "verbosity",
+    "web_search_options",
+)
+# Accepted and without effect on one local model: identifiers of the caller and bookkeeping
+# for OpenAI's own platform (`stream_options.include_usage`: usage is always in the last chunk).
+IGNORED_FIELDS = (
+    "user",
+    "store",
+    "metadata",
+    "service_tier",
+    "stream_options",
+    "prompt_cache_key",
+    "safety_identifier",
+)
+
+
 class ChatRequest(BaseModel):
-    # OpenAI clients send many optional knobs; unknown ones are accepted and ignored like
-    # other OpenAI-compatible servers do.
-    model_config = ConfigDict(extra="allow")
+    # Every field is named here: one the schema does not know is a 422 naming it.
+    model_config = ConfigDict(extra="forbid")
     model: StrictStr | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -48,7 +78,48 @@ class ChatRequest(BaseModel):
     seed: int | None = None
     stop: StrictStr | list[StrictStr] | None = None
     stream: bool = False
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, le=1, description="one choice only; n > 1 is refused")
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    # No penalties are applied: only their neutral value is accepted.
+    frequency_penalty: float | None = Field(None, ge=0, le=0)
+    presence_penalty: float | None = Field(None, ge=0, le=0)
+    # Accepted, no effect (IGNORED_FIELDS).
+    user: StrictStr | None = None
+    store: bool | None = None
+    metadata: dict[StrictStr, StrictStr] | None = None
+    service_tier: StrictStr | None = None
+    stream_options: dict[StrictStr, Any] | None = None
+    prompt_cache_key: StrictStr | None = None
+    safety_identifier: StrictStr | None = None
+    # Refused (UNSUPPORTED_FIELDS): declared so the schema lists them and the 422 names them.
+    tools: Any = Field(None, description="not supported")
+    tool_choice: Any = Field(None, description="not supported")
+    parallel_tool_calls: Any = Field(None, description="not supported")
+    functions: Any = Field(None, description="not supported")
+    function_call: Any = Field(None, description="not supported")
+    response_format: Any = Field(None, description="not supported")
+    logit_bias: Any = Field(None, description="not supported")
+    audio: Any = Field(None, description="not supported")
+    modalities: Any = Field(None, description="not supported")
+    prediction: Any = Field(None, description="not supported")
+    reasoning_effort: Any = Field(None, description="not supported")
+    verbosity: Any = Field(None, description="not supported")
+    web_search_options: Any = Field(None, description="not supported")
+
+    @field_validator(*UNSUPPORTED_FIELDS)
+    @classmethod
+    def _unsupported(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError("not supported by this server; remove the field")
+        return None
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs_needs_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
+        if top is not None and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
+        return top
 
     @field_validator("stop")
     @classmethod
@@ -67,6 +138,7 @@ class ChatRequest(BaseModel):
             top_k=self.top_k,
             seed=self.seed,
             stop=self.stop,
+            top_logprobs=(self.top_logprobs or 0) if self.logprobs else None,
         )
 
     def field_of(self, error: LimitExceeded) -> str:
@@ -76,8 +148,40 @@ class ChatRequest(BaseModel):
         return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
 
 
+def encode_models(names: list[str], release_date: str) -> dict[str, Any]:
+    """OpenAI's model list (`models.list()`), as llama-server serves it beside other shapes.
+    `created` is the release date (YYYY-MM-DD), so the list does not change between calls."""
+    created = int(
+        datetime.datetime.fromisoformat(release_date).replace(tzinfo=datetime.UTC).timestamp()
+    )
+    return {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "local"}
+            for name in names
+        ],
+    }
+
+
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def _choice(choice: TokenChoice) -> dict[str, Any]:
+    return {"token": choice.text, "logprob": choice.logprob, "bytes": list(choice.utf8)}
+
+
+def encode_logprobs(tokens: Sequence[SampledToken] | None) -> dict[str, Any] | None:
+    """OpenAI's `choices[i].logprobs`: per token its text, log-probability, UTF-8 bytes and
+    the likeliest alternatives at its step."""
+    if tokens is None:
+        return None
+    return {
+        "content": [
+            {**_choice(sampled.token), "top_logprobs": [_choice(t) for t in sampled.top]}
+            for sampled in tokens
+        ]
+    }
 
 
 def encode_completion(*, cid: str, model: str, result: Generated) -> dict[str, Any]:
@@ -91,7 +195,7 @@ def encode_completion(*, cid: str, model: str, result: Generated) -> dict[str, A
                 "index": 0,
                 "message": {"role": "assistant", "content": result.text},
                 "finish_reason": result.finish_reason,
-                "logprobs": None,
+                "logprobs": encode_logprobs(result.tokens),
             }
         ],
         "usage": usage(result),
@@ -105,13 +209,20 @@ def encode_chunk(
     delta: dict[str, Any],
     finish_reason: str | None = None,
     usage: dict[str, int] | None = None,
+    logprobs: Sequence[SampledToken] | None = None,
 ) -> dict[str, Any]:
+    choice = {
+        "index": 0,
+        "delta": delta,
+        "finish_reason": finish_reason,
+        "logprobs": encode_logprobs(logprobs),
+    }
     chunk = {
         "id": cid,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+        "choices": [choice],
     }
     if usage is not None:
         chunk["usage"] = usage
@@ -143,7 +254,9 @@ class ChatFormat(WireFormat):
             raise error.at(request.field_of(error)) from None
         call.log.update(kind="chat")
         if request.stream:
-            return EventStream(self._stream(first, events, cid, model, call))
+            return EventStream(
+                self._stream(first, events, cid, model, call, with_logprobs=request.logprobs)
+            )
         try:
             event = first
             while not isinstance(event, Generated):
@@ -164,26 +277,37 @@ class ChatFormat(WireFormat):
         cid: str,
         model: str,
         call: Call,
+        *,
+        with_logprobs: bool,
     ) -> AsyncIterator[str]:
         def chunk(delta: dict[str, Any], **fields: Any) -> str:
             return sse(encode_chunk(cid=cid, model=model, delta=delta, **fields))
+
+        def logprobs(tokens: Sequence[SampledToken]) -> Sequence[SampledToken] | None:
+            return tokens if with_logprobs else None
 
         try:
             yield chunk({"role": "assistant", "content": ""})
             event = first
             while isinstance(event, TextDelta):
-                yield chunk({"content": event.text})
+                yield chunk({"content": event.text}, logprobs=logprobs(event.tokens))
                 try:
                     event = await anext(events)
                 except ShuttingDown as error:  # the status is sent: end with an error event
                     message = {"message": str(error), "type": "server_shutting_down"}
-                    yield sse({"error": {**message, "retryable": True}})
+                    retry = {"retryable": True, "retry_after_s": error.retry_after_s}
+                    yield sse({"error": {**message, **retry}})
                     yield sse("[DONE]")
                     return
             call.log.update(
                 prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens
             )
-            yield chunk({}, finish_reason=event.finish_reason, usage=usage(event))
+            yield chunk(
+                {},
+                finish_reason=event.finish_reason,
+                usage=usage(event),
+                logprobs=logprobs(event.unsent),
+            )
             yield sse("[DONE]")
         finally:
             await events.aclose()

@@ -225,7 +225,12 @@ def validation_error_body(error: ValidationError) -> dict[str, Any]:
 
 
 def error_body(
-    status: int, error_type: str, message: str, field: str | None, location: tuple | None = None
+    status: int,
+    error_type: str,
+    message: str,
+    field: str | None,
+    location: tuple | None = None,
+    retry_after_s: int | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """(status, body). A 422, and malformed JSON (as FastAPI answers it), get the validation
     shape `detail[]`; every other error `detail.error_type` and `detail.message`."""
@@ -235,7 +240,10 @@ def error_body(
         else:
             loc = ["body"] if field in (None, "body") else ["body", field]
         return 422, {"detail": [{"loc": loc, "msg": message, "type": error_type}]}
-    return status, {"detail": {"error_type": error_type, "message": message}}
+    detail: dict[str, Any] = {"error_type": error_type, "message": message}
+    if retry_after_s is not None:  # the Retry-After header, for clients that lose headers
+        detail["retry_after_s"] = retry_after_s
+    return status, {"detail": detail}
 
 
 class SystemOneFormat(WireFormat):
@@ -290,7 +298,12 @@ class SystemOneFormat(WireFormat):
     def error_body(self, status: int, message: str, **error: Any) -> tuple[int, dict[str, Any]]:
         # FastAPI's shapes have no place for the adapter's `retryable` and `detail`.
         return error_body(
-            status, error["error_type"], message, error.get("field"), error.get("location")
+            status,
+            error["error_type"],
+            message,
+            error.get("field"),
+            error.get("location"),
+            error.get("retry_after_s"),
         )
 
     def validation_error_body(self, error: ValidationError) -> tuple[int, dict[str, Any]]:
