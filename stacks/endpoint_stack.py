@@ -202,8 +202,10 @@ def _decision_environment(
     *,
     n_gpu_layers: int,
 ) -> dict[str, str]:
-    """The adapter's variables for a decision endpoint."""
+    """The adapter's variables for a decision endpoint. SageMaker does not tell a container
+    its endpoint's name; the metrics' Endpoint dimension must match the alarms'."""
     return {
+        "DECISION_METRICS_ENDPOINT": settings.endpoint_name,
         "DECISION_N_THREADS": str(settings.n_threads),
         "DECISION_N_CTX": str(settings.n_ctx),
         "DECISION_N_GPU_LAYERS": str(n_gpu_layers),

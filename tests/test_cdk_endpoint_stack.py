@@ -139,6 +139,7 @@ def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
     built = model(endpoints, "decision-models-decision-cpu")
     assert built["model"]["PrimaryContainer"]["Image"] == CPU_IMAGE
     assert built["model"]["PrimaryContainer"]["Environment"] == {
+        "DECISION_METRICS_ENDPOINT": "decision-models-decision-cpu",
         "DECISION_N_THREADS": "8",
         "DECISION_N_CTX": "4096",
         "DECISION_N_GPU_LAYERS": "0",
@@ -300,3 +301,26 @@ def test_switched_off_endpoints_are_absent():
     one(
         endpoint_stack, "AWS::SageMaker::Endpoint", {"EndpointName": "decision-models-decision-cpu"}
     )
+
+
+@pytest.mark.parametrize("name", ["decision-models-decision-cpu", "decision-models-decision-gpu"])
+def test_the_adapter_names_its_metrics_by_the_endpoint_its_alarms_watch(endpoints, name):
+    environment = model(endpoints, name)["model"]["PrimaryContainer"]["Environment"]
+    resources = endpoints.to_json()["Resources"]
+
+    def endpoint_name(value):  # a literal, or the endpoint's GetAtt EndpointName
+        if isinstance(value, dict):
+            logical_id, attribute = value["Fn::GetAtt"]
+            return resources[logical_id]["Properties"][attribute]
+        return value
+
+    watched = {
+        endpoint_name(dimension["Value"])
+        for alarm in endpoints.find_resources("AWS::CloudWatch::Alarm").values()
+        for query in alarm["Properties"].get("Metrics", [])
+        if query.get("MetricStat", {}).get("Metric", {}).get("Namespace") == "DecisionAdapter"
+        for dimension in query["MetricStat"]["Metric"]["Dimensions"]
+        if dimension["Name"] == "Endpoint"
+    }
+    assert environment["DECISION_METRICS_ENDPOINT"] == name
+    assert name in watched
