@@ -103,7 +103,8 @@ def test_extensions_are_x_prefixed(baseline):
     assert baseline["x_calibration"] == {"temperature": 1.0, "source": "none"}
     for answer in baseline["answers"].values():
         assert len(answer["x_prompt_sha256"]) == 64 and answer["x_temperature"] == 1.0
-        assert answer["x_readout"] in ("single-token", "label-sequence")
+        assert answer["x_readout"] == "letters"
+        assert answer["x_readout_mode"] in ("single-token", "label-sequence")
 
 
 @pytest.mark.parametrize(
