@@ -116,6 +116,8 @@ def run(plan: Plan, budget: Budget) -> dict:
             result["chat_alternative"] = experiments.chat_alternative(
                 caller, adapter.url, plan, budget, prepared.examples
             )
+            log(budget, "readouts: one 6-option decision read each way")
+            result["readout_cost"] = experiments.readout_cost(caller, url, plan.readout_repeats)
             log(budget, "state cache off: eight follow-up requests")
             cache_off = experiments.state_cache_follow_ups(
                 caller, adapter.url, prepared.state_1000, plan.follow_up_repeats, "off"
