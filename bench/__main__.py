@@ -147,6 +147,8 @@ def run(plan: Plan, budget: Budget, build: Build) -> dict:
             result["chat_alternative"] = experiments.chat_alternative(
                 caller, adapter.url, plan, budget, prepared.examples
             )
+            log(budget, "readouts: one 6-option decision read each way")
+            result["readout_cost"] = experiments.readout_cost(caller, url, plan.readout_repeats)
             if server is not None:
                 sides = side_by_side.Sides(caller, adapter.url, server.url)
                 work = prepared.versus

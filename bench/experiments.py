@@ -4,14 +4,17 @@
 (b) 1..16 questions over one 1,000-token state: one `decisions` request versus separate ones;
 (c) latency against prompt length, adapter and floor;
 (d) concurrency: closed-loop clients, throughput, latency percentiles, share of 503s;
-(e) the alternative: a one-token chat completion asking for the option letter.
+(e) the alternative: a one-token chat completion asking for the option letter;
+readouts: one 6-option decision read with each readout strategy, cost against letters.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,6 +50,7 @@ class Plan:
     versus_rounds: int = 3
     versus_chat_repeats: int = 3
     versus_chat_max_tokens: int = 64
+    readout_repeats: int = 7
 
 
 QUICK = Plan(
@@ -63,6 +67,7 @@ QUICK = Plan(
     versus_rounds=1,
     versus_chat_repeats=1,
     versus_chat_max_tokens=32,
+    readout_repeats=2,
 )
 
 # Cumulative shares of the budget: the deadline by which each phase stops adding repetitions.
@@ -362,3 +367,65 @@ def state_cache_follow_ups(
         "cache_budget_bytes": stats["budget_bytes"],
         "within_budget": stats["size_bytes"] <= stats["budget_bytes"],
     }
+
+
+# --- readouts -------------------------------------------------------------------------------
+READOUTS = ("letters", "option_text", "option_text_desc", "calibrated", "permuted_letters")
+READOUT_COST_TARGET = 2.0  # issue 15: the default readout costs at most 2x letters
+SIX_OPTIONS = [
+    {"id": "account_access", "description": "Login, password and account access problems."},
+    {"id": "billing", "description": "Invoices, refunds and payment problems."},
+    {"id": "shipping", "description": "Delivery and tracking problems."},
+    {"id": "technical_support", "description": "Crashes, errors and bugs in the product."},
+    {"id": "sales", "description": "Plans, upgrades and quotes."},
+    {"id": "privacy", "description": "Personal data, deletion and consent requests."},
+]
+CHOICE = Path(__file__).parent / "results" / "readout-choice" / "choose_readout.json"
+
+
+def readout_cost(caller: Caller, url: str, repeats: int) -> dict[str, Any]:
+    """The same 6-option request read by each strategy, taking turns request by request; the
+    first `calibrated` request also pays its content-free pass (cold), later ones not (warm).
+    The default and each strategy's accuracy come from the last `bench.evaluate
+    --choose-readout` run (its winner; `calibrated`, the study's choice, without one)."""
+    choice = json.loads(CHOICE.read_text()) if CHOICE.is_file() else {}
+    default = choice.get("winner", "calibrated")
+    asked = decision(SHORT_STATE, QUESTIONS[0], options=SIX_OPTIONS)
+
+    def send(readout: str) -> tuple[float, dict]:
+        return caller.post(url, {"decision": {**asked, "readout": readout}})
+
+    cold = {name: send(name)[0] for name in READOUTS}
+    samples: dict[str, list[float]] = {name: [] for name in READOUTS}
+    tokens: dict[str, int] = {}
+    for _ in range(repeats):
+        for name in READOUTS:
+            seconds, reply = send(name)
+            samples[name].append(seconds)
+            tokens[name] = _request_tokens(reply)
+    letters = statistics.median(samples["letters"])
+    reports = choice.get("strategies", {})
+    accuracy = {name: report["accuracy"] for name, report in reports.items()}
+    ratio = statistics.median(samples[default]) / letters
+    return {
+        "options": len(SIX_OPTIONS),
+        "default": default,
+        "median_ms": {name: median_ms(values) for name, values in samples.items()},
+        "cold_ms": {name: ms(value) for name, value in cold.items()},
+        "ratio_to_letters": {
+            name: round(statistics.median(values) / letters, 3) for name, values in samples.items()
+        },
+        "request_tokens": tokens,
+        "dev_accuracy": accuracy,
+        "accuracy_source": str(CHOICE.relative_to(Path(__file__).parent.parent)),
+        "target_max_ratio": READOUT_COST_TARGET,
+        "meets_target": ratio <= READOUT_COST_TARGET,
+        "repeats": repeats,
+    }
+
+
+def _request_tokens(reply: Any) -> int:
+    try:
+        return int(reply["result"]["timing"]["request_tokens"])
+    except (KeyError, TypeError, ValueError):
+        return 0

@@ -94,6 +94,9 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
             f"{d['valid_answer_rate']:.0%} "
             f"vs {c['valid_answer_rate']:.0%} |"
         )
+    readouts = result.get("readout_cost")
+    if readouts:
+        lines.append(readout_row(readouts))
     versus = result.get("llama_server")
     if versus:
         lines += ["", *llama_server_table(versus)]
@@ -217,6 +220,22 @@ def _ratio(ours: float, theirs: float) -> float | None:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+def readout_row(cost: dict) -> str:
+    """The default readout's cost on a 6-option request against letters, each strategy's."""
+    default = cost["default"]
+    each = ", ".join(
+        f"{name} {cost['ratio_to_letters'][name]:.2f}x"
+        + (f" (acc {cost['dev_accuracy'][name]:.2f})" if name in cost["dev_accuracy"] else "")
+        for name in cost["median_ms"]
+    )
+    return (
+        f"| readouts: one {cost['options']}-option decision | default `{default}` "
+        f"**{cost['ratio_to_letters'][default]:.2f}x** letters ({cost['median_ms'][default]:.0f} "
+        f"vs {cost['median_ms']['letters']:.0f} ms; target <= {cost['target_max_ratio']}); "
+        f"{each}; accuracy on `{cost['accuracy_source']}` |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

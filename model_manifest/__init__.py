@@ -6,6 +6,7 @@ Copied whole into the adapter images, so it depends on the standard library and 
 
 from model_manifest.hashing import HashingReader, HashingWriter, sha256_of_file
 from model_manifest.manifest import (
+    CALIBRATION_FILENAME,
     MANIFEST_FILENAME,
     MANIFEST_VERSION,
     FileSource,
@@ -20,6 +21,7 @@ from model_manifest.manifest import (
 )
 
 __all__ = [
+    "CALIBRATION_FILENAME",
     "MANIFEST_FILENAME",
     "MANIFEST_VERSION",
     "FileSource",

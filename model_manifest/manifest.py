@@ -12,6 +12,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from model_manifest.hashing import sha256_of_file
 
 MANIFEST_FILENAME = "model-manifest.json"
+# The model's readout and temperature (the adapter's calibration.json), when packaged.
+CALIBRATION_FILENAME = "calibration.json"
 MANIFEST_VERSION = 1
 
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -51,7 +53,7 @@ class ModelInfo(_Strict):
 
 class ManifestFile(_Strict):
     path: str
-    role: Literal["gguf", "tokenizer"]
+    role: Literal["gguf", "tokenizer", "calibration"]
     bytes: int = Field(ge=0)
     sha256: Sha256Hex
     source: FileSource
@@ -84,6 +86,9 @@ class Manifest(_Strict):
         ggufs = [f for f in self.files if f.role == "gguf"]
         if len(ggufs) != 1:
             raise ValueError(f"expected exactly one gguf file, found {len(ggufs)}")
+        for entry in self.files:
+            if entry.role == "calibration" and entry.path != CALIBRATION_FILENAME:
+                raise ValueError(f"the calibration file must be named {CALIBRATION_FILENAME}")
         if ggufs[0].path != self.model.gguf:
             raise ValueError(
                 f"model.gguf {self.model.gguf!r} does not name the gguf file {ggufs[0].path!r}"
@@ -93,6 +98,10 @@ class Manifest(_Strict):
     @property
     def gguf_file(self) -> ManifestFile:
         return next(f for f in self.files if f.role == "gguf")
+
+    @property
+    def calibration_file(self) -> ManifestFile | None:
+        return next((f for f in self.files if f.role == "calibration"), None)
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"

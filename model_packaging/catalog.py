@@ -38,6 +38,11 @@ GEMMA3_270M = parse_spec(
             "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         },
         "tokenizer": None,
+        # The readout and temperature `bench.evaluate --choose-readout` chose for this GGUF.
+        "calibration": {
+            "path": "profiles/gemma3-270m.json",
+            "sha256": "c4f10faf52df321436e0567facd9b792047cceb2a0ce6f0f517a8a022722d564",
+        },
     },
     origin="catalog:gemma3-270m",
 )

@@ -9,16 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal, Protocol
 
-from model_manifest import FileSource
+from model_manifest import CALIBRATION_FILENAME, FileSource
 from model_packaging.errors import PackagingError
-from model_packaging.spec import HuggingFaceGguf, HuggingFaceTokenizer, LocalGguf, ModelSpec
+from model_packaging.spec import (
+    HuggingFaceGguf,
+    HuggingFaceTokenizer,
+    LocalGguf,
+    ModelSpec,
+    ReadoutFile,
+)
 
 
 @dataclass(frozen=True)
 class SourceFile:
     archive_name: str
     path: Path
-    role: Literal["gguf", "tokenizer"]
+    role: Literal["gguf", "tokenizer", "calibration"]
     source: FileSource
     expected_sha256: str | None = None
     expected_bytes: int | None = None
@@ -60,7 +66,22 @@ def resolve_sources(spec: ModelSpec, fetcher: HubFetcher | None = None) -> list[
         files = [_local_gguf(spec.gguf)]
     if spec.tokenizer is not None:
         files.extend(_hub_tokenizer(spec.tokenizer, hub))
+    if spec.calibration is not None:
+        files.append(_calibration(spec.calibration))
     return files
+
+
+def _calibration(calibration: ReadoutFile) -> SourceFile:
+    path = calibration.resolved
+    if not path.is_file():
+        raise PackagingError(f"calibration file not found: {path}")
+    return SourceFile(
+        archive_name=CALIBRATION_FILENAME,  # the name the adapter looks for beside the GGUF
+        path=path,
+        role="calibration",
+        source=FileSource(kind="local", file=calibration.path),
+        expected_sha256=calibration.sha256,
+    )
 
 
 def _hub_gguf(gguf: HuggingFaceGguf, hub: HubFetcher) -> SourceFile:

@@ -56,11 +56,27 @@ class HuggingFaceTokenizer(_Strict):
     )
 
 
+class ReadoutFile(_Strict):
+    """The model's per-model file (the adapter's calibration.json: its readout strategy and
+    temperature, from `bench.evaluate --choose-readout`), packaged beside the GGUF."""
+
+    path: str = Field(
+        description="the file; a relative path is relative to the model_packaging package"
+    )
+    sha256: Sha256Hex
+
+    @property
+    def resolved(self) -> Path:
+        path = Path(self.path)
+        return path if path.is_absolute() else Path(__file__).parent / path
+
+
 class ModelSpec(_Strict):
     name: SpecName
     model_name: str = Field(description="human name recorded in the manifest")
     gguf: Annotated[HuggingFaceGguf | LocalGguf, Field(discriminator="kind")]
     tokenizer: HuggingFaceTokenizer | None = None
+    calibration: ReadoutFile | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"

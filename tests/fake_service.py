@@ -62,7 +62,9 @@ class FakeService:
     def _answer(item: StateQuestion) -> Answer:
         count = len(item.question.option_ids)
         logits = np.arange(count, 0, -1, dtype=np.float64)
-        scores = QuestionScores("single-token", logits - 10, logits, 0)
+        # The readout a request asks for is named back, as the real service does.
+        strategy = item.question.readout or "letters"
+        scores = QuestionScores("single-token", logits - 10, logits, 0, strategy=strategy)
         labels = list(string.ascii_uppercase[:count])
         return Answer(scores, labels, "f" * 64, 10, "A")
 

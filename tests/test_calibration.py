@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from decision_adapter.calibration import Calibration, CalibrationError, load_calibration
+from decision_adapter.calibration import (
+    READOUTS,
+    Calibration,
+    CalibrationError,
+    load_calibration,
+)
 from decision_adapter.settings import Settings, SettingsError
 
 from launcher import run_adapter_until_exit
@@ -84,3 +89,36 @@ def test_a_file_for_another_gguf_stops_the_server_at_start(tmp_path, gemma_gguf)
     lines = [line for line in finished.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "calibration.json" in lines[0], finished.stderr
     assert "refusing to serve" in lines[0]
+
+
+def test_the_file_names_the_readout_its_temperature_was_fitted_for(gguf):
+    path = gguf.parent / "calibration.json"
+    path.write_text(json.dumps({"temperature": 8.89, "readout": "calibrated"}))
+    found = load_calibration(None, gguf, SHA)
+    assert found == Calibration(8.89, str(path), "calibrated")
+    # The adapter's default readout is the file's; its temperature applies to that readout
+    # only, since other readouts' scores have other scales.
+    assert found.temperature_for("calibrated") == 8.89
+    assert found.temperature_for("letters") == 1.0
+    assert found.as_extension()["readout"] == "calibrated"
+
+
+def test_a_file_from_before_readouts_had_names_was_fitted_on_letters(gguf):
+    (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7}))
+    found = load_calibration(None, gguf, SHA)
+    assert found.readout == "letters" and found.temperature_for("letters") == 1.7
+    assert found.temperature_for("option_text") == 1.0
+
+
+def test_the_variable_applies_to_every_readout_and_no_file_means_letters(gguf):
+    assert load_calibration(None, gguf, SHA).readout == "letters"
+    found = load_calibration(2.5, gguf, SHA)
+    assert all(found.temperature_for(name) == 2.5 for name in READOUTS)
+
+
+def test_an_unknown_readout_in_the_file_stops_the_server_naming_it(gguf):
+    (gguf.parent / "calibration.json").write_text(
+        json.dumps({"temperature": 1.0, "readout": "tea_leaves"})
+    )
+    with pytest.raises(CalibrationError, match="readout"):
+        load_calibration(None, gguf, SHA)

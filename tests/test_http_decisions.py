@@ -47,7 +47,7 @@ def test_single_decision_returns_probabilities_in_request_order(adapter):
     assert len(result["option_logits"]) == 2 and result["readout_mode"] == "single-token"
     assert 0 < result["allowed_token_mass"] <= 1
     assert result["input_tokens"] > 20 and len(result["prompt_sha256"]) == 64
-    assert "no tokens generated" in result["readout"]
+    assert result["readout"] == "letters" and "no tokens generated" in result["readout_text"]
     model = result["model"]
     assert model["gguf_file"] == "gemma-3-270m-q4_k_m.gguf" and model["quantization"] == "Q4_K_M"
     assert len(model["gguf_sha256"]) == 64 and model["gguf_bytes"] > 100_000_000

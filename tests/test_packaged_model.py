@@ -45,7 +45,7 @@ def unpacked_model(tmp_path_factory):
 def test_gemma_spec_packages_the_real_gguf_that_unpacks_to_a_verified_model_dir(unpacked_model):
     manifest = read_manifest(unpacked_model)
     assert sorted(p.name for p in unpacked_model.iterdir()) == sorted(
-        [MANIFEST_FILENAME, manifest.model.gguf]
+        [MANIFEST_FILENAME, manifest.model.gguf, "calibration.json"]
     )
     assert manifest.spec == "gemma3-270m"
     assert manifest.gguf_file.sha256 == EXPECTED_SHA256
@@ -73,6 +73,10 @@ def test_adapter_serves_the_unpacked_archive_as_its_model_directory(unpacked_mod
     assert model["gguf_source"] == f"model directory {unpacked_model}"
     assert model["gguf_sha256"] == manifest["files"][0]["sha256"]
     assert model["manifest"]["spec"] == "gemma3-270m" and model["name"] == manifest["model"]["name"]
+    # The packaged per-model file is used without any setting: its readout and temperature.
+    chosen = json.loads((unpacked_model / "calibration.json").read_text())
+    assert result["readout"] == chosen["readout"]
+    assert result["temperature"] == chosen["temperature"]
 
 
 def test_a_flipped_byte_is_refused_by_packaging_and_by_the_adapter(unpacked_model, tmp_path):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from decision_adapter.contract import Answer, QuestionScores
+from decision_adapter.calibration import Calibration
+from decision_adapter.contract import Answer, ModelIdentity, QuestionScores
 from decision_adapter.formats import systemone
 from pydantic import ValidationError
 
@@ -104,10 +105,14 @@ def test_encoded_answer_carries_extensions_with_x_prefix():
         input_tokens=4,
         full_vocab_argmax_token="A",
     )
-    answer = systemone.encode_answer(q, scored, temperature=2.0)
+    model = ModelIdentity(
+        "m", "d", "2026-01-01", "v", Calibration(2.0, "DECISION_CALIBRATION_TEMPERATURE")
+    )
+    answer = systemone.encode_answer(q, scored, model=model)
     assert answer["noul"] == pytest.approx(1 / (1 + np.exp(-0.5)))  # softmax of logits / 2
     assert answer["x_logits"] == {"true": 2.0, "false": 1.0}
     assert answer["x_temperature"] == 2.0 and answer["x_prompt_sha256"] == "f" * 64
+    assert answer["x_readout"] == "letters" and answer["x_readout_mode"] == "single-token"
     assert all(k in ("type", "noul") or k.startswith("x_") for k in answer)
 
 

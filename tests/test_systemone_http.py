@@ -100,10 +100,11 @@ def test_usage_counts_input_tokens_and_no_output(baseline):
 
 def test_extensions_are_x_prefixed(baseline):
     assert all(key in ("model", "answers", "usage") or key.startswith("x_") for key in baseline)
-    assert baseline["x_calibration"] == {"temperature": 1.0, "source": "none"}
+    assert baseline["x_calibration"] == {"temperature": 1.0, "source": "none", "readout": "letters"}
     for answer in baseline["answers"].values():
         assert len(answer["x_prompt_sha256"]) == 64 and answer["x_temperature"] == 1.0
-        assert answer["x_readout"] in ("single-token", "label-sequence")
+        assert answer["x_readout"] == "letters"
+        assert answer["x_readout_mode"] in ("single-token", "label-sequence")
 
 
 @pytest.mark.parametrize(
@@ -337,6 +338,7 @@ def test_calibration_temperature_divides_logits_before_the_softmax(adapter, secu
     assert calibrated["x_calibration"] == {
         "temperature": CALIBRATION_TEMPERATURE,
         "source": "DECISION_CALIBRATION_TEMPERATURE",
+        "readout": "letters",
     }
     for question_id in QUESTIONS:
         answer = calibrated["answers"][question_id]

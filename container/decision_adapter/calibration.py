@@ -1,10 +1,14 @@
-"""Calibration: one softmax temperature per served model, applied before the softmax.
+"""Calibration: the model's readout strategy and its softmax temperature, applied before the
+softmax.
 
 A model's label logits rank the options well but are often over- or under-confident; dividing
 them by a temperature fitted offline on held-out decisions corrects the probabilities without
 changing which option wins. The temperature belongs to the model, so it comes with the model:
 `calibration.json` beside the GGUF (optionally naming the GGUF's sha256, so a file copied onto
 another model is refused), or `DECISION_CALIBRATION_TEMPERATURE`, which wins over the file.
+The file also names the readout it was fitted for (`readout`, chosen on labelled data by
+`bench.evaluate --choose-readout`), which the adapter then uses by default; a file without one
+was fitted before readouts had names, on the letter readout.
 """
 
 from __future__ import annotations
@@ -12,11 +16,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 CALIBRATION_FILENAME = "calibration.json"
+
+# How a question's option scores are read (the scoring layer implements each; bench/results/
+# readout_study.md measured them): `letters`, the options listed with letter labels and the
+# label read; `option_text`, each option's id as the continuation of "The correct answer is"
+# (mean log-probability per token); `option_text_desc`, its id and description; `calibrated`,
+# option_text minus the same scores against a content-free state; `permuted_letters`, letters
+# averaged over every cyclic rotation of the options.
+ReadoutName = Literal[
+    "letters", "option_text", "option_text_desc", "calibrated", "permuted_letters"
+]
+READOUTS: tuple[str, ...] = get_args(ReadoutName)
+# Without a per-model file: the readout every model reads as intended. The cloze readouts were
+# measured on one model only; a model gets one through its file (bench.evaluate --choose-readout).
+BUILT_IN_READOUT = "letters"
 
 
 class CalibrationError(ValueError):
@@ -28,15 +46,24 @@ class CalibrationFile(BaseModel):
     model_config = ConfigDict(extra="ignore")
     temperature: float = Field(gt=0.0, le=100.0)
     gguf_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    readout: ReadoutName = "letters"
 
 
 @dataclass(frozen=True)
 class Calibration:
     temperature: float = 1.0
     source: str = "none"  # the variable, the file, or "none" (temperature 1: raw probabilities)
+    readout: str = BUILT_IN_READOUT  # the default readout, the one a file's T was fitted for
+
+    def temperature_for(self, readout: str) -> float:
+        """A fitted temperature belongs to the readout it was fitted on; other readouts' scores
+        have other scales and stay raw. The variable applies to every readout."""
+        if self.source == "none" or self.source.startswith("DECISION_") or readout == self.readout:
+            return self.temperature
+        return 1.0
 
     def as_extension(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "source": self.source}
+        return {"temperature": self.temperature, "source": self.source, "readout": self.readout}
 
 
 def load_calibration(temperature: float | None, gguf: Path, gguf_sha256: str) -> Calibration:
@@ -66,4 +93,4 @@ def _read(path: Path, gguf_sha256: str) -> Calibration:
             f"{path} was fitted for the GGUF with sha256 {calibration.gguf_sha256}, "
             f"but the served GGUF has {gguf_sha256}; refusing to serve"
         )
-    return Calibration(calibration.temperature, str(path))
+    return Calibration(calibration.temperature, str(path), calibration.readout)

@@ -11,7 +11,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .calibration import Calibration
+from .calibration import BUILT_IN_READOUT, READOUTS, Calibration, ReadoutName
+
+__all__ = ["BUILT_IN_READOUT", "READOUTS", "ReadoutName"]  # the formats name readouts from here
 
 MAX_OPTIONS = 255
 
@@ -23,6 +25,10 @@ class Question:
     question: str
     option_ids: list[str]
     descriptions: list[str | None]
+    readout: str | None = None  # one of READOUTS; None: the model's own
+    # How prose names each option, where it is not its id (a yes/no question's true/false are
+    # "yes"/"no"); the option-text readouts read these words.
+    answer_words: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,15 @@ class StateQuestion:
 
 @dataclass
 class QuestionScores:
-    readout: str  # "single-token" or "label-sequence"
+    readout: str  # how it was read: "single-token", "label-sequence", "text-mean", ...
     option_log_probs: np.ndarray  # full-vocabulary log-probability of each whole label
     option_logits: np.ndarray  # what the softmax is taken over (raw logits or log-probs)
     full_vocab_argmax_id: int
+    strategy: str = BUILT_IN_READOUT  # the readout strategy, one of READOUTS
+    # option_text family: log-probability per token of each continuation, and (calibrated) the
+    # same against the content-free state, which option_logits has subtracted.
+    option_mean_log_probs: np.ndarray | None = None
+    content_free: np.ndarray | None = None
 
     def probabilities(self, temperature: float = 1.0) -> np.ndarray:
         scaled = self.option_logits / temperature

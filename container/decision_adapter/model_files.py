@@ -80,6 +80,27 @@ def manifest_beside(gguf: Path) -> Manifest | None:
     return None
 
 
+def _verify_calibration(manifest: Manifest, gguf: Path) -> None:
+    """The packaged calibration.json (the model's readout and temperature) is checked like the
+    GGUF: a changed or missing one would silently change every answer's probabilities."""
+    entry = manifest.calibration_file
+    if entry is None:
+        return
+    directory = next(
+        d for d in (gguf.parent, gguf.parent.parent) if (d / MANIFEST_FILENAME).is_file()
+    )
+    path = directory / entry.path
+    try:
+        digest = sha256_of_file(path)
+    except OSError as error:
+        raise ModelFileError(f"{MANIFEST_FILENAME} lists {entry.path}, but: {error}") from None
+    if digest != entry.sha256:
+        raise ModelFileError(
+            f"checksum mismatch for {path}: manifest says sha256 {entry.sha256}, "
+            f"file has {digest}; refusing to serve"
+        )
+
+
 def load_model_file(settings: Settings) -> ModelFile:
     """Locate the GGUF and verify it against its manifest before anything is served."""
     path, source = discover_gguf(settings)
@@ -104,4 +125,5 @@ def load_model_file(settings: Settings) -> ModelFile:
             raise ModelFileError(
                 f"size mismatch for {path}: manifest says {entry.bytes} bytes, file has {size}"
             )
+        _verify_calibration(manifest, path)
     return ModelFile(path=path, size_bytes=size, sha256=digest, source=source, manifest=manifest)

@@ -26,6 +26,11 @@ SYSTEM_TEXT = (
     "You are a decision model. Read the state, then answer the question by choosing exactly one "
     "of the labelled options."
 )
+# The option-text readouts: the question, then this; each option's words are the continuation.
+# The options are not listed, so the prompt does not depend on them or their order (listing
+# them brought the position bias back: bench/results/readout_study.md).
+CLOZE_LEAD = "\nThe correct answer is"
+CONTENT_FREE_STATE = "N/A"  # what the calibrated readout asks about instead of the state
 
 
 class ChatTemplateError(ValueError):
@@ -98,16 +103,22 @@ class PromptRenderer:
         self, state: Any, question: str, options: list[tuple[str, str, str | None]]
     ) -> RenderedPrompt:
         """options: (label, option id, description) in request order."""
-        state_block = f"{SYSTEM_TEXT}\n\nState:\n{state_text(state)}\n\n"
         lines = [f"Question: {question}", "Options:"]
         for label, option_id, description in options:
             lines.append(f"{label}. {option_id}" + (f": {description}" if description else ""))
         lines.append("Answer with only the label of the best option.")
-        question_block = "\n".join(lines)
+        return self._question(state, "\n".join(lines), "\nAnswer:")
+
+    def cloze(self, state: Any, question: str) -> RenderedPrompt:
+        """The option-text readouts' prompt: the same state prefix, the question, CLOZE_LEAD."""
+        return self._question(state, f"{question}{CLOZE_LEAD}", "")
+
+    def _question(self, state: Any, question_block: str, plain_end: str) -> RenderedPrompt:
+        state_block = f"{SYSTEM_TEXT}\n\nState:\n{state_text(state)}\n\n"
         if not self.template:
             return RenderedPrompt(
                 prefix=[Piece(state_block, user=True)],
-                suffix=[Piece(question_block + "\nAnswer:", user=True)],
+                suffix=[Piece(question_block + plain_end, user=True)],
             )
         head, tail = self._around_user_content([{"role": "user"}])
         return RenderedPrompt(
@@ -147,6 +158,7 @@ class PromptRenderer:
         return tokens
 
     def label_tokens(self, label: str) -> list[int]:
+        """A label, or an option's words, as the model would write it next (user text)."""
         return self.engine.tokenize(self.label_prefix + label, special=False)
 
     # --- template plumbing -------------------------------------------------------------

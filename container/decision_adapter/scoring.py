@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import string
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -16,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from .contract import Answer, Question, QuestionScores
+from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
 from .engine import Branch, Engine
-from .prompts import PromptRenderer
+from .prompts import CONTENT_FREE_STATE, PromptRenderer
 from .state_cache import StateCache
 
 PREFIX_SEQ = 0
-QUESTION_SEQ = 1  # every question in turn; its label branches take the sequences after it
+QUESTION_SEQ = 1  # every question suffix in turn; its branches take the sequences after it
 
 
 def option_labels(count: int) -> list[str]:
@@ -35,36 +36,79 @@ def option_labels(count: int) -> list[str]:
 
 
 @dataclass
-class QuestionPlan:
-    labels: list[str]
-    label_tokens: list[list[int]]
+class Reading:
+    """One question suffix decoded after the state, and each option's continuation read after
+    it (request order): its label, or its own words."""
+
     suffix_tokens: list[int]
-    prompt_sha256: str
+    continuations: list[list[int]]
 
     @property
-    def single_token_labels(self) -> bool:
-        firsts = [tokens[0] for tokens in self.label_tokens]
-        return all(len(t) == 1 for t in self.label_tokens) and len(set(firsts)) == len(firsts)
+    def single_tokens(self) -> bool:
+        firsts = [tokens[0] for tokens in self.continuations]
+        return all(len(t) == 1 for t in self.continuations) and len(set(firsts)) == len(firsts)
 
     @property
     def branch_tokens(self) -> int:
-        return 0 if self.single_token_labels else sum(len(t) - 1 for t in self.label_tokens)
+        return 0 if self.single_tokens else sum(len(t) - 1 for t in self.continuations)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.suffix_tokens) + self.branch_tokens
+
+
+@dataclass
+class QuestionPlan:
+    readout: str  # the strategy, one of READOUTS
+    labels: list[str]  # what is read per option: its letter label or its words
+    readings: list[Reading]  # one; permuted_letters: one per rotation, in a canonical order
+    prompt_sha256: str
+
+    @property
+    def suffix_tokens(self) -> list[int]:
+        return self.readings[0].suffix_tokens
+
+    @property
+    def label_tokens(self) -> list[list[int]]:
+        return self.readings[0].continuations
+
+    @property
+    def single_token_labels(self) -> bool:
+        return self.readings[0].single_tokens
+
+    @property
+    def branch_tokens(self) -> int:
+        return sum(reading.branch_tokens for reading in self.readings)
+
+    @property
+    def tokens(self) -> int:
+        return sum(reading.tokens for reading in self.readings)
+
+    @property
+    def content_free_key(self) -> tuple | None:
+        """The calibrated readout's content-free scores depend on the question's suffix and its
+        set of continuations only (not their order), so a reordered question shares them."""
+        if self.readout != "calibrated":
+            return None
+        reading = self.readings[0]
+        return (tuple(reading.suffix_tokens), tuple(sorted(map(tuple, reading.continuations))))
 
 
 @dataclass
 class ScoringPlan:
     prefix_tokens: list[int]
     questions: list[QuestionPlan]
+    content_free_prefix: list[int] | None = None  # the calibrated readout's state "N/A"
 
     @property
     def total_tokens(self) -> int:
         """The prefix counts once; each question adds its suffix and its label branches."""
-        return len(self.prefix_tokens) + sum(
-            len(q.suffix_tokens) + q.branch_tokens for q in self.questions
-        )
+        return len(self.prefix_tokens) + sum(q.tokens for q in self.questions)
 
     def input_tokens(self, index: int) -> int:
-        return len(self.prefix_tokens) + len(self.questions[index].suffix_tokens)
+        return len(self.prefix_tokens) + sum(
+            len(r.suffix_tokens) for r in self.questions[index].readings
+        )
 
     def answers(self, scores: list[QuestionScores], engine: Engine) -> list[Answer]:
         """The scores with what the model read; tokens end here, as counts and text."""
@@ -82,28 +126,94 @@ class ScoringPlan:
         ]
 
 
+def _option_words(question: Question, with_descriptions: bool) -> list[str]:
+    words = question.answer_words or question.option_ids
+    if not with_descriptions:
+        return list(words)
+    return [f"{w}: {d}" if d else w for w, d in zip(words, question.descriptions)]
+
+
+def _plan_question(
+    renderer: PromptRenderer,
+    state: Any,
+    question: Question,
+    readout: str,
+    limit: int | None,
+) -> QuestionPlan:
+    def tokens(prompt) -> list[int]:
+        return renderer.tokens(prompt.suffix, starts_prompt=False, limit=limit)
+
+    n = len(question.option_ids)
+    if readout in ("letters", "permuted_letters"):
+        labels = option_labels(n)
+        label_tokens = [renderer.label_tokens(label) for label in labels]
+        options = list(zip(question.option_ids, question.descriptions))
+        # Rotation r lists option (r + p) % n at position p; the request's own order is r = 0.
+        rotations = [0] if readout == "letters" else list(range(n))
+        # Sorted by the listed ids: a rotated request reads the same rotations in the same
+        # order, so their average adds the same numbers in the same order (bit-identical).
+        rotations.sort(key=lambda r: [question.option_ids[(r + p) % n] for p in range(n)])
+        readings, first = [], None
+        for r in rotations:
+            listed = [(labels[p], *options[(r + p) % n]) for p in range(n)]
+            prompt = renderer.decision(state, question.question, listed)
+            first = first or prompt
+            # Option i sits at position (i - r) % n and is read through that position's label.
+            continuations = [label_tokens[(i - r) % n] for i in range(n)]
+            readings.append(Reading(tokens(prompt), continuations))
+        return QuestionPlan(readout, labels, readings, first.sha256)
+    words = _option_words(question, with_descriptions=readout == "option_text_desc")
+    prompt = renderer.cloze(state, question.question)
+    continuations = [renderer.label_tokens(w) for w in words]
+    return QuestionPlan(readout, words, [Reading(tokens(prompt), continuations)], prompt.sha256)
+
+
 def build_plan(
-    renderer: PromptRenderer, state: Any, questions: Sequence[Question], limit: int | None = None
+    renderer: PromptRenderer,
+    state: Any,
+    questions: Sequence[Question],
+    limit: int | None = None,
+    *,
+    default_readout: str = BUILT_IN_READOUT,
 ) -> ScoringPlan:
     """Tokens of every question's prompt; a piece cheaply proved past `limit` stops it early."""
-    plans: list[QuestionPlan] = []
-    prefix_tokens: list[int] | None = None
-    for question in questions:
-        labels = option_labels(len(question.option_ids))
-        prompt = renderer.decision(
-            state, question.question, list(zip(labels, question.option_ids, question.descriptions))
+    prefix_tokens = renderer.tokens(
+        renderer.cloze(state, "").prefix, starts_prompt=True, limit=limit
+    )
+    plans = [
+        _plan_question(renderer, state, q, q.readout or default_readout, limit) for q in questions
+    ]
+    content_free = None
+    if any(plan.readout == "calibrated" for plan in plans):
+        content_free = renderer.tokens(
+            renderer.cloze(CONTENT_FREE_STATE, "").prefix, starts_prompt=True
         )
-        if prefix_tokens is None:
-            prefix_tokens = renderer.tokens(prompt.prefix, starts_prompt=True, limit=limit)
-        plans.append(
-            QuestionPlan(
-                labels=labels,
-                label_tokens=[renderer.label_tokens(label) for label in labels],
-                suffix_tokens=renderer.tokens(prompt.suffix, starts_prompt=False, limit=limit),
-                prompt_sha256=prompt.sha256,
-            )
-        )
-    return ScoringPlan(prefix_tokens=prefix_tokens or [], questions=plans)
+    return ScoringPlan(prefix_tokens, plans, content_free)
+
+
+class ContentFreeScores:
+    """The calibrated readout's content-free scores, per question and set of options: an LRU
+    of small arrays (a question's are computed once, then cost nothing). Model thread only."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple, dict[tuple, float]] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple) -> dict[tuple, float] | None:
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+        return found
+
+    def put(self, key: tuple, scores: dict[tuple, float]) -> None:
+        self._entries[key] = scores
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}
 
 
 @dataclass
@@ -125,9 +235,12 @@ def score(
     plan: ScoringPlan,
     *,
     cache: StateCache | None = None,
+    content_free: ContentFreeScores | None = None,
     force_sequence: bool = False,
 ) -> tuple[list[QuestionScores], ScoringTiming]:
-    """Prefill the state once (or restore it), branch every question from it, read the labels."""
+    """Prefill the state once (or restore it), branch every question from it, read the labels.
+    Calibrated questions whose content-free scores are not kept yet get them from a second pass
+    on the content-free state, decoded the same way."""
     timing = ScoringTiming()
     engine.reset()
     try:
@@ -136,34 +249,171 @@ def score(
         timing.prefill_ms = (time.perf_counter() - started) * 1000
 
         started = time.perf_counter()
-        results = []
-        for question in plan.questions:
-            # Each suffix is its own batch: decoded beside other suffixes, llama.cpp's logits
-            # move (measured up to ~1.0), so an answer would depend on the other questions.
-            last_position = len(question.suffix_tokens) - 1
-            branch = Branch(
-                tokens=question.suffix_tokens, parent=PREFIX_SEQ, logit_positions=[last_position]
-            )
-            (logits,) = engine.decode_branches([branch], first_seq_id=QUESTION_SEQ)
-            results.append(
-                _read_question(
-                    engine,
-                    question,
-                    logits[last_position],
-                    QUESTION_SEQ,
-                    first_free_seq=QUESTION_SEQ + 1,
-                    force_sequence=force_sequence,
-                )
-            )
-            # Free the question's KV cells before the next one: llama.cpp then places the next
-            # suffix in the same cells, right after the prefix, as if it were asked alone.
-            # Left behind other questions' cells, a suffix lands elsewhere in the cache and its
-            # logits move (measured: 0.40 on the third of three questions).
-            engine.drop_sequence(QUESTION_SEQ)
+        reads = [
+            [_read(engine, reading, force_sequence) for reading in question.readings]
+            for question in plan.questions
+        ]
+        neutral = _content_free_scores(engine, plan, cache, content_free or ContentFreeScores())
+        results = [
+            _combine(question, question_reads, neutral.get(question.content_free_key))
+            for question, question_reads in zip(plan.questions, reads)
+        ]
         timing.branches_ms = (time.perf_counter() - started) * 1000
         return results, timing
     finally:
         engine.reset()
+
+
+@dataclass
+class _Read:
+    """One reading's raw numbers, per option in request order."""
+
+    log_probs: np.ndarray  # full-vocabulary log-probability of each whole continuation
+    first_logits: np.ndarray  # raw last-position logit of each continuation's first token
+    lengths: np.ndarray  # tokens per continuation
+    single_tokens: bool  # every continuation one distinct token (read in one pass)
+    argmax: int
+
+
+def _read(engine: Engine, reading: Reading, force_sequence: bool) -> _Read:
+    """Decode one suffix on QUESTION_SEQ after the prefix and read its continuations.
+
+    Each suffix is its own batch: decoded beside other suffixes, llama.cpp's logits move
+    (measured up to ~1.0), so an answer would depend on the other questions. Its KV cells are
+    freed afterwards, so the next suffix lands in the same cells, right after the prefix, as if
+    asked alone (left behind others' cells, logits moved 0.40 on the third of three).
+    """
+    last_position = len(reading.suffix_tokens) - 1
+    branch = Branch(
+        tokens=reading.suffix_tokens, parent=PREFIX_SEQ, logit_positions=[last_position]
+    )
+    (logits,) = engine.decode_branches([branch], first_seq_id=QUESTION_SEQ)
+    last_logits = logits[last_position]
+    firsts = np.array([tokens[0] for tokens in reading.continuations])
+    log_probs = _log_softmax(last_logits, firsts)
+    single = reading.single_tokens and not force_sequence
+    if not single:
+        _add_branch_log_probs(engine, reading.continuations, log_probs)
+    engine.drop_sequence(QUESTION_SEQ)
+    return _Read(
+        log_probs=log_probs,
+        first_logits=last_logits[firsts].astype(np.float64),
+        lengths=np.array([len(t) for t in reading.continuations], dtype=np.float64),
+        single_tokens=single,
+        argmax=int(np.argmax(last_logits)),
+    )
+
+
+def _add_branch_log_probs(
+    engine: Engine, continuations: list[list[int]], log_probs: np.ndarray
+) -> None:
+    """Each multi-token continuation's later tokens, read from one branch per option off the
+    question's sequence (first_free: the sequences after it).
+
+    The branches go into the batch in a canonical order (by their tokens), not the request's:
+    llama.cpp rounds by KV-cell layout, and the same branches batched in reverse order moved
+    scores by up to 0.5 (bench/results/readout_study.md), so any option order decodes the same
+    batch and gives bit-identical scores.
+    """
+    multi = sorted(
+        (i for i, tokens in enumerate(continuations) if len(tokens) > 1),
+        key=lambda i: continuations[i],
+    )
+    first_free = QUESTION_SEQ + 1
+    capacity = engine.n_seq_max - first_free
+    for chunk_start in range(0, len(multi), capacity):
+        chunk = multi[chunk_start : chunk_start + capacity]
+        branches = [
+            Branch(
+                tokens=continuations[i][:-1],
+                parent=QUESTION_SEQ,
+                logit_positions=range(len(continuations[i]) - 1),
+            )
+            for i in chunk
+        ]
+        branch_logits = engine.decode_branches(branches, first_seq_id=first_free)
+        for option, logits in zip(chunk, branch_logits):
+            tokens = continuations[option]
+            for position, token in enumerate(tokens[1:]):
+                log_probs[option] += _log_softmax(logits[position], [token])[0]
+        for offset in range(len(chunk)):
+            engine.drop_sequence(first_free + offset)
+
+
+def _content_free_scores(
+    engine: Engine, plan: ScoringPlan, cache: StateCache | None, kept: ContentFreeScores
+) -> dict[tuple, np.ndarray]:
+    """Per calibrated question (its content_free_key): the per-token mean log-probabilities of
+    its continuations against the content-free state, in the question's option order."""
+    wanted = [q for q in plan.questions if q.content_free_key is not None]
+    missing: dict[tuple, QuestionPlan] = {}
+    for question in wanted:
+        if kept.get(question.content_free_key) is None:
+            missing.setdefault(question.content_free_key, question)
+    if missing:
+        kept.misses += len(missing)
+        engine.reset()
+        _prefill(engine, plan.content_free_prefix or [], cache, ScoringTiming())
+        for key, question in missing.items():
+            read = _read(engine, question.readings[0], force_sequence=False)
+            means = read.log_probs / read.lengths
+            kept.put(key, dict(zip(map(tuple, question.readings[0].continuations), means)))
+    kept.hits += len(wanted) - len(missing)
+    out = {}
+    for question in wanted:
+        by_continuation = kept.get(question.content_free_key)
+        continuations = question.readings[0].continuations
+        out[question.content_free_key] = np.array(
+            [by_continuation[tuple(c)] for c in continuations]
+        )
+    return out
+
+
+def _restricted_log_softmax(values: np.ndarray) -> np.ndarray:
+    shifted = values - values.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def _combine(
+    question: QuestionPlan, reads: list[_Read], content_free: np.ndarray | None
+) -> QuestionScores:
+    """The strategy's option scores from its readings."""
+    first = reads[0]
+    if question.readout == "letters":
+        return QuestionScores(
+            readout="single-token" if first.single_tokens else "label-sequence",
+            option_log_probs=first.log_probs,
+            option_logits=first.first_logits if first.single_tokens else first.log_probs,
+            full_vocab_argmax_id=first.argmax,
+            strategy="letters",
+        )
+    if question.readout == "permuted_letters":
+        # Each rotation's distribution over the options (as log-probabilities), averaged in the
+        # plan's canonical rotation order.
+        total = np.zeros_like(first.log_probs)
+        log_probs = np.zeros_like(first.log_probs)
+        for read in reads:
+            scores = read.first_logits if read.single_tokens else read.log_probs
+            total += _restricted_log_softmax(scores)
+            log_probs += read.log_probs
+        return QuestionScores(
+            readout="rotation-mean",
+            option_log_probs=log_probs / len(reads),
+            option_logits=total / len(reads),
+            full_vocab_argmax_id=first.argmax,
+            strategy="permuted_letters",
+        )
+    means = first.log_probs / first.lengths
+    calibrated = content_free is not None
+    return QuestionScores(
+        readout="text-mean-minus-content-free" if calibrated else "text-mean",
+        option_log_probs=first.log_probs,
+        option_logits=means - content_free if calibrated else means,
+        full_vocab_argmax_id=first.argmax,
+        strategy=question.readout,
+        option_mean_log_probs=means,
+        content_free=content_free,
+    )
 
 
 def _prefill(
@@ -189,52 +439,3 @@ def _prefill(
         timing.state_cache = "hit"
     engine.reset()
     engine.restore_sequence(PREFIX_SEQ, saved)
-
-
-def _read_question(
-    engine: Engine,
-    question: QuestionPlan,
-    last_logits: np.ndarray,
-    question_seq: int,
-    *,
-    first_free_seq: int,
-    force_sequence: bool,
-) -> QuestionScores:
-    firsts = np.array([tokens[0] for tokens in question.label_tokens])
-    first_log_probs = _log_softmax(last_logits, firsts)
-    argmax = int(np.argmax(last_logits))
-    if question.single_token_labels and not force_sequence:
-        return QuestionScores(
-            readout="single-token",
-            option_log_probs=first_log_probs,
-            option_logits=last_logits[firsts].astype(np.float64),
-            full_vocab_argmax_id=argmax,
-        )
-    # Multi-token labels: log p(label) = sum of each label token's log-probability, the later
-    # tokens read from one branch per option off the question's sequence.
-    log_probs = first_log_probs.copy()
-    multi = [i for i, tokens in enumerate(question.label_tokens) if len(tokens) > 1]
-    capacity = engine.n_seq_max - first_free_seq
-    for chunk_start in range(0, len(multi), capacity):
-        chunk = multi[chunk_start : chunk_start + capacity]
-        branches = [
-            Branch(
-                tokens=question.label_tokens[i][:-1],
-                parent=question_seq,
-                logit_positions=range(len(question.label_tokens[i]) - 1),
-            )
-            for i in chunk
-        ]
-        branch_logits = engine.decode_branches(branches, first_seq_id=first_free_seq)
-        for option, logits in zip(chunk, branch_logits):
-            tokens = question.label_tokens[option]
-            for position, token in enumerate(tokens[1:]):
-                log_probs[option] += _log_softmax(logits[position], [token])[0]
-        for offset in range(len(chunk)):
-            engine.drop_sequence(first_free_seq + offset)
-    return QuestionScores(
-        readout="label-sequence",
-        option_log_probs=log_probs,
-        option_logits=log_probs,
-        full_vocab_argmax_id=argmax,
-    )

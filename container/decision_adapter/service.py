@@ -30,7 +30,7 @@ from .identity import model_identity
 from .limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
 from .model_files import load_model_file
 from .prompts import PromptRenderer, state_text
-from .scoring import ScoringPlan, build_plan, score
+from .scoring import ContentFreeScores, ScoringPlan, build_plan, score
 from .settings import Settings
 from .state_cache import StateCache
 from .tokenizer import TokenLimitExceeded
@@ -75,6 +75,7 @@ class DecisionService:
         )
         self.renderer = PromptRenderer(self.engine)
         self.state_cache = StateCache(settings.state_cache_budget, model_id=model_file.sha256)
+        self.content_free = ContentFreeScores()
         self.runner = ModelRunner(
             max_queue=settings.max_queue,
             wait_s=settings.admission_wait_s,
@@ -114,6 +115,7 @@ class DecisionService:
     def stats(self) -> dict[str, Any]:
         return {
             "state_cache": self.state_cache.stats.as_dict(),
+            "content_free_scores": self.content_free.as_dict(),
             "engine": self.engine.stats.as_dict(),
             "admission": self.runner.counters(),
         }
@@ -136,7 +138,13 @@ class DecisionService:
             for index, item in enumerate(questions):
                 groups.setdefault(state_text(item.state), []).append(index)
             plans = [
-                build_plan(self.renderer, text, [questions[i].question for i in members], limit)
+                build_plan(
+                    self.renderer,
+                    text,
+                    [questions[i].question for i in members],
+                    limit,
+                    default_readout=self.identity.calibration.readout,
+                )
                 for text, members in groups.items()
             ]
             return list(groups.values()), plans
@@ -153,7 +161,9 @@ class DecisionService:
         def score_all():
             outcomes = []
             for plan in plans:
-                scores, timing = score(self.engine, plan, cache=self.state_cache)
+                scores, timing = score(
+                    self.engine, plan, cache=self.state_cache, content_free=self.content_free
+                )
                 outcomes.append((plan.answers(scores, self.engine), timing))
             return outcomes
 

@@ -6,7 +6,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
-from ..contract import MAX_OPTIONS, Answer, ModelIdentity, ModelService, Question, StateQuestion
+from ..contract import (
+    MAX_OPTIONS,
+    Answer,
+    ModelIdentity,
+    ModelService,
+    Question,
+    ReadoutName,
+    StateQuestion,
+)
 from .base import Call, WireFormat, score
 from .fields import NonBlank, OptionName, check_unique_names
 
@@ -20,6 +28,19 @@ READOUT_TEXT = {
     "label-sequence": (
         "log-probability of each option's whole multi-token label after the prompt (its tokens "
         "decoded as branches of the prompt), softmax over them; no tokens generated"
+    ),
+    "rotation-mean": (
+        "letter labels read once per cyclic rotation of the options, each rotation's "
+        "distribution over the options averaged (as log-probabilities); no tokens generated"
+    ),
+    "text-mean": (
+        "mean log-probability per token of each option's own words as the continuation of "
+        "'The correct answer is', softmax over them; no tokens generated"
+    ),
+    "text-mean-minus-content-free": (
+        "mean log-probability per token of each option's own words as the continuation of "
+        "'The correct answer is', minus the same against the content-free state 'N/A', "
+        "softmax over them; no tokens generated"
     ),
 }
 
@@ -36,6 +57,7 @@ class Decision(BaseModel):
     state: State
     question: NonBlank
     options: list[Option] = Field(min_length=2, max_length=MAX_OPTIONS)
+    readout: ReadoutName | None = None  # None: the model's own (its per-model file)
 
     @field_validator("options")
     @classmethod
@@ -48,6 +70,7 @@ class Decision(BaseModel):
             question=self.question,
             option_ids=[o.id for o in self.options],
             descriptions=[o.description for o in self.options],
+            readout=self.readout,
         )
 
 
@@ -84,13 +107,19 @@ def encode_result(
     decision: Decision, answer: Answer, timing: dict[str, Any], model: ModelIdentity
 ) -> dict[str, Any]:
     scores = answer.scores
-    temperature = model.calibration.temperature
+    temperature = model.calibration.temperature_for(scores.strategy)
+    extra = {}
+    if scores.option_mean_log_probs is not None:
+        extra["option_mean_log_probs"] = scores.option_mean_log_probs.tolist()
+    if scores.content_free is not None:
+        extra["content_free_scores"] = scores.content_free.tolist()
     return {
         "id": decision.id,
         "option_ids": [o.id for o in decision.options],
         "probabilities": scores.probabilities(temperature).tolist(),
         "option_logits": scores.option_logits.tolist(),
         "option_log_probs": scores.option_log_probs.tolist(),
+        **extra,
         "labels": answer.labels,
         "input_tokens": answer.input_tokens,
         "allowed_token_mass": scores.allowed_token_mass,
@@ -98,8 +127,9 @@ def encode_result(
         "full_vocab_argmax_token": answer.full_vocab_argmax_token,
         "prompt_sha256": answer.prompt_sha256,
         "prompt_version": model.prompt_version,
-        "readout": READOUT_TEXT[scores.readout],
+        "readout": scores.strategy,
         "readout_mode": scores.readout,
+        "readout_text": READOUT_TEXT[scores.readout],
         "temperature": temperature,
         "model": model.info,
         "timing": timing,

@@ -16,7 +16,15 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
-from ..contract import MAX_OPTIONS, Answer, ModelIdentity, ModelService, Question, StateQuestion
+from ..contract import (
+    MAX_OPTIONS,
+    Answer,
+    ModelIdentity,
+    ModelService,
+    Question,
+    ReadoutName,
+    StateQuestion,
+)
 from ..errors import RequestError
 from .base import Call, WireFormat, score
 from .fields import OptionName, check_unique_names, is_blank
@@ -59,12 +67,14 @@ class NoulQuestion(BaseModel):
     def option_keys(self) -> list[str]:
         return ["true", "false"]
 
-    def as_question(self) -> Question:
+    def as_question(self, readout: str | None = None) -> Question:
         criteria = self.criteria or NoulCriteria()
         return Question(
             question=_instructions(self.instructions, "Is this true of the state?"),
             option_ids=self.option_keys,
             descriptions=[as_text(criteria.true), as_text(criteria.false)],
+            readout=readout,
+            answer_words=["yes", "no"],  # how an answer to a yes/no question reads in prose
         )
 
     def answer(self, probabilities: np.ndarray) -> dict[str, Any]:
@@ -88,11 +98,12 @@ class ChoiceQuestion(BaseModel):
     def option_keys(self) -> list[str]:
         return list(self.criteria)
 
-    def as_question(self) -> Question:
+    def as_question(self, readout: str | None = None) -> Question:
         return Question(
             question=_instructions(self.instructions, "Which option fits the state best?"),
             option_ids=self.option_keys,
             descriptions=[as_text(d) for d in self.criteria.values()],
+            readout=readout,
         )
 
     def answer(self, probabilities: np.ndarray) -> dict[str, Any]:
@@ -116,11 +127,12 @@ class ScoreQuestion(BaseModel):
     def option_keys(self) -> list[str]:
         return [str(level) for level in range(len(self.criteria))]
 
-    def as_question(self) -> Question:
+    def as_question(self, readout: str | None = None) -> Question:
         return Question(
             question=_instructions(self.instructions, "Which level fits the state best?"),
             option_ids=self.option_keys,
             descriptions=[as_text(level) for level in self.criteria],
+            readout=readout,
         )
 
     def answer(self, probabilities: np.ndarray) -> dict[str, Any]:
@@ -146,6 +158,8 @@ class SystemOneRequest(BaseModel):
     model: StrictStr
     state: State
     questions: dict[QuestionId, SystemOneQuestion] = Field(min_length=1)
+    # The adapter's own: the readout strategy for every question (None: the model's own).
+    x_readout: ReadoutName | None = None
 
 
 # --- confidence (the reference formulas) ------------------------------------------------
@@ -171,14 +185,16 @@ def _unit(value: float) -> float:
 
 # --- encoders ----------------------------------------------------------------------------
 def encode_answer(
-    question: SystemOneQuestion, answer: Answer, *, temperature: float
+    question: SystemOneQuestion, answer: Answer, *, model: ModelIdentity
 ) -> dict[str, Any]:
     scores = answer.scores
+    temperature = model.calibration.temperature_for(scores.strategy)
     return {
         **question.answer(scores.probabilities(temperature)),
         # What the softmax was taken over: raw label logits, or whole-label log-probabilities.
         "x_logits": dict(zip(question.option_keys, scores.option_logits.tolist())),
-        "x_readout": scores.readout,
+        "x_readout": scores.strategy,
+        "x_readout_mode": scores.readout,
         "x_temperature": temperature,
         "x_prompt_sha256": answer.prompt_sha256,
     }
@@ -262,14 +278,13 @@ class SystemOneFormat(WireFormat):
         questions = list(request.questions.values())
         scored = await score(
             service,
-            [StateQuestion(request.state, q.as_question()) for q in questions],
+            [StateQuestion(request.state, q.as_question(request.x_readout)) for q in questions],
             field="questions",
             noun="questions",
         )
         call.log.update(kind="systemone", questions=len(questions), **scored.timing)
-        temperature = model.calibration.temperature
         answers = {
-            question_id: encode_answer(question, answer, temperature=temperature)
+            question_id: encode_answer(question, answer, model=model)
             for question_id, question, answer in zip(request.questions, questions, scored.answers)
         }
         return encode_response(
