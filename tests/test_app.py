@@ -252,11 +252,15 @@ def test_ping_is_503_loading_until_the_service_is_built_then_names_the_model():
     with app_client(slow_factory, ready=False) as client:
         loading = client.get("/ping")
         busy = client.get("/v1/models")
+        early = client.post("/invocations", json=DECISION)
         loaded.set()
         wait_for_ping(client)
         ready = client.get("/ping")
     assert loading.status_code == 503 and loading.json() == {"status": "loading"}
     assert busy.status_code == 503
+    assert early.status_code == 503 and early.headers["retry-after"] == "5"
+    assert early.json()["error"] == "the model is still loading; retry shortly"
+    assert early.json()["retryable"] is True and early.json()["error_type"] == "loading"
     assert ready.json() == {"status": "ok", "model": IDENTITY.name}
 
 

@@ -33,6 +33,14 @@ class Busy(Exception):
         self.retry_after_s = retry_after_s
 
 
+class Loading(Busy):
+    """The model is not loaded yet (SageMaker sends no traffic before /ping is 200; others may)."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        Exception.__init__(self, "the model is still loading; retry shortly")
+        self.retry_after_s = retry_after_s
+
+
 class ShuttingDown(Busy):
     """The server stopped model work at its shutdown deadline; retryable elsewhere."""
 

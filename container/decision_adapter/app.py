@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from . import jsonlines
-from .admission import Busy
+from .admission import Busy, Loading
 from .auth import authenticate
 from .connections import limit_accept_error_logs
 from .contract import ModelService
@@ -76,7 +76,7 @@ def error_parts(
         status, body = wire_format.error_body(
             503,
             str(error),
-            error_type="overloaded",
+            error_type="loading" if isinstance(error, Loading) else "overloaded",
             retryable=True,
             retry_after_s=error.retry_after_s,
         )
@@ -111,7 +111,7 @@ async def answered_in(wire_format: WireFormat, work: Awaitable[Response]) -> Res
 def _service(request: Request) -> ModelService:
     service = request.app.state.service
     if service is None:
-        raise Busy(retry_after_s=5)
+        raise Loading(retry_after_s=5)
     return service
 
 
