@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import re
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from launcher import free_port, stop, wait_until_healthy
 
 READY_TIMEOUT_S = 120
 
@@ -91,12 +89,6 @@ def built_cpu_features(binary: Path) -> str | None:
     return cpu_features(finished.stdout)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running_llama_server(
     binary: Path, gguf: Path, settings: ServerSettings, log_dir: Path
@@ -117,27 +109,12 @@ def running_llama_server(
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     server = LlamaServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"llama-server exited with {process.returncode}:\n{server.log()}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server not ready after {READY_TIMEOUT_S}s")
-            time.sleep(0.2)
+        wait_until_healthy(
+            process, f"{server.url}/health", server.log, READY_TIMEOUT_S, "llama-server"
+        )
         yield server
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(process)
 
 
 def completion_body(

@@ -89,24 +89,37 @@ def running_adapter(
         )
     adapter = Adapter(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
     try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"adapter exited with {process.returncode}:\n{adapter.log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{adapter.url}/ping", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"adapter not ready after {ready_timeout}s:\n{adapter.log()}")
-            time.sleep(0.2)
+        wait_until_healthy(process, f"{adapter.url}/ping", adapter.log, ready_timeout, "adapter")
         yield adapter
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop(process)
+
+
+def wait_until_healthy(
+    process: subprocess.Popen, health_url: str, log, timeout: float, name: str
+) -> None:
+    """Until `health_url` answers 200; fail with the server's log if it exits or times out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}:\n{log()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(health_url, timeout=2).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} not ready after {timeout}s:\n{log()}")
+        time.sleep(0.2)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 30 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def run_adapter_until_exit(
