@@ -22,8 +22,12 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
 	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
+# The bundled model's readout and temperature (bench.evaluate --choose-readout) come from its
+# profile; a GGUF without a profile there is served with the built-in readout.
+DECISION_CALIBRATION_PROFILES ?= $(CURDIR)/model_packaging/profiles
 run: $(VENV)/.runtime
-	HOST=$(HOST) PORT=$(PORT) $(PYTHON) -m decision_adapter serve
+	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
+	$(PYTHON) -m decision_adapter serve
 
 test: $(VENV)/.dev node_modules/.package-lock.json
 	$(VENV)/bin/ruff check .

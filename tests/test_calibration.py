@@ -122,3 +122,31 @@ def test_an_unknown_readout_in_the_file_stops_the_server_naming_it(gguf):
     )
     with pytest.raises(CalibrationError, match="readout"):
         load_calibration(None, gguf, SHA)
+
+
+def test_a_profile_bound_to_the_served_gguf_applies_when_none_lies_beside_it(gguf, tmp_path):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "other.json").write_text(
+        json.dumps({"temperature": 3.0, "readout": "letters", "gguf_sha256": "b" * 64})
+    )
+    (profiles / "unbound.json").write_text(json.dumps({"temperature": 4.0}))
+    assert load_calibration(None, gguf, SHA, profiles) == Calibration(1.0, "none")
+    ours = profiles / "ours.json"
+    ours.write_text(json.dumps({"temperature": 8.0, "readout": "calibrated", "gguf_sha256": SHA}))
+    assert load_calibration(None, gguf, SHA, profiles) == Calibration(8.0, str(ours), "calibrated")
+    # The model's own file wins over the catalogue, and the variable over both.
+    beside = gguf.parent / "calibration.json"
+    beside.write_text(json.dumps({"temperature": 1.7}))
+    assert load_calibration(None, gguf, SHA, profiles) == Calibration(1.7, str(beside))
+    assert load_calibration(2.5, gguf, SHA, profiles).source == "DECISION_CALIBRATION_TEMPERATURE"
+
+
+def test_a_broken_profile_or_a_missing_folder_stops_the_server_naming_it(gguf, tmp_path):
+    with pytest.raises(CalibrationError, match="DECISION_CALIBRATION_PROFILES"):
+        load_calibration(None, gguf, SHA, tmp_path / "nowhere")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(CalibrationError, match="broken.json"):
+        load_calibration(None, gguf, SHA, tmp_path)
+    settings = Settings.from_environment({"DECISION_CALIBRATION_PROFILES": str(tmp_path)})
+    assert settings.calibration_profiles == tmp_path

@@ -281,10 +281,11 @@ def test_a_reservation_runs_its_jobs_without_admission_and_refuses_others():
 def test_a_cancelled_reservation_frees_the_slot_only_when_its_job_ends():
     async def scenario():
         runner = ModelRunner(max_queue=0, wait_s=0, retry_after_s=1)
-        job_may_end = asyncio.Event()
+        job_started, job_may_end = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
 
         def slow_job():
+            loop.call_soon_threadsafe(job_started.set)
             asyncio.run_coroutine_threadsafe(job_may_end.wait(), loop).result()
 
         async def body():
@@ -293,9 +294,7 @@ def test_a_cancelled_reservation_frees_the_slot_only_when_its_job_ends():
 
         try:
             task = asyncio.create_task(body())
-            while runner.stats.admitted == 0:
-                await asyncio.sleep(0)
-            await asyncio.sleep(0.05)
+            await job_started.wait()  # the job runs on the model thread
             task.cancel()  # the client left mid-job
             with pytest.raises(asyncio.CancelledError):
                 await task

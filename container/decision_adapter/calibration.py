@@ -5,7 +5,9 @@ A model's label logits rank the options well but are often over- or under-confid
 them by a temperature fitted offline on held-out decisions corrects the probabilities without
 changing which option wins. The temperature belongs to the model, so it comes with the model:
 `calibration.json` beside the GGUF (optionally naming the GGUF's sha256, so a file copied onto
-another model is refused), or `DECISION_CALIBRATION_TEMPERATURE`, which wins over the file.
+another model is refused), else the file bound to it in a folder of profiles
+(`DECISION_CALIBRATION_PROFILES`, for a GGUF served from where no file lies beside it), or
+`DECISION_CALIBRATION_TEMPERATURE`, which wins over both.
 The file also names the readout it was fitted for (`readout`, chosen on labelled data by
 `bench.evaluate --choose-readout`), which the adapter then uses by default; a file without one
 was fitted before readouts had names, on the letter readout.
@@ -66,21 +68,36 @@ class Calibration:
         return {"temperature": self.temperature, "source": self.source, "readout": self.readout}
 
 
-def load_calibration(temperature: float | None, gguf: Path, gguf_sha256: str) -> Calibration:
+def load_calibration(
+    temperature: float | None, gguf: Path, gguf_sha256: str, profiles: Path | None = None
+) -> Calibration:
     """The variable's temperature, else the file beside the GGUF (or one directory up, for
-    */*.gguf layouts, as with the manifest), else none."""
+    */*.gguf layouts, as with the manifest), else the profile bound to this GGUF in the
+    `profiles` folder, else none."""
     if temperature is not None:
         return Calibration(temperature, "DECISION_CALIBRATION_TEMPERATURE")
     for directory in (gguf.parent, gguf.parent.parent):
         path = directory / CALIBRATION_FILENAME
         if path.is_file():
             return _read(path, gguf_sha256)
+    if profiles is not None:
+        return _profile_for(profiles, gguf_sha256)
     return Calibration()
 
 
-def _read(path: Path, gguf_sha256: str) -> Calibration:
+def _profile_for(profiles: Path, gguf_sha256: str) -> Calibration:
+    """The profile naming this GGUF's sha256; a profile that names none fits no model here."""
+    if not profiles.is_dir():
+        raise CalibrationError(f"DECISION_CALIBRATION_PROFILES: {profiles} is not a folder")
+    for path in sorted(profiles.glob("*.json")):
+        if _parse(path).gguf_sha256 == gguf_sha256:
+            return _read(path, gguf_sha256)
+    return Calibration()
+
+
+def _parse(path: Path) -> CalibrationFile:
     try:
-        calibration = CalibrationFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return CalibrationFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, RecursionError) as error:  # deep nesting: RecursionError
         if isinstance(error, ValidationError):
             first = error.errors()[0]
@@ -88,6 +105,10 @@ def _read(path: Path, gguf_sha256: str) -> Calibration:
         else:
             detail = str(error)
         raise CalibrationError(f"{path}: {detail}") from None
+
+
+def _read(path: Path, gguf_sha256: str) -> Calibration:
+    calibration = _parse(path)
     if calibration.gguf_sha256 is not None and calibration.gguf_sha256 != gguf_sha256:
         raise CalibrationError(
             f"{path} was fitted for the GGUF with sha256 {calibration.gguf_sha256}, "

@@ -61,7 +61,10 @@ class DecisionService:
         self.settings = settings
         model_file = load_model_file(settings)
         calibration = load_calibration(
-            settings.calibration_temperature, model_file.path, model_file.sha256
+            settings.calibration_temperature,
+            model_file.path,
+            model_file.sha256,
+            settings.calibration_profiles,
         )
         self.engine = Engine(
             model_file.path,

@@ -145,6 +145,11 @@ class Settings(BaseModel):
     calibration_temperature: float | None = Field(
         None, gt=0.0, le=100.0, validation_alias=AliasChoices("DECISION_CALIBRATION_TEMPERATURE")
     )
+    # A folder of per-model files, each bound to its GGUF's sha256: the one for the served GGUF
+    # applies when none lies beside it (`make run` names model_packaging/profiles/).
+    calibration_profiles: Path | None = Field(
+        None, validation_alias=AliasChoices("DECISION_CALIBRATION_PROFILES")
+    )
 
     @field_validator("log_level")
     @classmethod
