@@ -29,10 +29,13 @@ run: $(VENV)/.runtime
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve
 
+# The suite runs in parallel, a test file per worker (pytest-xdist), except the tests that assert
+# on wall-clock time (marker `serial`), which run afterwards with the machine to themselves.
 test: $(VENV)/.dev node_modules/.package-lock.json
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n auto --dist loadfile -m "not serial"
+	$(PYTHON) -m pytest -m serial
 
 # Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild
 # buildspecs and cdk bootstrap/deploy/destroy against a local moto server.

@@ -65,7 +65,8 @@ def adapter_environment(**overrides: str) -> dict[str, str]:
             "PYTHONPATH": f"{REPO / 'container'}{os.pathsep}{REPO}",
             "HOST": "127.0.0.1",
             "DECISION_MODEL_DIR": "/nonexistent-model-dir",  # local run: the bundled model
-            "DECISION_N_THREADS": "2",
+            # A parallel test run gives each worker's adapters its share of the cores.
+            "DECISION_N_THREADS": os.environ.get("LAUNCHER_N_THREADS", "2"),
             "DECISION_N_CTX": "8192",
         }
     )

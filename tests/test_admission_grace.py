@@ -8,9 +8,13 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from launcher import running_adapter
 from tests.adapter_process import model_held
+
+# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
+pytestmark = pytest.mark.serial
 
 LONG_STREAM = {
     "messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],

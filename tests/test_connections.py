@@ -14,6 +14,9 @@ import pytest
 
 from launcher import running_adapter, wait_until
 
+# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
+pytestmark = pytest.mark.serial
+
 HEADER_TIMEOUT_S = 1.0
 DECISION = {
     "decision": {

@@ -16,8 +16,12 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from launcher import running_adapter
+
+# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
+pytestmark = pytest.mark.serial
 
 ADMITTED = 1  # one model operation at a time, no queue (the defaults)
 CLIENTS = 16 * ADMITTED

@@ -14,6 +14,9 @@ import pytest
 from bench import hostile_bodies
 from launcher import run_adapter_until_exit, running_adapter
 
+# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
+pytestmark = pytest.mark.serial
+
 DECISION = {
     "decision": {
         "id": "d",

@@ -14,6 +14,7 @@ import time
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from launcher import (
     adapter_environment,
@@ -23,6 +24,9 @@ from launcher import (
     wait_until,
 )
 from model_manifest import sha256_of_file
+
+# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
+pytestmark = pytest.mark.serial
 
 
 def test_gpu_layers_without_a_gpu_backend_refuse_to_start():

@@ -9,8 +9,12 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from launcher import running_adapter
+
+# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
+pytestmark = pytest.mark.serial
 
 GRACE_S = 2.0
 # Tear-down after the last request ended (freeing the model, leaving Python) on a shared CI box.

@@ -9,6 +9,9 @@ import time
 import pytest
 from decision_adapter.tokenizer import TokenLimitExceeded, UserTextTokenizer, cuttable
 
+# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
+pytestmark = pytest.mark.serial
+
 # Gemma 3's user-defined tokens (newline, space and tab runs, HTML tags) and text around them.
 ALPHABET = [
     "\n",
