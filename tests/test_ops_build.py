@@ -157,6 +157,7 @@ def test_successful_build_without_the_exported_uri_is_an_error(codebuild, capsys
 
 def test_waiting_stops_at_the_timeout(codebuild):
     from ops.codebuild import BuildTimedOut, wait_for_build
+    from ops.polling import Polling
 
     client, stubber = codebuild
     for _ in range(3):  # polls at 0 s, 60 s and 120 s
@@ -170,11 +171,8 @@ def test_waiting_stops_at_the_timeout(codebuild):
         wait_for_build(
             client,
             BUILD_ID,
-            poll_seconds=60,
-            timeout_seconds=120,
+            Polling(poll_seconds=60, timeout_seconds=120, sleep=sleep, clock=lambda: now[0]),
             report=lambda line: None,
-            sleep=sleep,
-            clock=lambda: now[0],
         )
 
 
