@@ -8,23 +8,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from botocore.response import StreamingBody
+from decision_adapter.openapi import DECISION_EXAMPLE
 
 from ops.cli import main
 from ops.retry import Backoff
 from tests.aws_stubs import stubbed_client
 from tests.fake_service import overload_bodies
 
-DECISION_BODY = {
-    "decision": {
-        "id": "route",
-        "state": "Ticket: refund request",
-        "question": "Which team?",
-        "options": [
-            {"id": "billing", "description": "Billing"},
-            {"id": "tech", "description": "Tech"},
-        ],
-    }
-}
+# The endpoint is a stub: it answers DECISION_ANSWER whatever the body (here the OpenAPI
+# document's example) asks.
 DECISION_ANSWER = {
     "result": {
         "id": "route",
@@ -52,14 +44,14 @@ def runtime():
 @pytest.fixture
 def body_file(tmp_path):
     path = tmp_path / "decision.json"
-    path.write_text(json.dumps(DECISION_BODY))
+    path.write_text(json.dumps(DECISION_EXAMPLE))
     return path
 
 
 def invoke_params(endpoint="decisions"):
     return {
         "EndpointName": endpoint,
-        "Body": json.dumps(DECISION_BODY, separators=(",", ":")).encode(),
+        "Body": json.dumps(DECISION_EXAMPLE, separators=(",", ":")).encode(),
         "ContentType": "application/json",
         "Accept": "application/json",
     }
@@ -195,7 +187,7 @@ def test_json_flag_prints_the_answer_as_json_from_stdin(runtime, monkeypatch, ca
         {"Body": streaming(DECISION_ANSWER)},
         expected_params={**invoke_params("other"), "CustomAttributes": "trace=1"},
     )
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(DECISION_BODY)))
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(DECISION_EXAMPLE)))
     code = run(
         ["invoke", "--endpoint", "other", "--custom-attributes", "trace=1", "--json"], client, []
     )
