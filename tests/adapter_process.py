@@ -1,4 +1,5 @@
-"""A test fixture over the launcher: the model held busy by a long chat."""
+"""Test fixtures over the launcher: the model held busy by a long chat, a request in flight,
+a decision slow to read."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import contextlib
 import json
 import socket
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urlsplit
+
+import httpx
 
 from launcher import Adapter
 
@@ -33,3 +37,24 @@ def model_held(adapter: Adapter, **headers: str) -> Iterator[None]:
         adapter.wait_until_in_flight(1, **headers)
         yield
     adapter.wait_until_in_flight(0, **headers)
+
+
+def post_in_flight(adapter: Adapter, path: str, body: dict) -> Future[httpx.Response]:
+    """POST `body` on a thread of its own; returns once the adapter counts it in flight."""
+    executor = ThreadPoolExecutor(max_workers=1)
+    reply = executor.submit(httpx.post, adapter.url + path, json=body, timeout=60)
+    executor.shutdown(wait=False)  # the thread ends with its request
+    adapter.wait_until_in_flight(1)
+    return reply
+
+
+def slow_decision(state_line: str, repeats: int, options=("data", "infra")) -> dict:
+    """A decision on `state_line` repeated: a long state, whose prefill holds the model."""
+    return {
+        "decision": {
+            "id": "slow",
+            "state": state_line * repeats,
+            "question": "Which team?",
+            "options": [{"id": option} for option in options],
+        }
+    }

@@ -3,7 +3,7 @@
 import pytest
 
 from ops.cli import main
-from tests.aws_stubs import stubbed_client
+from tests.aws_stubs import stack_description, stubbed_client
 
 BUILD_ID = "decision-image-build:1234"
 IMAGE_URI = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" + "e" * 64
@@ -211,20 +211,15 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(
     with stubbed_client("cloudformation") as (cloudformation, cfn):
         cfn.add_response(
             "describe_stacks",
-            {
-                "Stacks": [
-                    {
-                        "StackName": "Stateful",
-                        "CreationTime": "2026-01-01T00:00:00Z",
-                        "StackStatus": "UPDATE_COMPLETE",
-                        "Outputs": [
-                            {"OutputKey": "ModelBuildProject", "OutputValue": "model-proj"},
-                            {"OutputKey": "CpuImageBuildProject", "OutputValue": "cpu-proj"},
-                            {"OutputKey": "GpuImageBuildProject", "OutputValue": "gpu-proj"},
-                        ],
-                    }
-                ]
-            },
+            stack_description(
+                "Stateful",
+                {
+                    "ModelBuildProject": "model-proj",
+                    "CpuImageBuildProject": "cpu-proj",
+                    "GpuImageBuildProject": "gpu-proj",
+                },
+                status="UPDATE_COMPLETE",
+            ),
             expected_params={"StackName": "Stateful"},
         )
         starts(stubber, project)
@@ -339,15 +334,7 @@ def test_a_stack_without_outputs_names_no_project(monkeypatch, capsys):
     with stubbed_client("cloudformation") as (cloudformation, cfn):
         cfn.add_response(
             "describe_stacks",
-            {
-                "Stacks": [
-                    {
-                        "StackName": "Stateful",
-                        "CreationTime": "2026-01-01T00:00:00Z",
-                        "StackStatus": "CREATE_IN_PROGRESS",
-                    }
-                ]
-            },
+            stack_description("Stateful", status="CREATE_IN_PROGRESS"),
         )
         code = main(
             ["build", "model", "--stack", "Stateful"],

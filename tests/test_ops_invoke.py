@@ -12,7 +12,6 @@ from decision_adapter.openapi import DECISION_EXAMPLE
 
 from ops.cli import main
 from ops.retry import Backoff
-from tests.aws_stubs import stubbed_client
 from tests.fake_service import overload_bodies
 
 # The endpoint is a stub: it answers DECISION_ANSWER whatever the body (here the OpenAPI
@@ -33,19 +32,6 @@ DECISION_ANSWER = {
 def streaming(payload: dict) -> StreamingBody:
     data = json.dumps(payload).encode()
     return StreamingBody(io.BytesIO(data), len(data))
-
-
-@pytest.fixture
-def runtime():
-    with stubbed_client("sagemaker-runtime") as stubbed:
-        yield stubbed
-
-
-@pytest.fixture
-def body_file(tmp_path):
-    path = tmp_path / "decision.json"
-    path.write_text(json.dumps(DECISION_EXAMPLE))
-    return path
 
 
 def invoke_params(endpoint="decisions"):

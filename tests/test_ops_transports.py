@@ -17,14 +17,7 @@ from ops.transports import (
     SageMakerTransport,
     _classify_client_error,
 )
-from tests.aws_stubs import stubbed_client
 from tests.fake_service import overload_bodies
-
-
-@pytest.fixture
-def runtime():
-    with stubbed_client("sagemaker-runtime") as stubbed:
-        yield stubbed
 
 
 def test_sagemaker_reply_carries_body_and_content_type(runtime):
