@@ -11,18 +11,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
 
 from launcher import running_adapter, wait_until
 
 HEADER_TIMEOUT_S = 1.0
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "The VPN drops every hour.",
-        "question": "Which team?",
-        "options": [{"id": "network"}, {"id": "desktop"}],
-    }
-}
 
 
 def _connect(url: str) -> socket.socket:

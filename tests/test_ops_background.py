@@ -8,6 +8,7 @@ import json
 import boto3
 import pytest
 from botocore.stub import ANY
+from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
 from moto import mock_aws
 
 from ops.cli import main
@@ -15,14 +16,6 @@ from tests.aws_stubs import stack_description, stubbed_client
 
 BUCKET = "artifacts-bucket"
 ENDPOINT = "decision-models-decision-async"
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "s",
-        "question": "q?",
-        "options": [{"id": "a"}, {"id": "b"}],
-    }
-}
 ANSWER = {"result": {"id": "d", "probabilities": [0.75, 0.25]}}
 OUTPUT = f"s3://{BUCKET}/async/output/abc.out"
 FAILURE = f"s3://{BUCKET}/async/failure/abc-error.out"

@@ -10,19 +10,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
 
 from bench import hostile_bodies
 from launcher import run_adapter_until_exit, running_adapter
 from tests.adapter_process import post_in_flight, slow_decision
-
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "The VPN drops every hour.",
-        "question": "Which team?",
-        "options": [{"id": "network"}, {"id": "desktop"}],
-    }
-}
 
 
 def _raw_request(url: str, body: bytes, *, content_length: int | None = None) -> socket.socket:
