@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from launcher import Adapter
+from tests.bodies import decision
 
 LONG_CHAT = {
     "messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
@@ -50,11 +51,4 @@ def post_in_flight(adapter: Adapter, path: str, body: dict) -> Future[httpx.Resp
 
 def slow_decision(state_line: str, repeats: int, options=("data", "infra")) -> dict:
     """A decision on `state_line` repeated: a long state, whose prefill holds the model."""
-    return {
-        "decision": {
-            "id": "slow",
-            "state": state_line * repeats,
-            "question": "Which team?",
-            "options": [{"id": option} for option in options],
-        }
-    }
+    return decision(state_line * repeats, "Which team?", options, id="slow")

@@ -18,20 +18,16 @@ from pathlib import Path
 import httpx
 
 from launcher import running_adapter
+from tests.bodies import decision
 
 ADMITTED = 1  # one model operation at a time, no queue (the defaults)
 CLIENTS = 16 * ADMITTED
 SECONDS = float(os.environ.get("OVERLOAD_SECONDS", "12"))
 REQUESTS_FOR_MEMORY = 5000
 
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "Payment failed twice with card ending 4242.",
-        "question": "Which queue?",
-        "options": [{"id": "billing"}, {"id": "fraud"}],
-    }
-}
+DECISION = decision(
+    "Payment failed twice with card ending 4242.", "Which queue?", ("billing", "fraud")
+)
 
 
 def resident_kib(pid: int) -> int:
