@@ -29,13 +29,13 @@ class Polling:
         report: Callable[[str], None] | None = None,
     ) -> tuple[T, bool]:
         """Read until `finished(value)`: the last value and whether it finished, which is False
-        once the timeout has passed. With `state`, `report` gets each state once, as it
-        appears, with the seconds elapsed."""
+        once the timeout has passed. `state` comes with `report`, which gets each state
+        once, as it appears, with the seconds elapsed."""
         started = self.clock()
         reported = None
         while True:
             value = read()
-            if state and report and (current := state(value)) != reported:
+            if state is not None and (current := state(value)) != reported:
                 report(f"[{self.clock() - started:6.0f}s] {current}")
                 reported = current
             if finished(value):
