@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "container")]
 
 import aws_cdk as cdk  # noqa: E402
 from aws_cdk import aws_iam as iam  # noqa: E402
 from aws_cdk import aws_lambda as lambda_  # noqa: E402
 from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest  # noqa: E402
+from decision_adapter.openapi import DECISION_EXAMPLE  # noqa: E402
 
 from stacks.app import endpoint_stack  # noqa: E402
 from stacks.config import AppConfig  # noqa: E402
@@ -32,17 +33,8 @@ PLACEHOLDER_IMAGE = (
 )
 ENDPOINT_NAME = "decision-models-integ"
 
-DECISION = {
-    "decision": {
-        "id": "integ",
-        "state": "A customer writes: my invoice shows the wrong amount.",
-        "question": "Which team should handle this?",
-        "options": [
-            {"id": "billing", "description": "Billing and invoices"},
-            {"id": "tech", "description": "Technical problems"},
-        ],
-    }
-}
+# The OpenAPI document's example decision, sent to the real endpoint.
+DECISION = DECISION_EXAMPLE
 CHAT = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8}
 
 # Runs in the account: sums what the endpoint returned (matchers cannot add numbers).
@@ -129,7 +121,7 @@ integ.assertions.invoke_function(
     ExpectedResult.object_like(
         {
             "Payload": {
-                "optionIds": ["billing", "tech"],
+                "optionIds": [option["id"] for option in DECISION["decision"]["options"]],
                 "probabilitySumIsOne": True,
                 "chatAnswered": True,
             }

@@ -10,7 +10,15 @@ import time
 import uuid
 from pathlib import Path
 
-from ops.cli import EXIT_FAILED, UsageError, _error, _info
+from ops.cli import (
+    EXIT_FAILED,
+    UsageError,
+    _error,
+    _info,
+    _polling,
+    _stack_option,
+    _waiting_options,
+)
 from ops.clients import ClientFactory
 from ops.s3_objects import S3Error, S3Location, fetch, upload, wait_for_first
 from ops.transform import (
@@ -44,11 +52,10 @@ def add_commands(commands) -> None:
         "--input-location",
         help="s3:// prefix for request bodies (default: the --stack output)",  # pragma: no mutate
     )
-    submit.add_argument(
-        "--stack",
-        default=os.environ.get("OPS_ENDPOINT_STACK"),
-        help="endpoint stack whose outputs name the endpoint and input"  # pragma: no mutate
-        " location (default: $OPS_ENDPOINT_STACK)",  # pragma: no mutate
+    _stack_option(
+        submit,
+        "OPS_ENDPOINT_STACK",
+        "endpoint stack whose outputs name the endpoint and input location",  # pragma: no mutate
     )
     submit.add_argument(
         "--wait",
@@ -117,21 +124,6 @@ def add_commands(commands) -> None:
         "--results",
         type=Path,
         help="local file for the answers (default: <input name>.out)",  # pragma: no mutate
-    )
-
-
-def _waiting_options(parser, *, poll: float, timeout: float) -> None:
-    parser.add_argument(
-        "--poll-seconds",
-        type=float,
-        default=poll,
-        help=f"seconds between polls (default: {poll:g})",  # pragma: no mutate
-    )
-    parser.add_argument(
-        "--timeout-minutes",
-        type=float,
-        default=timeout,
-        help=f"give up waiting after this long (default: {timeout:g})",  # pragma: no mutate
     )
 
 
@@ -209,22 +201,18 @@ def submit(args, make_client: ClientFactory, sleep, clock) -> int:
 
 
 def _await_answer(args, s3, output, failure, sleep, clock) -> int:
-    timeout_s = args.timeout_minutes * 60
+    polling = _polling(args, sleep, clock)
     try:
-        found = wait_for_first(
-            s3,
-            [output] + ([failure] if failure else []),
-            poll_seconds=args.poll_seconds,
-            timeout_seconds=timeout_s,
-            sleep=sleep,
-            clock=clock,
-        )
+        found = wait_for_first(s3, [output] + ([failure] if failure else []), polling)
         answer = fetch(s3, found) if found is not None else b""
     except S3Error as error:
         _error(str(error))
         return EXIT_FAILED
     if found is None:
-        _error(f"no answer at {output.uri} after {timeout_s:.0f}s (the request may still run)")
+        _error(
+            f"no answer at {output.uri} after {polling.timeout_seconds:.0f}s"
+            " (the request may still run)"
+        )
         return EXIT_FAILED
     if found == failure:
         _error(
@@ -279,15 +267,7 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
             invocation_timeout_s=args.invocation_timeout_seconds,
         )
         _info(f"started transform job {job_name} on model {model}")
-        wait_for_transform(
-            sagemaker,
-            job_name,
-            poll_seconds=args.poll_seconds,
-            timeout_seconds=args.timeout_minutes * 60,
-            report=_info,
-            sleep=sleep,
-            clock=clock,
-        )
+        wait_for_transform(sagemaker, job_name, _polling(args, sleep, clock), report=_info)
         results = result_location(source, output)
         answers = fetch(s3, results)
     except (S3Error, ClientError, TransformFailed, TransformTimedOut) as error:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from ops.clients import ClientFactory, boto3_clients
+from ops.polling import Polling
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
 
 EXIT_FAILED = 1
@@ -50,11 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
         + "; else the --stack output)",  # pragma: no mutate
     )
-    build.add_argument(
-        "--stack",
-        default=os.environ.get("OPS_STATEFUL_STACK"),
-        help="stateful stack whose outputs name the build projects"  # pragma: no mutate
-        " (default: $OPS_STATEFUL_STACK)",  # pragma: no mutate
+    _stack_option(
+        build,
+        "OPS_STATEFUL_STACK",
+        "stateful stack whose outputs name the build projects",  # pragma: no mutate
     )
     build.add_argument(
         "--env",
@@ -64,18 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="environment override for this build,"  # pragma: no mutate
         " e.g. MODEL_SPEC=gemma3-270m",  # pragma: no mutate
     )
-    build.add_argument(
-        "--poll-seconds",
-        type=float,
-        default=10.0,
-        help="seconds between status polls (default: 10)",  # pragma: no mutate
-    )
-    build.add_argument(
-        "--timeout-minutes",
-        type=float,
-        default=180.0,
-        help="give up waiting after this long (default: 180)",  # pragma: no mutate
-    )
+    _waiting_options(build, poll=10.0, timeout=180.0)
 
     invoke = commands.add_parser(
         "invoke",
@@ -158,6 +147,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stack_option(parser, env: str, help: str) -> None:
+    parser.add_argument(
+        "--stack",
+        default=os.environ.get(env),
+        help=f"{help} (default: ${env})",  # pragma: no mutate
+    )
+
+
+def _waiting_options(parser, *, poll: float, timeout: float) -> None:
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=poll,
+        help=f"seconds between polls (default: {poll:g})",  # pragma: no mutate
+    )
+    parser.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=timeout,
+        help=f"give up waiting after this long (default: {timeout:g})",  # pragma: no mutate
+    )
+
+
+def _polling(args, sleep, clock) -> Polling:
+    return Polling(args.poll_seconds, args.timeout_minutes * 60, sleep, clock)
+
+
 def _endpoint_option(parser) -> None:
     parser.add_argument(
         "--endpoint",
@@ -229,15 +245,7 @@ def _build(args, make_client: ClientFactory, sleep, clock) -> int:
     build_id = start_build(client, project, overrides)
     _info(f"started {build_id}")
     try:
-        build = wait_for_build(
-            client,
-            build_id,
-            poll_seconds=args.poll_seconds,
-            timeout_seconds=args.timeout_minutes * 60,
-            report=_info,
-            sleep=sleep,
-            clock=clock,
-        )
+        build = wait_for_build(client, build_id, _polling(args, sleep, clock), report=_info)
         outputs = build_outputs(build, target)
     except (BuildFailed, BuildTimedOut) as exc:
         _error(str(exc))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ops.polling import Polling
 
 
 @dataclass(frozen=True)
@@ -52,29 +53,18 @@ def start_build(client, project: str, overrides: dict[str, str]) -> str:
 
 
 def wait_for_build(
-    client,
-    build_id: str,
-    *,
-    poll_seconds: float,
-    timeout_seconds: float,
-    report: Callable[[str], None],
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    client, build_id: str, polling: Polling, *, report: Callable[[str], None]
 ) -> dict:
     """Poll until the build completes; report each phase once, as it starts."""
-    started = clock()
-    reported_phase = None
-    while True:
-        build = client.batch_get_builds(ids=[build_id])["builds"][0]
-        phase = build.get("currentPhase")
-        if phase != reported_phase:
-            report(f"[{clock() - started:6.0f}s] {phase}")
-            reported_phase = phase
-        if build.get("buildComplete"):
-            return build
-        if clock() - started >= timeout_seconds:
-            raise BuildTimedOut(f"build {build_id} still running after {timeout_seconds:.0f}s")
-        sleep(poll_seconds)
+    build, complete = polling.until(
+        lambda: client.batch_get_builds(ids=[build_id])["builds"][0],
+        lambda build: bool(build.get("buildComplete")),
+        state=lambda build: build.get("currentPhase"),
+        report=report,
+    )
+    if not complete:
+        raise BuildTimedOut(f"build {build_id} still running after {polling.timeout_seconds:.0f}s")
+    return build
 
 
 def exported_variables(build: dict) -> dict[str, str]:

@@ -4,9 +4,9 @@ appeared, fetch it."""
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from ops.polling import Polling
 
 _S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<key>.*))?$")
 
@@ -75,21 +75,10 @@ def fetch(s3, location: S3Location) -> bytes:
         raise _failed("fetch", location, error) from None
 
 
-def wait_for_first(
-    s3,
-    locations: list[S3Location],
-    *,
-    poll_seconds: float,
-    timeout_seconds: float,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> S3Location | None:
-    """The first of `locations` to exist, polling; None after `timeout_seconds`."""
-    started = clock()
-    while True:
-        for location in locations:
-            if exists(s3, location):
-                return location
-        if clock() - started >= timeout_seconds:
-            return None
-        sleep(poll_seconds)
+def wait_for_first(s3, locations: list[S3Location], polling: Polling) -> S3Location | None:
+    """The first of `locations` to exist, polling; None after the timeout."""
+    found, _ = polling.until(
+        lambda: next((location for location in locations if exists(s3, location)), None),
+        lambda found: found is not None,
+    )
+    return found

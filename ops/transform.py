@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
+from ops.polling import Polling
 from ops.s3_objects import S3Location
 
 JSON_LINES = "application/jsonlines"
@@ -72,33 +72,23 @@ def result_location(source: S3Location, output: S3Location) -> S3Location:
 
 
 def wait_for_transform(
-    sagemaker,
-    job_name: str,
-    *,
-    poll_seconds: float,
-    timeout_seconds: float,
-    report: Callable[[str], None],
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    sagemaker, job_name: str, polling: Polling, *, report: Callable[[str], None]
 ) -> dict:
     """Poll until the job ends; report each status once. Raises on failure and timeout."""
-    started = clock()
-    reported = None
-    while True:
-        job = sagemaker.describe_transform_job(TransformJobName=job_name)
-        status = job["TransformJobStatus"]
-        if status != reported:
-            report(f"[{clock() - started:6.0f}s] {status}")
-            reported = status
-        if status == "Completed":
-            return job
-        if status in ("Failed", "Stopped"):
-            reason = job.get("FailureReason") or "no reason given"
-            raise TransformFailed(f"transform job {job_name} {status.lower()}: {reason}")
-        if clock() - started >= timeout_seconds:
-            raise TransformTimedOut(
-                f"transform job {job_name} still {status} after {timeout_seconds:.0f}s "
-                f"(it keeps running; stop it with `aws sagemaker stop-transform-job "
-                f"--transform-job-name {job_name}`)"
-            )
-        sleep(poll_seconds)
+    job, ended = polling.until(
+        lambda: sagemaker.describe_transform_job(TransformJobName=job_name),
+        lambda job: job["TransformJobStatus"] in ("Completed", "Failed", "Stopped"),
+        state=lambda job: job["TransformJobStatus"],
+        report=report,
+    )
+    status = job["TransformJobStatus"]
+    if not ended:
+        raise TransformTimedOut(
+            f"transform job {job_name} still {status} after {polling.timeout_seconds:.0f}s "
+            f"(it keeps running; stop it with `aws sagemaker stop-transform-job "
+            f"--transform-job-name {job_name}`)"
+        )
+    if status != "Completed":
+        reason = job.get("FailureReason") or "no reason given"
+        raise TransformFailed(f"transform job {job_name} {status.lower()}: {reason}")
+    return job

@@ -150,20 +150,27 @@ class Builds(_Config):
     log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365] = 30
 
 
-class Autoscaling(_Config):
-    min_capacity: int = Field(1, ge=1, le=100)
-    max_capacity: int = Field(2, ge=1, le=100)
-    invocations_per_instance: int = Field(60, ge=1, description="per minute, target tracking")
-    scale_in_cooldown_seconds: int = Field(300, ge=0, le=3600)
-    scale_out_cooldown_seconds: int = Field(60, ge=0, le=3600)
+class _Capacity(_Config):
+    """The instance count's bounds: each kind of scaling sets their defaults and limits."""
+
+    min_capacity: int
+    max_capacity: int
 
     @model_validator(mode="after")
-    def _ordered(self) -> Autoscaling:
+    def _ordered(self) -> _Capacity:
         if self.max_capacity < self.min_capacity:
             raise ValueError(
                 f"maxCapacity ({self.max_capacity}) is below minCapacity ({self.min_capacity})"
             )
         return self
+
+
+class Autoscaling(_Capacity):
+    min_capacity: int = Field(1, ge=1, le=100)
+    max_capacity: int = Field(2, ge=1, le=100)
+    invocations_per_instance: int = Field(60, ge=1, description="per minute, target tracking")
+    scale_in_cooldown_seconds: int = Field(300, ge=0, le=3600)
+    scale_out_cooldown_seconds: int = Field(60, ge=0, le=3600)
 
 
 class Alarms(_Config):
@@ -370,7 +377,7 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
         return cuda_architectures(self.instance_pool)
 
 
-class AsyncAutoscaling(_Config):
+class AsyncAutoscaling(_Capacity):
     """Scaling on the request backlog, down to zero instances when there is none."""
 
     min_capacity: int = Field(0, ge=0, le=100)
@@ -379,14 +386,6 @@ class AsyncAutoscaling(_Config):
     backlog_per_instance: float = Field(5, gt=0, le=10_000)
     scale_in_cooldown_seconds: int = Field(600, ge=0, le=3600)
     scale_out_cooldown_seconds: int = Field(120, ge=0, le=3600)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> AsyncAutoscaling:
-        if self.max_capacity < self.min_capacity:
-            raise ValueError(
-                f"maxCapacity ({self.max_capacity}) is below minCapacity ({self.min_capacity})"
-            )
-        return self
 
 
 class DecisionAsyncEndpoint(EndpointSettings):

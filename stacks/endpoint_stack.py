@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
@@ -127,18 +128,11 @@ class EndpointStack(Stack):
         endpoint = AsyncDecisionEndpoint(
             self,
             "DecisionAsync",
-            endpoint_name=settings.endpoint_name,
+            **_endpoint_props(settings),
             image=ContainerImage.from_ecr_uri(image_uri),
             model_archive=self._model_archive,
             environment=_decision_environment(settings, n_gpu_layers=0),
             instance_type=settings.instance_type,
-            initial_instance_count=settings.initial_instance_count,
-            autoscaling=settings.autoscaling,
-            alarms=settings.alarms,
-            container_startup_timeout=Duration.seconds(settings.container_startup_timeout_seconds),
-            model_data_download_timeout=Duration.seconds(
-                settings.model_data_download_timeout_seconds
-            ),
             bucket=bucket,
             input_prefix=settings.input_prefix,
             output_prefix=settings.output_prefix,
@@ -180,21 +174,23 @@ class EndpointStack(Stack):
 
     def _add(self, construct_id: str, settings: EndpointSettings, **props) -> None:
         props = {"model_archive": self._model_archive, "network_isolation": True, **props}
-        endpoint = SageMakerEndpoint(
-            self,
-            construct_id,
-            endpoint_name=settings.endpoint_name,
-            initial_instance_count=settings.initial_instance_count,
-            autoscaling=settings.autoscaling,
-            alarms=settings.alarms,
-            container_startup_timeout=Duration.seconds(settings.container_startup_timeout_seconds),
-            model_data_download_timeout=Duration.seconds(
-                settings.model_data_download_timeout_seconds
-            ),
-            **props,
-        )
+        endpoint = SageMakerEndpoint(self, construct_id, **_endpoint_props(settings), **props)
         self.endpoints[construct_id] = endpoint
         CfnOutput(self, f"{construct_id}EndpointName", value=endpoint.endpoint_name)
+
+
+def _endpoint_props(settings: EndpointSettings) -> dict[str, Any]:
+    """The construct properties every endpoint takes from its settings as they are."""
+    return {
+        "endpoint_name": settings.endpoint_name,
+        "initial_instance_count": settings.initial_instance_count,
+        "autoscaling": settings.autoscaling,
+        "alarms": settings.alarms,
+        "container_startup_timeout": Duration.seconds(settings.container_startup_timeout_seconds),
+        "model_data_download_timeout": Duration.seconds(
+            settings.model_data_download_timeout_seconds
+        ),
+    }
 
 
 def _decision_environment(

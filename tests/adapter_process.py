@@ -1,4 +1,5 @@
-"""A test fixture over the launcher: the model held busy by a long chat."""
+"""Test fixtures over the launcher: the model held busy by a long chat, a request in flight,
+a decision slow to read."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import contextlib
 import json
 import socket
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+import httpx
+
 from launcher import Adapter
+from tests.bodies import decision
 
 LONG_CHAT = {
     "messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
@@ -33,3 +38,17 @@ def model_held(adapter: Adapter, **headers: str) -> Iterator[None]:
         adapter.wait_until_in_flight(1, **headers)
         yield
     adapter.wait_until_in_flight(0, **headers)
+
+
+def post_in_flight(adapter: Adapter, path: str, body: dict) -> Future[httpx.Response]:
+    """POST `body` on a thread of its own; returns once the adapter counts it in flight."""
+    executor = ThreadPoolExecutor(max_workers=1)
+    reply = executor.submit(httpx.post, adapter.url + path, json=body, timeout=60)
+    executor.shutdown(wait=False)  # the thread ends with its request
+    adapter.wait_until_in_flight(1)
+    return reply
+
+
+def slow_decision(state_line: str, repeats: int, options=("data", "infra")) -> dict:
+    """A decision on `state_line` repeated: a long state, whose prefill holds the model."""
+    return decision(state_line * repeats, "Which team?", options, id="slow")

@@ -18,3 +18,13 @@ def stubbed_client(service: str, region: str = "eu-west-1") -> Iterator[tuple[ob
     with Stubber(client) as stubber:
         yield client, stubber
         stubber.assert_no_pending_responses()
+
+
+def stack_description(
+    name: str, outputs: dict[str, str] | None = None, *, status: str = "CREATE_COMPLETE"
+) -> dict:
+    """A DescribeStacks response for one stack, with these outputs (None: none at all)."""
+    stack: dict = {"StackName": name, "CreationTime": "2026-01-01T00:00:00Z", "StackStatus": status}
+    if outputs is not None:
+        stack["Outputs"] = [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]
+    return {"Stacks": [stack]}

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from launcher import running_adapter
+from tests.aws_stubs import stubbed_client
 from tests.fake_service import app_client
 
 # Under pytest-xdist (make test) each worker's model threads get their share of the cores:
@@ -59,6 +61,23 @@ def renderer(engine):
     from decision_adapter.prompts import PromptRenderer
 
     return PromptRenderer(engine)
+
+
+@pytest.fixture
+def runtime():
+    """A SageMaker Runtime client answering from botocore's Stubber: (client, stubber)."""
+    with stubbed_client("sagemaker-runtime") as stubbed:
+        yield stubbed
+
+
+@pytest.fixture
+def body_file(tmp_path) -> Path:
+    """A JSON file holding the OpenAPI document's example decision."""
+    from decision_adapter.openapi import DECISION_EXAMPLE
+
+    path = tmp_path / "decision.json"
+    path.write_text(json.dumps(DECISION_EXAMPLE))
+    return path
 
 
 API_KEY = "test-key-4f1c9a"

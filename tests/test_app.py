@@ -13,6 +13,7 @@ from decision_adapter.limits import TooManyQuestions, over_token_budget, too_man
 from decision_adapter.model_files import ModelFileError
 from starlette.testclient import TestClient
 
+from tests.bodies import decision
 from tests.conftest import API_KEY as KEY
 from tests.fake_service import (
     IDENTITY,
@@ -24,14 +25,7 @@ from tests.fake_service import (
 )
 
 ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "s",
-        "question": "q?",
-        "options": [{"id": "a"}, {"id": "b"}],
-    }
-}
+DECISION = decision()
 SYSTEM_ONE = {
     "model": "jev-latest",
     "state": "s",

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from launcher import run_adapter_until_exit, running_adapter
+from tests import bodies
 from tests.gguf_variants import GEMMA3_CHAT_TEMPLATE, with_chat_template
 
 
@@ -30,14 +31,7 @@ def test_the_template_renders_decisions_and_chats(templated_adapter):
         .json()["models"][0]["description"]
         .endswith("(chat-template prompt), served by llama.cpp")
     )
-    decision = {
-        "decision": {
-            "id": "d",
-            "state": "The VPN drops.",
-            "question": "Which team?",
-            "options": [{"id": "network"}, {"id": "desktop"}],
-        }
-    }
+    decision = bodies.decision("The VPN drops.", "Which team?", ("network", "desktop"))
     assert (
         httpx.post(templated_adapter.url + "/invocations", json=decision, timeout=60).status_code
         == 200

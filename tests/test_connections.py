@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
 
 from launcher import running_adapter, wait_until
 
@@ -18,14 +19,6 @@ from launcher import running_adapter, wait_until
 pytestmark = pytest.mark.serial
 
 HEADER_TIMEOUT_S = 1.0
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "The VPN drops every hour.",
-        "question": "Which team?",
-        "options": [{"id": "network"}, {"id": "desktop"}],
-    }
-}
 
 
 def _connect(url: str) -> socket.socket:

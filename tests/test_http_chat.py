@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from tests import bodies
 from tests.fake_service import app_client
 
 
@@ -122,14 +123,7 @@ def test_each_request_logs_one_json_line_with_its_id(adapter):
 def test_the_model_is_free_as_soon_as_a_chat_answer_arrives(adapter):
     """A client alternating chat and decisions, one request at a time, is never refused."""
     chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
-    decision = {
-        "decision": {
-            "id": "d",
-            "state": "s",
-            "question": "q?",
-            "options": [{"id": "a"}, {"id": "b"}],
-        }
-    }
+    decision = bodies.decision()
     statuses = []
     with httpx.Client(base_url=adapter.url, timeout=60) as client:  # keep-alive: no pause between
         for _ in range(15):

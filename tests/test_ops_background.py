@@ -8,21 +8,14 @@ import json
 import boto3
 import pytest
 from botocore.stub import ANY
+from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
 from moto import mock_aws
 
 from ops.cli import main
-from tests.aws_stubs import stubbed_client
+from tests.aws_stubs import stack_description, stubbed_client
 
 BUCKET = "artifacts-bucket"
 ENDPOINT = "decision-models-decision-async"
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "s",
-        "question": "q?",
-        "options": [{"id": "a"}, {"id": "b"}],
-    }
-}
 ANSWER = {"result": {"id": "d", "probabilities": [0.75, 0.25]}}
 OUTPUT = f"s3://{BUCKET}/async/output/abc.out"
 FAILURE = f"s3://{BUCKET}/async/failure/abc-error.out"
@@ -38,12 +31,6 @@ def s3():
             Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
         )
         yield client
-
-
-@pytest.fixture
-def runtime():
-    with stubbed_client("sagemaker-runtime") as stubbed:
-        yield stubbed
 
 
 @pytest.fixture
@@ -93,7 +80,7 @@ def queue_invoke(runtime, content_type="application/json"):
     return client
 
 
-def body_file(tmp_path, name="decision.json", content=None):
+def request_file(tmp_path, name="decision.json", content=None):
     path = tmp_path / name
     path.write_text(json.dumps(DECISION) if content is None else content)
     return str(path)
@@ -103,7 +90,7 @@ def test_submit_uploads_the_body_invokes_and_prints_where_the_answer_will_be(
     s3, runtime, tmp_path, capsys
 ):
     client = queue_invoke(runtime)
-    argv = ["submit", body_file(tmp_path), "--endpoint", ENDPOINT]
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT]
     argv += ["--input-location", f"s3://{BUCKET}/async/input"]
     assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
     (key,) = keys(s3, "async/input/")
@@ -123,7 +110,7 @@ def test_submit_waits_for_the_answer_that_appears_and_prints_it(s3, runtime, tmp
     client = queue_invoke(runtime, content_type="application/jsonlines")
     lines = json.dumps(DECISION) + "\n" + json.dumps(DECISION) + "\n"
     clock = Clock(lambda slept: slept == 2 and put(s3, OUTPUT, json.dumps(ANSWER).encode()))
-    argv = ["submit", body_file(tmp_path, "many.jsonl", lines), "--endpoint", ENDPOINT]
+    argv = ["submit", request_file(tmp_path, "many.jsonl", lines), "--endpoint", ENDPOINT]
     argv += ["--input-location", f"s3://{BUCKET}/async/input/", "--wait", "--poll-seconds", "5"]
     code = main(
         argv, clients=factory(s3=s3, sagemaker_runtime=client), sleep=clock.sleep, clock=clock
@@ -137,7 +124,7 @@ def test_submit_writes_the_answer_to_a_file(s3, runtime, tmp_path):
     client = queue_invoke(runtime)
     put(s3, OUTPUT, b'{"result": 1}')
     target = tmp_path / "answer.json"
-    argv = ["submit", body_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
     argv += ["--input-location", f"s3://{BUCKET}/async/input", "--output", str(target)]
     assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
     assert target.read_bytes() == b'{"result": 1}'
@@ -146,7 +133,7 @@ def test_submit_writes_the_answer_to_a_file(s3, runtime, tmp_path):
 def test_submit_reports_the_failure_object_as_an_error(s3, runtime, tmp_path, capsys):
     client = queue_invoke(runtime)
     clock = Clock(lambda slept: put(s3, FAILURE, b"ModelError: 422 decision.options"))
-    argv = ["submit", body_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
     argv += ["--input-location", f"s3://{BUCKET}/async/input"]
     code = main(
         argv, clients=factory(s3=s3, sagemaker_runtime=client), sleep=clock.sleep, clock=clock
@@ -161,7 +148,7 @@ def test_submit_reports_the_failure_object_as_an_error(s3, runtime, tmp_path, ca
 def test_submit_gives_up_after_its_timeout(s3, runtime, tmp_path, capsys):
     client = queue_invoke(runtime)
     clock = Clock()
-    argv = ["submit", body_file(tmp_path), "--endpoint", ENDPOINT, "--wait", "--timeout-minutes"]
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait", "--timeout-minutes"]
     argv += ["2", "--poll-seconds", "30", "--input-location", f"s3://{BUCKET}/async/input"]
     code = main(
         argv, clients=factory(s3=s3, sagemaker_runtime=client), sleep=clock.sleep, clock=clock
@@ -179,20 +166,11 @@ def test_submit_finds_endpoint_and_input_location_in_the_stack_outputs(s3, runti
         }
         stubber.add_response(
             "describe_stacks",
-            {
-                "Stacks": [
-                    {
-                        "StackName": "DecisionModels-Endpoints",
-                        "CreationTime": "2026-01-01T00:00:00Z",
-                        "StackStatus": "CREATE_COMPLETE",
-                        "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()],
-                    }
-                ]
-            },
+            stack_description("DecisionModels-Endpoints", outputs),
             {"StackName": "DecisionModels-Endpoints"},
         )
         clients = factory(s3=s3, sagemaker_runtime=client, cloudformation=cloudformation)
-        argv = ["submit", body_file(tmp_path), "--stack", "DecisionModels-Endpoints"]
+        argv = ["submit", request_file(tmp_path), "--stack", "DecisionModels-Endpoints"]
         assert main(argv, clients=clients) == 0
     assert len(keys(s3, "async/input/")) == 1
 
@@ -208,19 +186,19 @@ def test_submit_finds_endpoint_and_input_location_in_the_stack_outputs(s3, runti
 def test_submit_usage_errors_say_what_is_missing(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.delenv("OPS_ASYNC_ENDPOINT_NAME", raising=False)
     monkeypatch.delenv("OPS_ENDPOINT_STACK", raising=False)
-    assert main(["submit", body_file(tmp_path), *argv], clients=factory()) == 2
+    assert main(["submit", request_file(tmp_path), *argv], clients=factory()) == 2
     assert message in capsys.readouterr().err
 
 
 def test_submit_refuses_a_body_that_is_not_json_naming_the_line(tmp_path, capsys):
-    path = body_file(tmp_path, "bad.jsonl", json.dumps(DECISION) + "\n{oops\n")
+    path = request_file(tmp_path, "bad.jsonl", json.dumps(DECISION) + "\n{oops\n")
     argv = ["submit", path, "--endpoint", ENDPOINT, "--input-location", f"s3://{BUCKET}/x"]
     assert main(argv, clients=factory()) == 2
     assert f"{path} line 2 is not JSON" in capsys.readouterr().err
 
 
 def test_submit_names_a_missing_bucket_and_a_missing_endpoint(s3, runtime, tmp_path, capsys):
-    argv = ["submit", body_file(tmp_path), "--endpoint", ENDPOINT]
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT]
     client, stubber = runtime
     code = main(
         [*argv, "--input-location", "s3://no-such-bucket/in"],
@@ -305,7 +283,12 @@ def test_batch_uploads_a_local_file_runs_the_job_and_fetches_the_answers(
     # SageMaker writes the answers once the job has run a while.
     clock = Clock(lambda slept: put(s3, f"{prefix}/output/decisions.jsonl.out", answers.encode()))
     results = tmp_path / "answers.jsonl"
-    argv = ["batch", body_file(tmp_path, "decisions.jsonl", lines), "--model", "decision-model-1"]
+    argv = [
+        "batch",
+        request_file(tmp_path, "decisions.jsonl", lines),
+        "--model",
+        "decision-model-1",
+    ]
     argv += ["--location", f"s3://{BUCKET}/batch", "--job-name", job, "--max-payload-mb", "2"]
     argv += ["--results", str(results)]
     code = main(argv, clients=factory(s3=s3, sagemaker=client), sleep=clock.sleep, clock=clock)

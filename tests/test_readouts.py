@@ -9,6 +9,7 @@ from decision_adapter.contract import READOUTS, Question
 from decision_adapter.scoring import ContentFreeScores, build_plan, score
 from decision_adapter.state_cache import StateCache
 
+from tests.bodies import decision
 from tests.fake_service import FakeService, app_client
 
 STATE = "I was charged twice for my March invoice and the refund never arrived."
@@ -140,15 +141,7 @@ def test_content_free_scores_are_a_bounded_lru():
 def test_a_request_names_its_readout_and_gets_it_back():
     service = FakeService()
     with app_client(lambda _: service) as client:
-        body = {
-            "decision": {
-                "id": "d",
-                "state": "s",
-                "question": "q?",
-                "options": [{"id": "a"}, {"id": "b"}],
-                "readout": "calibrated",
-            }
-        }
+        body = decision(readout="calibrated")
         reply = client.post("/invocations", json=body)
         assert reply.status_code == 200, reply.text
         assert reply.json()["result"]["readout"] == "calibrated"
@@ -168,15 +161,7 @@ def test_a_request_names_its_readout_and_gets_it_back():
 
 def test_an_unknown_readout_is_a_422_naming_the_field_and_the_known_ones():
     with app_client() as client:
-        body = {
-            "decision": {
-                "id": "d",
-                "state": "s",
-                "question": "q?",
-                "options": [{"id": "a"}, {"id": "b"}],
-                "readout": "tea_leaves",
-            }
-        }
+        body = decision(readout="tea_leaves")
         reply = client.post("/invocations", json=body)
         assert reply.status_code == 422
         assert reply.json()["field"] == "decision.readout"

@@ -10,21 +10,14 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
 
 from bench import hostile_bodies
 from launcher import run_adapter_until_exit, running_adapter
+from tests.adapter_process import post_in_flight, slow_decision
 
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
 pytestmark = pytest.mark.serial
-
-DECISION = {
-    "decision": {
-        "id": "d",
-        "state": "The VPN drops every hour.",
-        "question": "Which team?",
-        "options": [{"id": "network"}, {"id": "desktop"}],
-    }
-}
 
 
 def _raw_request(url: str, body: bytes, *, content_length: int | None = None) -> socket.socket:
@@ -122,33 +115,18 @@ def test_a_model_directory_that_is_a_file_exits_with_one_line(tmp_path):
 
 
 def test_a_configured_queue_lets_requests_wait_instead_of_503(tmp_path):
-    long_state = "Queue probe: the nightly export failed again with a timeout. " * 60
-    slow = {
-        "decision": {
-            "id": "slow",
-            "state": long_state,
-            "question": "Which team?",
-            "options": [{"id": "data"}, {"id": "infra"}],
-        }
-    }
+    slow = slow_decision("Queue probe: the nightly export failed again with a timeout. ", 60)
     with running_adapter(
         tmp_path,
         DECISION_MAX_QUEUE="1",
         DECISION_ADMISSION_WAIT_S="30",
         DECISION_STATE_CACHE_BYTES="0",
     ) as adapter:
-        outcome = {}
-        worker = threading.Thread(
-            target=lambda: outcome.update(
-                slow=httpx.post(adapter.url + "/invocations", json=slow, timeout=60)
-            )
-        )
-        worker.start()
-        adapter.wait_until_in_flight(1)  # the slow decision holds the model
+        held = post_in_flight(adapter, "/invocations", slow)  # the slow decision holds the model
         queued = httpx.post(adapter.url + "/invocations", json=DECISION, timeout=60)
-        worker.join()
+        held.result()
         admission = adapter.stats()["admission"]
-    assert outcome["slow"].status_code == 200
+    assert held.result().status_code == 200
     assert queued.status_code == 200
     assert queued.json()["result"]["timing"]["admission_wait_ms"] > 100
     assert admission["admitted"] == 2 and admission["waited"] == 1
@@ -156,15 +134,7 @@ def test_a_configured_queue_lets_requests_wait_instead_of_503(tmp_path):
 
 def test_the_queue_is_bounded_in_count_and_time(tmp_path):
     # A decision on a 3,000-token state holds the model for several seconds.
-    long_state = "Queue bound probe: the nightly export failed with a timeout again. " * 200
-    slow = {
-        "decision": {
-            "id": "slow",
-            "state": long_state,
-            "question": "Which team?",
-            "options": [{"id": "data"}, {"id": "infra"}],
-        }
-    }
+    slow = slow_decision("Queue bound probe: the nightly export failed with a timeout again. ", 200)
     with running_adapter(
         tmp_path,
         DECISION_MAX_QUEUE="1",

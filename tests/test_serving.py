@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from urllib.parse import urlsplit
 
@@ -24,6 +23,7 @@ from launcher import (
     wait_until,
 )
 from model_manifest import sha256_of_file
+from tests.adapter_process import post_in_flight, slow_decision
 
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
 pytestmark = pytest.mark.serial
@@ -117,26 +117,12 @@ def _refuses_connections(url: str) -> bool:
 
 
 def test_sigterm_refuses_new_connections_while_an_in_flight_decision_finishes(tmp_path):
-    long_state = "The warehouse scanner logs show repeated timeouts on aisle 7. " * 160
-    body = {
-        "decision": {
-            "id": "late",
-            "state": long_state,
-            "question": "Which team?",
-            "options": [{"id": "hardware"}, {"id": "network"}],
-        }
-    }
+    line = "The warehouse scanner logs show repeated timeouts on aisle 7. "
+    body = slow_decision(line, 160, options=("hardware", "network"))
     with running_adapter(
         tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S), DECISION_STATE_CACHE_BYTES="0"
     ) as adapter:
-        outcome = {}
-        worker = threading.Thread(
-            target=lambda: outcome.update(
-                r=httpx.post(adapter.url + "/invocations", json=body, timeout=60)
-            )
-        )
-        worker.start()
-        adapter.wait_until_in_flight(1)  # the ~2,000-token prefill takes seconds
+        reply = post_in_flight(adapter, "/invocations", body)  # a prefill of ~2,000 tokens
         assert not _refuses_connections(adapter.url)
         adapter.process.send_signal(signal.SIGTERM)
         sigterm_at = time.monotonic()
@@ -145,10 +131,10 @@ def test_sigterm_refuses_new_connections_while_an_in_flight_decision_finishes(tm
             timeout=5,
             what="new connections refused after SIGTERM",
         )
-        assert "r" not in outcome, "refused while the decision still holds the server open"
+        assert not reply.done(), "refused while the decision still holds the server open"
         assert adapter.process.poll() is None
-        worker.join()
+        reply.result()
         assert adapter.process.wait(timeout=GRACE_S + 5) == 0
         assert time.monotonic() - sigterm_at < GRACE_S
-    assert outcome["r"].status_code == 200
-    assert outcome["r"].json()["result"]["input_tokens"] > 1500
+    assert reply.result().status_code == 200
+    assert reply.result().json()["result"]["input_tokens"] > 1500

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
 
 import httpx
 import pytest
 
 from launcher import running_adapter
+from tests.adapter_process import post_in_flight
 
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
 pytestmark = pytest.mark.serial
@@ -60,19 +60,12 @@ def test_a_streamed_chat_ends_with_an_error_event_at_the_deadline(tmp_path):
 
 def test_a_chat_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
     with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S)) as adapter:
-        outcome = {}
-        worker = threading.Thread(
-            target=lambda: outcome.update(
-                r=httpx.post(adapter.url + "/v1/chat/completions", json=LONG_CHAT, timeout=60)
-            )
-        )
-        worker.start()
-        adapter.wait_until_in_flight(1)
+        reply = post_in_flight(adapter, "/v1/chat/completions", LONG_CHAT)
         sigterm_at = _terminate(adapter)
-        worker.join()
+        reply.result()
         _exits_within_grace(adapter, sigterm_at)
-    assert outcome["r"].status_code == 503
-    error = outcome["r"].json()
+    assert reply.result().status_code == 503
+    error = reply.result().json()
     assert error["retryable"] is True and "shutting down" in error["error"]
 
 
@@ -87,16 +80,9 @@ def test_a_decision_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path)
     with running_adapter(
         tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S), DECISION_STATE_CACHE_BYTES="0"
     ) as adapter:
-        outcome = {}
-        worker = threading.Thread(
-            target=lambda: outcome.update(
-                r=httpx.post(adapter.url + "/v1/systemone", json=body, timeout=60)
-            )
-        )
-        worker.start()
-        adapter.wait_until_in_flight(1)
+        reply = post_in_flight(adapter, "/v1/systemone", body)
         sigterm_at = _terminate(adapter)
-        worker.join()
+        reply.result()
         _exits_within_grace(adapter, sigterm_at)
-    assert outcome["r"].status_code == 503, outcome["r"].text
-    assert outcome["r"].json()["detail"]["error_type"] == "overloaded"
+    assert reply.result().status_code == 503, reply.result().text
+    assert reply.result().json()["detail"]["error_type"] == "overloaded"

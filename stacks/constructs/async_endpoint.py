@@ -8,7 +8,7 @@ role may read the input prefix and write the other two, and nothing else of the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import Any
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_applicationautoscaling as appscaling
@@ -20,9 +20,8 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
-from stacks.config import Alarms, AsyncAutoscaling
+from stacks.config import AsyncAutoscaling
 from stacks.constructs import nag
-from stacks.constructs.artifacts import ContainerImage, ModelArchive
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
 
 # One request at a time per instance: the adapter has one model slot, a second would get a 503.
@@ -30,29 +29,25 @@ MAX_CONCURRENT_INVOCATIONS_PER_INSTANCE = 1
 
 
 class AsyncDecisionEndpoint(Construct):
-    """`bucket` holds the request, output and failure prefixes (the artifact bucket)."""
+    """`bucket` holds the request, output and failure prefixes (the artifact bucket);
+    `endpoint`: the properties of the SageMakerEndpoint it wraps (its name, image, model
+    archive, environment, initial instance count, alarms and timeouts)."""
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        endpoint_name: str,
-        image: ContainerImage,
-        model_archive: ModelArchive,
-        environment: Mapping[str, str],
         instance_type: str,
-        initial_instance_count: int,
         autoscaling: AsyncAutoscaling,
-        alarms: Alarms,
-        container_startup_timeout: Duration,
-        model_data_download_timeout: Duration,
         bucket: s3.IBucket,
         input_prefix: str,
         output_prefix: str,
         failure_prefix: str,
+        **endpoint: Any,
     ) -> None:
         super().__init__(scope, construct_id)
+        endpoint_name = endpoint["endpoint_name"]
         self.bucket = bucket
         self.input_prefix, self.output_prefix = input_prefix, output_prefix
         self.failure_prefix = failure_prefix
@@ -72,16 +67,9 @@ class AsyncDecisionEndpoint(Construct):
         self.endpoint = SageMakerEndpoint(
             self,
             "Endpoint",
-            endpoint_name=endpoint_name,
-            image=image,
-            model_archive=model_archive,
-            environment=environment,
+            **endpoint,
             instances=Instances.fixed(instance_type),
-            initial_instance_count=initial_instance_count,
             autoscaling=None,  # scaled on the backlog below
-            alarms=alarms,
-            container_startup_timeout=container_startup_timeout,
-            model_data_download_timeout=model_data_download_timeout,
             network_isolation=True,
             async_inference=sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty(
                 client_config=sagemaker.CfnEndpointConfig.AsyncInferenceClientConfigProperty(

@@ -6,17 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
-from ..contract import (
-    MAX_OPTIONS,
-    Answer,
-    ModelIdentity,
-    ModelService,
-    Question,
-    ReadoutName,
-    StateQuestion,
-)
+from ..contract import Answer, ModelIdentity, ModelService, Question, ReadoutName, StateQuestion
 from .base import Call, WireFormat, score
-from .fields import NonBlank, OptionName, check_unique_names
+from .fields import NonBlank, OptionName, check_unique_names, options_field
 
 State = StrictStr | dict[str, Any] | list[Any]
 
@@ -56,7 +48,7 @@ class Decision(BaseModel):
     id: NonBlank
     state: State
     question: NonBlank
-    options: list[Option] = Field(min_length=2, max_length=MAX_OPTIONS)
+    options: list[Option] = options_field()
     readout: ReadoutName | None = None  # None: the model's own (its per-model file)
 
     @field_validator("options")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, StrictStr
+
+from ..contract import MAX_OPTIONS
 
 # Cf: format (zero-width space U+200B, joiners, BOM); Zs/Zl/Zp: spaces and separators.
 _INVISIBLE = {"Cf", "Zs", "Zl", "Zp", "Cc"}
@@ -49,6 +51,11 @@ NonBlank = Annotated[StrictStr, Field(min_length=1, pattern=r"\S"), AfterValidat
 OptionName = Annotated[
     StrictStr, Field(min_length=1, pattern=r"\S"), AfterValidator(_single_line_name)
 ]
+
+
+def options_field() -> Any:
+    """A question's options: two at least, at most what the service scores."""
+    return Field(min_length=2, max_length=MAX_OPTIONS)
 
 
 def check_unique_names(names: Iterable[str], what: str) -> None:

@@ -9,7 +9,15 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 
 from ..admission import ShuttingDown
 from ..contract import Chat, Generated, ModelService, SampledToken, TextDelta, TokenChoice
@@ -65,8 +73,9 @@ IGNORED_FIELDS = (
 )
 
 
-class ChatRequest(BaseModel):
-    # Every field is named here: one the schema does not know is a 422 naming it.
+class _ChatFields(BaseModel):
+    # Every field is named here or in UNSUPPORTED_FIELDS: one the schema does not know is a
+    # 422 naming it.
     model_config = ConfigDict(extra="forbid")
     model: StrictStr | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -92,22 +101,8 @@ class ChatRequest(BaseModel):
     stream_options: dict[StrictStr, Any] | None = None
     prompt_cache_key: StrictStr | None = None
     safety_identifier: StrictStr | None = None
-    # Refused (UNSUPPORTED_FIELDS): declared so the schema lists them and the 422 names them.
-    tools: Any = Field(None, description="not supported")
-    tool_choice: Any = Field(None, description="not supported")
-    parallel_tool_calls: Any = Field(None, description="not supported")
-    functions: Any = Field(None, description="not supported")
-    function_call: Any = Field(None, description="not supported")
-    response_format: Any = Field(None, description="not supported")
-    logit_bias: Any = Field(None, description="not supported")
-    audio: Any = Field(None, description="not supported")
-    modalities: Any = Field(None, description="not supported")
-    prediction: Any = Field(None, description="not supported")
-    reasoning_effort: Any = Field(None, description="not supported")
-    verbosity: Any = Field(None, description="not supported")
-    web_search_options: Any = Field(None, description="not supported")
 
-    @field_validator(*UNSUPPORTED_FIELDS)
+    @field_validator(*UNSUPPORTED_FIELDS, check_fields=False)
     @classmethod
     def _unsupported(cls, value: Any) -> None:
         if value is not None:
@@ -146,6 +141,14 @@ class ChatRequest(BaseModel):
         if error.subject != "max_tokens":
             return "messages"
         return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
+
+# The refused fields are declared so that the schema lists them and the 422 names them.
+ChatRequest = create_model(
+    "ChatRequest",
+    __base__=_ChatFields,
+    **{name: (Any, Field(None, description="not supported")) for name in UNSUPPORTED_FIELDS},
+)
 
 
 def encode_models(names: list[str], release_date: str) -> dict[str, Any]:

@@ -16,18 +16,10 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
-from ..contract import (
-    MAX_OPTIONS,
-    Answer,
-    ModelIdentity,
-    ModelService,
-    Question,
-    ReadoutName,
-    StateQuestion,
-)
+from ..contract import Answer, ModelIdentity, ModelService, Question, ReadoutName, StateQuestion
 from ..errors import RequestError
 from .base import Call, WireFormat, score
-from .fields import OptionName, check_unique_names, is_blank
+from .fields import OptionName, check_unique_names, is_blank, options_field
 
 MODEL_ALIAS = "jev-latest"  # the SDKs' default model name; served by whatever model we serve
 MAX_SCORE_LEVELS = 10
@@ -86,7 +78,7 @@ class ChoiceQuestion(BaseModel):
     type: Literal["choice"]
     instructions: Text | None = None
     # Option names go into the prompt like the decision format's option ids, with its rules.
-    criteria: dict[OptionName, Text | None] = Field(min_length=2, max_length=MAX_OPTIONS)
+    criteria: dict[OptionName, Text | None] = options_field()
 
     @field_validator("criteria")
     @classmethod

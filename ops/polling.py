@@ -1,0 +1,45 @@
+"""One polling loop for whatever ops waits on: a build, a transform job, an S3 object."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Polling:
+    """How often to look and how long to wait (the --poll-seconds and --timeout-minutes
+    options); sleep and clock are parameters so that tests need not wait."""
+
+    poll_seconds: float
+    timeout_seconds: float
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    def until(
+        self,
+        read: Callable[[], T],
+        finished: Callable[[T], bool],
+        *,
+        state: Callable[[T], object] | None = None,
+        report: Callable[[str], None] | None = None,
+    ) -> tuple[T, bool]:
+        """Read until `finished(value)`: the last value and whether it finished, which is False
+        once the timeout has passed. `state` comes with `report`, which gets each state
+        once, as it appears, with the seconds elapsed."""
+        started = self.clock()
+        reported = None
+        while True:
+            value = read()
+            if state is not None and (current := state(value)) != reported:
+                report(f"[{self.clock() - started:6.0f}s] {current}")
+                reported = current
+            if finished(value):
+                return value, True
+            if self.clock() - started >= self.timeout_seconds:
+                return value, False
+            self.sleep(self.poll_seconds)
