@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from decision_adapter.openapi import DECISION_EXAMPLE
 
 from launcher import free_port, wait_until_healthy
 
@@ -47,17 +48,7 @@ def make_run(tmp_path_factory):
 
 def test_make_run_serves_the_bundled_model_with_its_profiles_readout(make_run):
     profile = json.loads(PROFILE.read_text())
-    decision = {
-        "id": "route",
-        "state": "Customer: I was charged twice for my subscription this month.",
-        "question": "Which team should handle this ticket?",
-        "options": [
-            {"id": "billing", "description": "Charges, refunds, invoices"},
-            {"id": "technical", "description": "Bugs, outages, errors"},
-            {"id": "sales", "description": "New plans and upgrades"},
-        ],
-    }
-    response = httpx.post(make_run + "/invocations", json={"decision": decision}, timeout=60)
+    response = httpx.post(make_run + "/invocations", json=DECISION_EXAMPLE, timeout=60)
     assert response.status_code == 200, response.text
     answer = response.json()["result"]
     assert answer["readout"] == profile["readout"] != "letters"
