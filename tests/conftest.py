@@ -7,6 +7,16 @@ import pytest
 from launcher import running_adapter
 from tests.fake_service import app_client
 
+# Fixtures that load the real model (in process or in an adapter process). Their tests carry the
+# `real_model` marker, so a run can leave them out: `make mutation` does for the adapter group.
+MODEL_FIXTURES = {"gemma_gguf", "engine", "renderer", "adapter", "secured_adapter"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_model)
+
 
 @pytest.fixture(scope="session")
 def gemma_gguf() -> Path:
