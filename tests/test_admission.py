@@ -231,6 +231,9 @@ def test_a_request_in_its_grace_does_not_take_a_queue_place():
         assert runner.waiting == 1
         requeued = request(runner, lambda: "requeued")
         await until(lambda: runner.waiting == 2)
+        late = request(runner, lambda: "never")  # queue full and grace taken: refused at once
+        await until(late.done)
+        assert isinstance((await late)[0], Busy) and runner.waiting == 2
         gate.open()
         results = [(await task)[0][0] for task in (graced, requeued)]
         await running
@@ -238,7 +241,24 @@ def test_a_request_in_its_grace_does_not_take_a_queue_place():
 
     results, counters = scenario(body, max_queue=1, wait_s=30.0, grace_s=30.0)
     assert results == ["graced", "requeued"]
-    assert counters["refused_queue_full"] == 0 and counters["admitted_in_grace"] == 1
+    assert counters["refused_queue_full"] == 1 and counters["admitted_in_grace"] == 1
+
+
+@pytest.mark.parametrize("queue,grace", [(1, 0.0), (0, 0.9)])
+def test_a_wait_or_grace_under_a_second_still_gets_a_slot_freed_in_time(queue, grace):
+    async def body(runner):
+        gate = Gate()
+        running = request(runner, gate)
+        await until(gate.entered.is_set)
+        waiting = request(runner, lambda: "served")
+        await until(lambda: runner.waiting == 1)
+        gate.open()
+        (served, _), outcome = await waiting
+        await running
+        return served, outcome
+
+    served, outcome = scenario(body, max_queue=queue, wait_s=0.9, grace_s=grace)
+    assert served == "served" and outcome.admitted
 
 
 def test_a_waiter_cancelled_as_the_slot_reaches_it_passes_the_slot_on():
@@ -406,11 +426,11 @@ def test_a_stream_at_the_shutdown_deadline_ends_with_a_retryable_error():
         runner.stop_work()
         release.set()
         got = []
-        with pytest.raises(ShuttingDown):
+        with pytest.raises(ShuttingDown) as ended:
             async for item in stream:
                 got.append(item)
-        with pytest.raises(ShuttingDown):
+        with pytest.raises(ShuttingDown) as refused:
             await anext(runner.stream(lambda: iter(["x"])))
-        return got
+        return got, ended.value.retry_after_s, refused.value.retry_after_s
 
-    assert scenario(body) == ["second"]
+    assert scenario(body, retry_after_s=6) == (["second"], 6, 6)
