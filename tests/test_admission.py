@@ -15,6 +15,9 @@ import pytest
 from decision_adapter import metrics
 from decision_adapter.admission import Busy, Loading, ModelRunner, ShuttingDown
 
+SCENARIO_LIMIT_S = 10  # a scenario takes well under a second; a broken runner fails, not hangs
+GATES: list[Gate] = []
+
 
 class Gate:
     """A job that holds the model thread until `open()`; `entered` is set once it runs."""
@@ -24,11 +27,12 @@ class Gate:
         self._may_end = threading.Event()
         self.result = result
         self.thread: str | None = None
+        GATES.append(self)
 
     def __call__(self):
         self.thread = threading.current_thread().name
         self.entered.set()
-        self._may_end.wait(30)
+        self._may_end.wait(SCENARIO_LIMIT_S)
         return self.result
 
     def open(self) -> None:
@@ -37,7 +41,7 @@ class Gate:
 
 async def until(condition, poll_s: float = 0.001) -> None:
     """Yield to the loop until `condition()` holds (each request is a task of its own)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + SCENARIO_LIMIT_S
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError("the runner never reached the expected state")
@@ -64,8 +68,10 @@ def scenario(coroutine_function, **runner_args):
     async def main():
         runner = ModelRunner(**{"max_queue": 0, "wait_s": 0.0, "retry_after_s": 7, **runner_args})
         try:
-            return await coroutine_function(runner)
+            return await asyncio.wait_for(coroutine_function(runner), SCENARIO_LIMIT_S)
         finally:
+            while GATES:  # a failed scenario must not leave the model thread held
+                GATES.pop().open()
             runner.close()
 
     return asyncio.run(main())
@@ -369,10 +375,10 @@ def test_a_closed_stream_stops_production_and_frees_the_slot_before_it_returns()
     produced = []
 
     def produce():
-        for i in range(1000):
+        for i in range(250):
             produced.append(i)
             yield i
-            time.sleep(0.02)  # 20 s for all: only a stream nobody stopped gets far
+            time.sleep(0.02)  # 5 s for all: only a stream nobody stopped gets far
 
     async def body(runner):
         stream = runner.stream(produce)
@@ -382,7 +388,7 @@ def test_a_closed_stream_stops_production_and_frees_the_slot_before_it_returns()
         return in_flight, len(produced)
 
     in_flight, count = scenario(body)
-    assert in_flight == 0 and count < 1000
+    assert in_flight == 0 and count < 250
 
 
 def test_a_stream_refused_for_a_busy_model_and_a_failing_one_raise_to_the_reader():
@@ -416,7 +422,7 @@ def test_a_stream_at_the_shutdown_deadline_ends_with_a_retryable_error():
         def produce():
             yield "first"
             paused.set()
-            release.wait(30)
+            release.wait(SCENARIO_LIMIT_S)
             yield "second"
             yield "third"
 

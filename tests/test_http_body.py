@@ -93,6 +93,13 @@ def test_a_body_that_stops_arriving_is_a_408_naming_the_setting():
     assert error.message == "body: not received within 0.05 s (DECISION_BODY_TIMEOUT_S)"
 
 
+def test_a_json_body_that_stops_arriving_is_a_408_too():
+    error = refused(read_as_json, Client([b'{"a": '], then="stall"), timeout_s=0.05)
+    assert (error.status, error.error_type) == (408, "body_timeout")
+    assert read_as_json(Client([b"[1,", b" 2]"]), max_bytes=6) == [1, 2]
+    assert refused(read_as_json, Client([b"[1, 22]"]), max_bytes=6).status == 413
+
+
 def test_a_client_that_leaves_mid_body_is_a_400_not_a_crash():
     error = refused(read, Client([b"{"], then="disconnect"))
     assert (error.status, error.field, error.error_type) == (400, "body", "client_disconnected")
