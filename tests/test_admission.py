@@ -138,8 +138,11 @@ def test_a_full_queue_is_refused_at_once_with_the_retry_after():
         gate = Gate()
         running = request(runner, gate)
         await until(gate.entered.is_set)
-        refused, outcome = await request(runner, lambda: "never")
+        late = request(runner, lambda: "never")
+        # Refused before the job ends: no grace unless one is configured.
+        await until(lambda: late.done() or runner.waiting)
         gate.open()
+        refused, outcome = await late
         await running
         return refused, outcome, runner.counters()
 
@@ -294,6 +297,35 @@ def test_a_waiter_cancelled_as_the_slot_reaches_it_passes_the_slot_on():
     ran = []
     served, counters = scenario(body, max_queue=2, wait_s=30.0)
     assert served == "served" and counters["in_flight"] == 0 and ran == []
+
+
+def test_jobs_submitted_together_still_run_one_after_the_other():
+    """Jobs of one reservation skip admission; the single model thread still serialises them
+    (the llama.cpp context is not thread-safe)."""
+
+    async def body(runner):
+        first_running, first_may_end = threading.Event(), threading.Event()
+        overlapped = []
+
+        def first():
+            first_running.set()
+            first_may_end.wait(SCENARIO_LIMIT_S)
+            first_running.clear()
+
+        def second():
+            overlapped.append(first_running.is_set())
+
+        async with runner.reserved():
+            first_job = asyncio.ensure_future(runner.run(first))
+            await until(first_running.is_set)
+            second_job = asyncio.ensure_future(runner.run(second))
+            # A second model thread would run it now; the one thread runs it only later.
+            done, _ = await asyncio.wait({second_job}, timeout=0.2)
+            first_may_end.set()
+            await asyncio.gather(first_job, second_job)
+        return bool(done), overlapped
+
+    assert scenario(body) == (False, [False])
 
 
 def test_a_failing_job_raises_its_own_error_and_frees_the_slot():
