@@ -479,3 +479,22 @@ def test_a_stream_at_the_shutdown_deadline_ends_with_a_retryable_error():
         return got, ended.value.retry_after_s, refused.value.retry_after_s
 
     assert scenario(body, retry_after_s=6) == (["second"], 6, 6)
+
+
+def test_close_returns_once_the_job_on_the_model_thread_has_ended():
+    async def body(runner):
+        started, ended = threading.Event(), threading.Event()
+
+        def job():
+            started.set()
+            time.sleep(0.2)  # still running when close() is called
+            ended.set()
+
+        running = asyncio.ensure_future(runner.run(job))
+        await until(started.is_set)
+        runner.close()
+        closed_after_the_job = ended.is_set()
+        await running
+        return closed_after_the_job
+
+    assert scenario(body) is True

@@ -96,6 +96,8 @@ def configure(groups: dict[str, dict]) -> None:
         source_paths=sources,
         resolved_mutated_source_paths=[ROOT / "mutants" / s for s in sources],
         pytest_add_cli_args_test_selection=tests,
+        # One pytest command line serves the whole run: a group's pytest_args (the adapter's
+        # `-m "not real_model"`) apply to the other groups run with it, whose tests use no model.
         pytest_add_cli_args=[
             *base.pytest_add_cli_args,
             *(a for g in groups.values() for a in g.get("pytest_args", [])),
