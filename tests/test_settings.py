@@ -80,3 +80,29 @@ def test_every_field_declares_its_variables_and_no_variable_sets_two_fields():
     assert environment_names("port") == ("SAGEMAKER_BIND_TO_PORT", "PORT")
     # A field with no variable fails here, not silently at deploy time.
     assert all(environment_names(field) for field in Settings.model_fields)
+
+
+def test_without_a_mapping_the_process_environment_is_read(monkeypatch):
+    monkeypatch.setenv("DECISION_N_CTX", "4096")
+    assert Settings.from_environment().n_ctx == 4096
+    assert Settings.from_environment({}).n_ctx == 8192  # a mapping given is the only source
+
+
+def test_blank_variables_are_unset_and_values_are_trimmed():
+    settings = Settings.from_environment(
+        {
+            "DECISION_N_THREADS": "  ",  # blank: the DLC spelling after it still counts
+            "SM_LLAMA_CPP_THREADS": "3",
+            "DECISION_N_CTX": "",
+            "DECISION_METRICS_ENDPOINT": " ep-1 ",
+        }
+    )
+    assert (settings.n_threads, settings.n_ctx, settings.metrics_endpoint) == (3, 8192, "ep-1")
+
+
+def test_the_error_names_the_variable_set_its_value_and_the_rule():
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_environment({"SM_LLAMA_CPP_CTX_SIZE": " 12 ", "DECISION_N_BATCH": "64"})
+    assert str(caught.value) == (
+        "SM_LLAMA_CPP_CTX_SIZE='12': Input should be greater than or equal to 256"
+    )

@@ -63,6 +63,30 @@ def test_lru_eviction_never_exceeds_the_budget():
     assert cache.stats.rejected_too_large == 1 and cache.stats.size_bytes == 200
 
 
+def test_the_counters_count_every_lookup_and_the_budget_is_inclusive():
+    cache = StateCache(budget_bytes=300, model_id="m")
+    assert cache.get("a") is None and cache.get("b") is None
+    cache.put("a", bytes(100))
+    cache.put("b", bytes(200))  # fills the budget exactly: nothing evicted
+    assert cache.get("a") == bytes(100) and cache.get("b") == bytes(200)
+    assert cache.get("a") is not None
+    cache.put("c", bytes(150))  # evicts b (least recent, 200), then fits beside a
+    cache.put("d", bytes(301))
+    cache.put("e", bytes(301))
+    assert cache.stats.as_dict() == {
+        "budget_bytes": 300,
+        "size_bytes": 250,
+        "entries": 2,
+        "hits": 3,
+        "misses": 2,
+        "evictions": 1,
+        "rejected_too_large": 2,
+    }
+    whole = StateCache(budget_bytes=100, model_id="m")
+    whole.put("all", bytes(100))  # a state as large as the whole budget is kept
+    assert whole.get("all") is not None and whole.stats.rejected_too_large == 0
+
+
 def test_real_states_under_a_tiny_budget_evict_and_stay_exact(engine, renderer):
     plans = [build_plan(renderer, f"Ticket {i}: " + STATE, QUESTIONS[:1]) for i in range(3)]
     probe = StateCache(1 << 30, model_id="gemma")

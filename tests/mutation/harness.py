@@ -15,6 +15,7 @@ After a run, `mutmut show NAME` prints one mutant's diff; `mutmut run NAME` reru
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import json
@@ -80,17 +81,30 @@ def import_from(roots: list[str]) -> None:
 def configure(groups: dict[str, dict]) -> None:
     """Point mutmut at the chosen groups' sources and tests (its config has no CLI flags)."""
     from mutmut import configuration
+    from mutmut.configuration import ProcessIsolation
 
     import_from(sorted({g["import_root"] for g in groups.values() if "import_root" in g}))
 
     base = configuration._load_config()
     sources = [Path(s) for g in groups.values() for s in g["sources"]]
+    # A group whose tests start threads that a plain fork cannot copy (llama.cpp's thread pool)
+    # asks for "forkserver": workers then fork from a process that never ran a test.
+    isolation = {g.get("process_isolation", "fork") for g in groups.values()}
     tests = [t for g in groups.values() for t in g["tests"]]
     configuration._config = dataclasses.replace(
         base,
         source_paths=sources,
         resolved_mutated_source_paths=[ROOT / "mutants" / s for s in sources],
         pytest_add_cli_args_test_selection=tests,
+        # One pytest command line serves the whole run: a group's pytest_args (the adapter's
+        # `-m "not real_model"`) apply to the other groups run with it, whose tests use no model.
+        pytest_add_cli_args=[
+            *base.pytest_add_cli_args,
+            *(a for g in groups.values() for a in g.get("pytest_args", [])),
+        ],
+        process_isolation=ProcessIsolation(
+            "forkserver" if "forkserver" in isolation else base.process_isolation
+        ),
         # The rest of a package whose modules are mutated one by one must import beside them.
         also_copy=[
             *base.also_copy,
@@ -161,6 +175,25 @@ def changed_lines(name: str, path: Path) -> list[str]:
     return [line for line in diff if line[:1] in "+-"]
 
 
+def excluded_functions(sources: list[str]) -> list[str]:
+    """Functions a `# pragma: no mutate block` on their header keeps out of the run."""
+    found = []
+    for source in sources:
+        for path in sorted(Path(source).rglob("*.py")) if Path(source).is_dir() else [Path(source)]:
+            text = path.read_text("utf-8")
+            lines = text.splitlines()
+            functions = sorted(
+                (n for n in ast.walk(ast.parse(text)) if hasattr(n, "body")),
+                key=lambda n: getattr(n, "lineno", 0),
+            )
+            for node in functions:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    header = lines[node.lineno - 1 : node.body[0].lineno - 1]
+                    if any("pragma: no mutate block" in line for line in header):
+                        found.append(f"{path}:{node.name}")
+    return found
+
+
 def collect(group: dict) -> dict:
     from mutmut.mutation.data import SourceFileMutationData
     from mutmut.stats import status_by_exit_code
@@ -185,6 +218,10 @@ def collect(group: dict) -> dict:
         "killed": killed,
         "score": round(100 * killed / total, 1) if total else None,
         "counts": dict(sorted(counts.items())),
+        # Every other status, "no tests" included (no selected test reached the mutant), counts
+        # against the score and is listed under survivors.
+        "counted_as_killed": sorted(KILLED),
+        "excluded_functions": excluded_functions(group["sources"]),
         "survivors": survivors,
     }
 

@@ -1,0 +1,197 @@
+"""Reading a body in process, through a Starlette Request fed chunk by chunk: the byte limit
+(declared and chunked), the time limit, a client that leaves, the content type, and strict
+JSON with the 400 naming where the problem is. The same over a live adapter:
+test_hostile_input.py and test_robustness.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from decision_adapter.errors import RequestError
+from decision_adapter.http_body import NOT_TEXT, parse_json, read_bytes, read_json
+from starlette.requests import Request
+
+
+class Client:
+    """Sends `chunks`, then stalls (still sending) or disconnects; counts what was read."""
+
+    def __init__(self, chunks: list[bytes], *, then: str = "end", headers=None) -> None:
+        self.chunks, self.then, self.reads = list(chunks), then, 0
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+
+    async def receive(self) -> dict:
+        self.reads += 1
+        if self.chunks:
+            body = self.chunks.pop(0)
+            return {
+                "type": "http.request",
+                "body": body,
+                "more_body": bool(self.chunks) or (self.then != "end"),
+            }
+        if self.then == "stall":
+            await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    def request(self) -> Request:
+        scope = {"type": "http", "method": "POST", "path": "/", "headers": self.headers}
+        return Request(scope, self.receive)
+
+
+def read(client: Client, max_bytes: int = 64, timeout_s: float = 5.0, **kwargs) -> bytes:
+    return asyncio.run(read_bytes(client.request(), max_bytes, timeout_s, **kwargs))
+
+
+def read_as_json(client: Client, max_bytes: int = 64, timeout_s: float = 5.0):
+    return asyncio.run(read_json(client.request(), max_bytes, timeout_s))
+
+
+def refused(call, *args, **kwargs) -> RequestError:
+    with pytest.raises(RequestError) as caught:
+        call(*args, **kwargs)
+    return caught.value
+
+
+# --- size, time, disconnects -----------------------------------------------------------
+def test_chunks_are_joined_in_order_up_to_exactly_the_limit():
+    assert read(Client([b"a" * 30, b"b" * 34]), max_bytes=64) == b"a" * 30 + b"b" * 34
+    assert read(Client([b"x" * 64], headers={"Content-Length": "64"}), max_bytes=64) == b"x" * 64
+
+
+def test_a_declared_length_over_the_limit_is_a_413_before_any_byte_is_read():
+    client = Client([b"x" * 100], headers={"Content-Length": "100"})
+    error = refused(read, client, max_bytes=64)
+    assert (error.status, error.field, error.error_type) == (413, "body", "body_too_large")
+    assert error.message == "body: 100 bytes, the limit is 64 (DECISION_MAX_BODY_BYTES)"
+    assert client.reads == 0
+
+
+def test_a_chunked_body_over_the_limit_is_a_413_and_the_rest_is_not_read():
+    client = Client([b"x" * 40, b"x" * 40, b"x" * 40, b"x" * 40])  # no Content-Length
+    error = refused(read, client, max_bytes=64)
+    assert (error.status, error.field, error.error_type) == (413, "body", "body_too_large")
+    assert error.message == "body: more than 64 bytes (DECISION_MAX_BODY_BYTES)"
+    assert client.reads == 2
+
+
+def test_an_unparsable_declared_length_is_checked_by_counting():
+    client = Client([b"x" * 100], headers={"Content-Length": "lots"})
+    assert refused(read, client, max_bytes=64).message.startswith("body: more than 64 bytes")
+
+
+def test_the_413_names_the_limit_the_caller_applies():
+    error = refused(read, Client([b"x" * 65]), max_bytes=64, limit="DECISION_MAX_JSONLINES_BYTES")
+    assert error.message == "body: more than 64 bytes (DECISION_MAX_JSONLINES_BYTES)"
+    declared = Client([b"x" * 65], headers={"Content-Length": "65"})
+    error = refused(read, declared, max_bytes=64, limit="DECISION_MAX_JSONLINES_BYTES")
+    assert error.message.endswith("(DECISION_MAX_JSONLINES_BYTES)")
+
+
+def test_a_body_that_stops_arriving_is_a_408_naming_the_setting():
+    error = refused(read, Client([b"{"], then="stall"), timeout_s=0.05)
+    assert (error.status, error.field, error.error_type) == (408, "body", "body_timeout")
+    assert error.message == "body: not received within 0.05 s (DECISION_BODY_TIMEOUT_S)"
+
+
+def test_a_json_body_that_stops_arriving_is_a_408_too():
+    error = refused(read_as_json, Client([b'{"a": '], then="stall"), timeout_s=0.05)
+    assert (error.status, error.error_type) == (408, "body_timeout")
+    assert read_as_json(Client([b"[1,", b" 2]"]), max_bytes=6) == [1, 2]
+    assert refused(read_as_json, Client([b"[1, 22]"]), max_bytes=6).status == 413
+
+
+def test_a_client_that_leaves_mid_body_is_a_400_not_a_crash():
+    error = refused(read, Client([b"{"], then="disconnect"))
+    assert (error.status, error.field, error.error_type) == (400, "body", "client_disconnected")
+    assert error.message == "body: the client disconnected before sending it all"
+
+
+# --- content type and empty bodies -----------------------------------------------------
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "application/json",
+        "Application/JSON; charset=utf-8",
+        " text/json ",
+        "application/jsonlines",
+    ],
+)
+def test_json_content_types_are_read(content_type):
+    headers = {"Content-Type": content_type} if content_type else {}
+    assert read_as_json(Client([b'{"a": [1, "\xc3\xa9"]}'], headers=headers)) == {"a": [1, "é"]}
+
+
+def test_another_content_type_is_a_415_naming_it_before_reading():
+    client = Client([b"{}"], headers={"Content-Type": "Text/Plain; charset=utf-8"})
+    error = refused(read_as_json, client)
+    assert (error.status, error.field, error.error_type) == (
+        415,
+        "Content-Type",
+        "unsupported_media_type",
+    )
+    assert error.message == "Content-Type: expected application/json, got 'text/plain'"
+    assert client.reads == 0
+
+
+@pytest.mark.parametrize("body", [b"", b" \n\t "])
+def test_an_empty_body_is_a_400_asking_for_an_object(body):
+    error = refused(read_as_json, Client([body]))
+    assert (error.status, error.field, error.error_type) == (400, "body", "invalid_json")
+    assert error.message == "body: empty; send a JSON object"
+
+
+# --- strict JSON -----------------------------------------------------------------------
+def test_malformed_json_names_line_and_column():
+    error = refused(parse_json, b'{\n  "a": }')
+    assert (error.status, error.field, error.error_type) == (400, "body", "invalid_json")
+    assert error.message == "body: malformed JSON at line 2 column 8: Expecting value"
+
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        (b'{"a": NaN}', "body: NaN is not valid JSON"),
+        (b'{"a": [-Infinity]}', "body: -Infinity is not valid JSON"),
+        (b'{"a": 1, "b": {"c": 1, "c": 2}}', "body: duplicate key 'c'"),
+        (b"[" * 100_000 + b"]" * 100_000, "body: maximum recursion depth exceeded"),
+    ],
+)
+def test_what_json_loads_would_accept_silently_is_a_400(raw, message):
+    error = refused(parse_json, raw)
+    assert (error.status, error.field, error.error_type) == (400, "body", "invalid_json")
+    assert error.message.startswith(message)
+
+
+def test_a_lone_surrogate_is_refused_where_it_is():
+    error = refused(parse_json, b'{"a": {"b": ["ok", "x\\ud800"]}}')
+    assert (error.status, error.error_type) == (400, "invalid_json")
+    assert error.field == "a.b[1]" and error.location == ("a", "b", 1)
+    assert error.message == f"a.b[1]: {NOT_TEXT}"
+
+
+def test_a_lone_surrogate_at_the_top_and_in_raw_bytes_is_refused():
+    assert refused(parse_json, b'"\\udfff"').message == f"body: {NOT_TEXT}"
+    assert refused(parse_json, '["\udc80"]'.encode("utf-8", "surrogatepass")).field == "[0]"
+
+
+def test_a_key_with_a_lone_surrogate_is_shown_escaped():
+    error = refused(parse_json, b'{"a": [{"k\\ud800": 1}]}')
+    assert error.field == "a[0].k\\ud800" and error.location == ("a", 0, "k\\ud800")
+    assert error.message == f"a[0].k\\ud800: the key {NOT_TEXT}"
+
+
+def test_a_number_beyond_a_float_is_refused_where_it_is():
+    error = refused(parse_json, b'{"n": [1, 1e999]}')
+    assert error.field == "n[1]" and error.location == ("n", 1)
+    assert error.message == (
+        "n[1]: a number too large for a 64-bit float (it would be read as Infinity)"
+    )
+
+
+def test_real_text_and_numbers_anywhere_pass_unchanged():
+    raw = '{"é": ["\U0001f600 paired \\ud83d\\ude00", 1e308, -0.5, {"k": null}], "z": true}'
+    assert parse_json(raw.encode()) == {
+        "é": ["\U0001f600 paired \U0001f600", 1e308, -0.5, {"k": None}],
+        "z": True,
+    }
