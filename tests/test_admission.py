@@ -15,6 +15,9 @@ import pytest
 from decision_adapter import metrics
 from decision_adapter.admission import Busy, Loading, ModelRunner, ShuttingDown
 
+# Waits under a second must be met: runs in make test's serial part, alone on the machine.
+pytestmark = pytest.mark.serial
+
 SCENARIO_LIMIT_S = 10  # a scenario takes well under a second; a broken runner fails, not hangs
 GATES: list[Gate] = []
 
