@@ -129,6 +129,8 @@ def test_a_value_in_the_config_wins_over_the_derivation():
     assert settings.autoscaling.max_capacity == 4
     assert settings.autoscaling.invocations_per_instance == derived.invocations_per_instance
     assert settings.alarms.model_latency_p90_ms == 900
+    # snake_case names win as well as camelCase ones.
+    assert DecisionCpuEndpoint.model_validate({"max_queue": 0}).max_queue == 0
 
 
 def test_a_bench_file_without_a_queued_run_is_refused(tmp_path):
@@ -146,3 +148,51 @@ def test_the_gpu_endpoint_derives_from_its_file():
     assert settings.autoscaling.invocations_per_instance == math.floor(
         capacity.UTILISATION * figures["throughput_rps"] * 60
     )
+
+
+def _measured(throughput_rps: float, service_p95_ms: float) -> capacity.Measurement:
+    return capacity.Measurement(throughput_rps, service_p95_ms, measured=True, source="test")
+
+
+def test_the_wait_is_rounded_to_a_tenth_and_the_queue_is_what_the_rate_drains_in_it():
+    derived = capacity.derive(_measured(3.0, 212.0))
+    assert derived.admission_wait_s == 0.8  # 4 x 212 ms, to a tenth of a second
+    assert derived.max_queue == 3  # 3/s x 0.8 s, rounded up
+    assert derived.measurement == _measured(3.0, 212.0)  # what `python -m stacks.capacity` shows
+
+
+def test_the_latency_threshold_rounds_up_to_the_next_millisecond():
+    # (0.8 s + 0.2001 s) x 1.5 = 1500.15 ms
+    assert capacity.derive(_measured(5.0, 200.1)).model_latency_p90_ms == 1501
+
+
+def test_a_very_slow_instance_still_scales_at_one_invocation_per_minute():
+    assert capacity.derive(_measured(0.01, 200.0)).invocations_per_instance == 1
+
+
+def _bench(rows: list[dict], max_queue: int = 1) -> dict:
+    return {"concurrency": {"runs": [{"max_queue": max_queue, "rows": rows}]}}
+
+
+def _row(clients: int, rps: float, p95_ms: float = 300.0, errors: int = 0) -> dict:
+    return {
+        "clients": clients,
+        "answered": 10,
+        "errors": errors,
+        "throughput_rps": rps,
+        "latency": {"p95_ms": p95_ms},
+    }
+
+
+def test_a_bench_level_with_errors_does_not_count_and_any_queue_does():
+    rows = [_row(1, 2.0, 300.0), _row(2, 4.0, 500.0), _row(4, 100.0, errors=3)]
+    measured = capacity.Measurement.from_bench(_bench(rows, max_queue=1), source="b.json")
+    assert (measured.throughput_rps, measured.service_p95_ms) == (3.0, 300.0)
+    assert measured.source == "b.json"
+    with pytest.raises(ValueError, match="b.json: no queued concurrency run"):
+        capacity.Measurement.from_bench(_bench([_row(2, 4.0)]), source="b.json")
+
+
+def test_a_measurement_names_the_file_it_was_read_from(tmp_path):
+    assert capacity.Measurement.read(CPU).source == str(CPU)
+    assert capacity.Measurement.read(BENCH).source == str(BENCH)

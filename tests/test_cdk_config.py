@@ -393,6 +393,7 @@ HUB = {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
         ({**HUB, "repo": "unsloth/Qwen/GGUF"}, "repo", "Hugging Face repository id"),
         ({**HUB, "file": "Qwen3.5-4B-Q4_K_M.bin"}, "file", "GGUF file path"),
         ({**HUB, "file": "../Qwen3.5-4B-Q4_K_M.gguf"}, "file", "GGUF file path"),
+        ({**HUB, "file": "Q4/./Qwen3.5-4B-Q4_K_M.gguf"}, "file", "GGUF file path"),
         ({**HUB, "file": "/Qwen3.5-4B-Q4_K_M.gguf"}, "file", "GGUF file path"),
         ({"repo": HUB["repo"]}, "file", "Field required"),
     ],

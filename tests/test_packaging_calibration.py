@@ -52,6 +52,7 @@ def test_a_spec_puts_its_calibration_file_into_the_archive_with_its_checksum(tmp
     manifest = read_manifest(model_dir)
     entry = manifest.calibration_file
     assert entry is not None and entry.path == CALIBRATION_FILENAME
+    assert (entry.source.kind, entry.source.file) == ("local", str(profile))
     assert entry.sha256 == hashlib.sha256(profile.read_bytes()).hexdigest()
     assert (model_dir / CALIBRATION_FILENAME).read_bytes() == profile.read_bytes()
     # The adapter finds it beside the GGUF and serves its readout by default.
@@ -64,6 +65,14 @@ def test_a_calibration_file_that_differs_from_its_pin_is_refused(tmp_path, capsy
     spec, _ = _spec(tmp_path, pinned="0" * 64)
     assert main(["--spec", str(spec), "--output", str(tmp_path / "m.tar.gz")]) != 0
     assert "calibration.json" in capsys.readouterr().err
+    assert not (tmp_path / "m.tar.gz").exists()
+
+
+def test_a_spec_naming_a_missing_calibration_file_is_refused_naming_it(tmp_path, capsys):
+    spec, profile = _spec(tmp_path)
+    profile.unlink()
+    assert main(["--spec", str(spec), "--output", str(tmp_path / "m.tar.gz")]) != 0
+    assert f"calibration file not found: {profile}" in capsys.readouterr().err
     assert not (tmp_path / "m.tar.gz").exists()
 
 
