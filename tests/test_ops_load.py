@@ -224,3 +224,15 @@ def test_run_level_stops_every_client_at_a_failure_and_raises_it():
         run_level(send, 2, 10)
     # At most one call each: a client stops at its own failure and at the other's.
     assert 1 <= len(calls) <= 2
+
+
+def test_load_reports_a_sagemaker_refusal_as_it_came(runtime, body_file, capsys):
+    client, stubber = runtime
+    stubber.add_client_error(
+        "invoke_endpoint", "ValidationError", "Endpoint decisions not found.", 400
+    )
+    argv = ["load", "--endpoint", "decisions", str(body_file), "--clients", "1", "--requests", "1"]
+    assert run(argv, client, []) == 1
+    assert capsys.readouterr().err == (
+        "ops: error: SageMaker: ValidationError: Endpoint decisions not found.\n"
+    )
