@@ -133,7 +133,7 @@ def test_figures_from_known_timings():
     """Rates per instance, their median over the levels that answered, the one-client p95."""
     levels = [
         Level(1, elapsed_s=2.0, answered=[0.1] * 19 + [0.5]),
-        Level(1, elapsed_s=1.0, answered=[0.3]),
+        Level(1, elapsed_s=1.0, answered=[0.3004567]),
         Level(2, elapsed_s=1.0, answered=[0.2, 0.4, 0.3], refused=1),
         Level(4, elapsed_s=3.0, answered=[0.012] * 15 + [0.123456]),
         Level(8, elapsed_s=0.0, refused=5),
@@ -142,7 +142,7 @@ def test_figures_from_known_timings():
         "measured": True,
         "source": "python -m ops load --endpoint decisions (2 instance(s))",
         "throughput_rps": 2.083,  # median of 5.0, 0.5, 1.5, 2.667: the 8-client level is out
-        "service_p95_ms": 300.0,  # the slower of the two one-client levels
+        "service_p95_ms": 300.46,  # the slower of the two one-client levels
         "levels": [
             {
                 "clients": 1,
@@ -156,7 +156,7 @@ def test_figures_from_known_timings():
                 "answered": 1,
                 "refused_503": 0,
                 "throughput_rps_per_instance": 0.5,
-                "p95_ms": 300.0,
+                "p95_ms": 300.46,
             },
             {
                 "clients": 2,
