@@ -203,7 +203,9 @@ def test_run_level_times_each_answer_and_waits_each_refusals_hint():
         time.sleep(0.005)
 
     sleeps = []
+    before = time.perf_counter()
     level = run_level(send, 1, 5, sleep=sleeps.append)
+    assert level.elapsed_s <= time.perf_counter() - before
     assert (level.clients, len(level.answered), level.refused) == (1, 3, 2)
     assert sleeps == [2.5, 1.0]  # the hint, else a second
     assert all(0.005 <= seconds <= level.elapsed_s for seconds in level.answered)
