@@ -478,10 +478,14 @@ def test_submit_without_a_failure_location_waits_for_the_answer_alone(
     stubber.add_response(
         "invoke_endpoint_async", {"InferenceId": "abc", "OutputLocation": OUTPUT}, None
     )
-    put(s3, OUTPUT, b'{"text": "caf\xff"}  \n\n')
+    # The answer appears after the first look, which found neither it nor a failure object.
+    clock = Clock(lambda slept: put(s3, OUTPUT, b'{"text": "caf\xff"}  \n\n'))
     argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
     argv += ["--input-location", f"s3://{BUCKET}/async/input"]
-    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
+    code = main(
+        argv, clients=factory(s3=s3, sagemaker_runtime=client), sleep=clock.sleep, clock=clock
+    )
+    assert code == 0 and clock.slept == 1
     out = capsys.readouterr().out
     assert "FAILURE_LOCATION" not in out
     # Undecodable bytes are replaced, trailing newlines become one, nothing else is stripped.
