@@ -47,7 +47,10 @@ def http_stub(*answers: Answer) -> Iterator[HttpStub]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            stub.received.append(Received(self.command, self.path, self.headers, body))
+            # The path as sent: http.server folds a leading "//" into "/", other servers
+            # would not.
+            sent = self.requestline.split()[1]
+            stub.received.append(Received(self.command, sent, self.headers, body))
             status, headers, data = stub.next_answer()
             self.send_response(status)
             for name, value in headers.items():

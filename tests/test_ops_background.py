@@ -4,6 +4,9 @@ SageMaker and CloudFormation through botocore's Stubber (the exact requests)."""
 from __future__ import annotations
 
 import json
+import re
+import time
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -12,6 +15,7 @@ from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
 from moto import mock_aws
 
 from ops.cli import main
+from ops.s3_objects import S3Location, exists
 from tests.aws_stubs import stack_description, stubbed_client
 
 BUCKET = "artifacts-bucket"
@@ -178,16 +182,25 @@ def test_submit_finds_endpoint_and_input_location_in_the_stack_outputs(s3, runti
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--input-location", f"s3://{BUCKET}/x"], "no asynchronous endpoint: pass --endpoint"),
-        (["--endpoint", ENDPOINT], "no input location: pass --input-location"),
-        (["--endpoint", ENDPOINT, "--input-location", "bucket/x"], "is not an s3://"),
+        (
+            ["--input-location", f"s3://{BUCKET}/x"],
+            "no asynchronous endpoint: pass --endpoint or --stack, or set OPS_ASYNC_ENDPOINT_NAME",
+        ),
+        (
+            ["--endpoint", ENDPOINT],
+            "no input location: pass --input-location s3://BUCKET/PREFIX or --stack",
+        ),
+        (
+            ["--endpoint", ENDPOINT, "--input-location", "bucket/x"],
+            "--input-location: 'bucket/x' is not an s3://<bucket>/<key> location",
+        ),
     ],
 )
 def test_submit_usage_errors_say_what_is_missing(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.delenv("OPS_ASYNC_ENDPOINT_NAME", raising=False)
     monkeypatch.delenv("OPS_ENDPOINT_STACK", raising=False)
     assert main(["submit", request_file(tmp_path), *argv], clients=factory()) == 2
-    assert message in capsys.readouterr().err
+    assert capsys.readouterr().err == f"ops: error: {message}\n"
 
 
 def test_submit_refuses_a_body_that_is_not_json_naming_the_line(tmp_path, capsys):
@@ -380,9 +393,27 @@ def test_a_job_past_its_timeout_is_reported_with_how_to_stop_it(s3, sagemaker, c
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["x.jsonl", "--model", "m"], "no S3 location for the job"),
-        (["x.jsonl", "--location", "s3://bkt/p"], "no model: pass --model NAME or --endpoint NAME"),
-        (["x.csv", "--location", "s3://bkt/p", "--model", "m"], "a batch input is a JSON Lines"),
+        (
+            ["x.jsonl", "--model", "m"],
+            "no S3 location for the job: pass --location s3://BUCKET/PREFIX or set "
+            "OPS_BATCH_LOCATION",
+        ),
+        (
+            ["x.jsonl", "--location", "s3://bkt/p"],
+            "no model: pass --model NAME or --endpoint NAME, or set OPS_ENDPOINT_NAME",
+        ),
+        (
+            ["x.csv", "--location", "s3://bkt/p", "--model", "m"],
+            "x.csv: a batch input is a JSON Lines file (.jsonl or .jsonlines)",
+        ),
+        (
+            ["x.jsonl", "--location", "bkt/p", "--model", "m"],
+            "--location: 'bkt/p' is not an s3://<bucket>/<key> location",
+        ),
+        (
+            ["s3://Bkt/x.jsonl", "--location", "s3://bkt/p", "--model", "m"],
+            "input: 's3://Bkt/x.jsonl' is not an s3://<bucket>/<key> location",
+        ),
     ],
 )
 def test_batch_usage_errors_say_what_is_missing(capsys, monkeypatch, argv, message):
@@ -390,4 +421,272 @@ def test_batch_usage_errors_say_what_is_missing(capsys, monkeypatch, argv, messa
         monkeypatch.delenv(name, raising=False)
     clients = factory(s3=object(), sagemaker=object())
     assert main(["batch", *argv], clients=clients) == 2
-    assert message in capsys.readouterr().err
+    assert capsys.readouterr().err == f"ops: error: {message}\n"
+
+
+# --- defaults, environment, and the messages an operator reads ---------------------------------
+def test_submit_waits_an_hour_by_default_looking_every_five_seconds(s3, runtime, tmp_path, capsys):
+    client = queue_invoke(runtime)
+    clock = Clock()
+    # After the first poll, most of the hour passes at once (two polls, not 720, to a timeout).
+    clock.on_sleep = lambda slept: slept == 1 and setattr(clock, "now", clock.now + 3590)
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
+    argv += ["--input-location", f"s3://{BUCKET}/async/input"]
+    code = main(
+        argv, clients=factory(s3=s3, sagemaker_runtime=client), sleep=clock.sleep, clock=clock
+    )
+    assert code == 1
+    assert (clock.now, clock.slept) == (3600, 2)
+    assert capsys.readouterr().err == (
+        f"ops: error: no answer at {OUTPUT} after 3600s (the request may still run)\n"
+    )
+
+
+def test_submit_takes_endpoint_and_stack_from_the_environment(s3, runtime, tmp_path, monkeypatch):
+    client = queue_invoke(runtime)
+    monkeypatch.setenv("OPS_ASYNC_ENDPOINT_NAME", ENDPOINT)
+    monkeypatch.setenv("OPS_ENDPOINT_STACK", "Env-Stack")
+    with stubbed_client("cloudformation") as (cloudformation, stubber):
+        outputs = {"DecisionAsyncInputLocation": f"s3://{BUCKET}/from-stack/"}
+        stubber.add_response(
+            "describe_stacks", stack_description("Env-Stack", outputs), {"StackName": "Env-Stack"}
+        )
+        clients = factory(s3=s3, sagemaker_runtime=client, cloudformation=cloudformation)
+        assert main(["submit", request_file(tmp_path)], clients=clients) == 0
+    assert len(keys(s3, "from-stack/")) == 1
+
+
+def test_submit_names_a_stack_it_cannot_read_and_one_without_outputs(tmp_path, capsys):
+    message = "Stack with id Gone does not exist"
+    with stubbed_client("cloudformation") as (cloudformation, stubber):
+        stubber.add_client_error("describe_stacks", "ValidationError", message)
+        stubber.add_response("describe_stacks", stack_description("Bare"), {"StackName": "Bare"})
+        clients = factory(cloudformation=cloudformation)
+        assert main(["submit", request_file(tmp_path), "--stack", "Gone"], clients=clients) == 2
+        assert capsys.readouterr().err == (
+            "ops: error: cannot read the outputs of stack Gone: An error occurred "
+            f"(ValidationError) when calling the DescribeStacks operation: {message}\n"
+        )
+        assert main(["submit", request_file(tmp_path), "--stack", "Bare"], clients=clients) == 2
+        assert "no asynchronous endpoint" in capsys.readouterr().err
+
+
+def test_submit_without_a_failure_location_waits_for_the_answer_alone(
+    s3, runtime, tmp_path, capsys
+):
+    client, stubber = runtime
+    stubber.add_response(
+        "invoke_endpoint_async", {"InferenceId": "abc", "OutputLocation": OUTPUT}, None
+    )
+    # The answer appears after the first look, which found neither it nor a failure object.
+    clock = Clock(lambda slept: put(s3, OUTPUT, b'{"text": "caf\xff"}  \n\n'))
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
+    argv += ["--input-location", f"s3://{BUCKET}/async/input"]
+    code = main(
+        argv, clients=factory(s3=s3, sagemaker_runtime=client), sleep=clock.sleep, clock=clock
+    )
+    assert code == 0 and clock.slept == 1
+    out = capsys.readouterr().out
+    assert "FAILURE_LOCATION" not in out
+    # Undecodable bytes are replaced, trailing newlines become one, nothing else is stripped.
+    assert out.endswith(f"OUTPUT_LOCATION={OUTPUT}\n" + '{"text": "caf\ufffd"}  \n')
+
+
+def test_submit_says_how_many_bytes_it_wrote(s3, runtime, tmp_path, capsys):
+    client = queue_invoke(runtime)
+    put(s3, OUTPUT, b'{"result": 1}')
+    target = tmp_path / "answer.json"
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
+    argv += ["--input-location", f"s3://{BUCKET}/async/input", "--output", str(target)]
+    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
+    assert capsys.readouterr().err == f"wrote 13 bytes to {target}\n"
+
+
+def test_a_failure_object_that_is_not_utf8_is_still_reported(s3, runtime, tmp_path, capsys):
+    client = queue_invoke(runtime)
+    put(s3, FAILURE, b"bad byte \xff")
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
+    argv += ["--input-location", f"s3://{BUCKET}/async/input"]
+    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 1
+    assert capsys.readouterr().err.endswith(f"({FAILURE}): bad byte \ufffd\n")
+
+
+def test_submit_reports_s3_refusing_to_show_or_give_the_answer(runtime, tmp_path, capsys):
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
+    argv += ["--input-location", f"s3://{BUCKET}/async/input"]
+    head = {"Bucket": BUCKET, "Key": "async/output/abc.out"}
+    with stubbed_client("s3") as (s3, stubber):
+        for then in ("head", "get"):
+            client = queue_invoke(runtime)
+            stubber.add_response("put_object", {}, None)
+            if then == "head":
+                stubber.add_client_error("head_object", "403", "Forbidden", 403, None, head)
+            else:
+                stubber.add_response("head_object", {}, head)
+                stubber.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
+            assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 1
+        first, second = capsys.readouterr().err.splitlines()
+    assert first == (
+        f"ops: error: cannot look for {OUTPUT}: An error occurred (403) when calling the "
+        "HeadObject operation: Forbidden"
+    )
+    assert second == (
+        f"ops: error: cannot fetch {OUTPUT}: An error occurred (AccessDenied) when calling the "
+        "GetObject operation: Access Denied"
+    )
+
+
+@pytest.mark.parametrize("code", ["404", "NoSuchKey", "NotFound"])
+def test_an_answer_not_there_yet_is_each_way_s3_says_so(code):
+    location = S3Location.parse(OUTPUT)
+    with stubbed_client("s3") as (s3, stubber):
+        stubber.add_client_error("head_object", code, "not here", 404)
+        assert exists(s3, location) is False
+
+
+def test_s3_locations_join_names_under_a_prefix():
+    assert S3Location.parse(f"s3://{BUCKET}").key == ""
+    assert S3Location.parse(f"s3://{BUCKET}").child("a.jsonl").uri == f"s3://{BUCKET}/a.jsonl"
+    assert S3Location.parse(f"s3://{BUCKET}/").child("a").uri == f"s3://{BUCKET}/a"
+    assert S3Location.parse(f"s3://{BUCKET}/runX/").child("a").uri == f"s3://{BUCKET}/runX/a"
+
+
+def test_submit_reads_bodies_it_can_and_names_those_it_cannot(tmp_path, capsys):
+    argv = ["--endpoint", ENDPOINT, "--input-location", f"s3://{BUCKET}/x"]
+    missing = tmp_path / "missing.json"
+    assert main(["submit", str(missing), *argv], clients=factory()) == 2
+    assert capsys.readouterr().err == (
+        f"ops: error: cannot read {missing}: [Errno 2] No such file or directory: '{missing}'\n"
+    )
+    broken = request_file(tmp_path, "broken.json", "{oops")
+    assert main(["submit", broken, *argv], clients=factory()) == 2
+    assert capsys.readouterr().err == (
+        f"ops: error: {broken} is not JSON: Expecting property name enclosed in double quotes:"
+        " line 1 column 2 (char 1)\n"
+    )
+
+
+def test_a_json_body_may_span_lines(s3, runtime, tmp_path):
+    client = queue_invoke(runtime)
+    pretty = request_file(tmp_path, "pretty.json", json.dumps(DECISION, indent=2))
+    argv = ["submit", pretty, "--endpoint", ENDPOINT, "--input-location", f"s3://{BUCKET}/in"]
+    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
+
+
+def test_batch_waits_three_hours_by_default_looking_every_30_seconds(s3, sagemaker, capsys):
+    client, stubber = sagemaker
+    source = f"s3://{BUCKET}/data/day.jsonl"
+    queue_job(
+        stubber,
+        "job-6",
+        [("InProgress", {})] * 361,
+        transform_request("job-6", source, f"s3://{BUCKET}/batch/job-6/output"),
+    )
+    argv = ["batch", source, "--model", "decision-model-1", "--job-name", "job-6"]
+    argv += ["--location", f"s3://{BUCKET}/batch"]
+    clock = Clock()
+    code = main(argv, clients=factory(s3=s3, sagemaker=client), sleep=clock.sleep, clock=clock)
+    assert code == 1 and (clock.now, clock.slept) == (10800, 360)
+    assert "still InProgress after 10800s" in capsys.readouterr().err
+
+
+def test_batch_sends_counts_as_numbers_and_reports_each_step(s3, sagemaker, tmp_path, capsys):
+    client, stubber = sagemaker
+    prefix = f"s3://{BUCKET}/batch/job-7"
+    source = f"{prefix}/input/day.jsonl"
+    request = transform_request("job-7", source, f"{prefix}/output")
+    request["TransformResources"] = {"InstanceType": "ml.m5.xlarge", "InstanceCount": 2}
+    request["ModelClientConfig"]["InvocationsTimeoutInSeconds"] = 600
+    queue_job(stubber, "job-7", [("InProgress", {}), ("Completed", {})], request)
+    clock = Clock(lambda slept: put(s3, f"{prefix}/output/day.jsonl.out", b"answers\n"))
+    path = request_file(tmp_path, "day.jsonl", json.dumps(DECISION) + "\n")
+    argv = ["batch", path, "--model", "decision-model-1", "--job-name", "job-7"]
+    argv += ["--location", f"s3://{BUCKET}/batch", "--instance-type", "ml.m5.xlarge"]
+    argv += ["--instance-count", "2", "--invocation-timeout-seconds", "600"]
+    argv += ["--results", str(tmp_path / "out.jsonl")]
+    code = main(argv, clients=factory(s3=s3, sagemaker=client), sleep=clock.sleep, clock=clock)
+    assert code == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"uploaded {path} to {source}",
+        "started transform job job-7 on model decision-model-1",
+        "[     0s] InProgress",
+        "[    30s] Completed",
+    ]
+
+
+def queue_model_of_endpoint(stubber, endpoint):
+    stubber.add_response(
+        "describe_endpoint",
+        {
+            "EndpointName": endpoint,
+            "EndpointArn": f"arn:aws:sagemaker:eu-west-1:123456789012:endpoint/{endpoint}",
+            "EndpointConfigName": "config-1",
+            "EndpointStatus": "InService",
+            "CreationTime": "2026-01-01T00:00:00Z",
+            "LastModifiedTime": "2026-01-01T00:00:00Z",
+        },
+        {"EndpointName": endpoint},
+    )
+    stubber.add_response(
+        "describe_endpoint_config",
+        {
+            "EndpointConfigName": "config-1",
+            "EndpointConfigArn": "arn:aws:sagemaker:eu-west-1:123456789012:endpoint-config/c",
+            "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": "decision-model-1"}],
+            "CreationTime": "2026-01-01T00:00:00Z",
+        },
+        {"EndpointConfigName": "config-1"},
+    )
+
+
+@pytest.fixture
+def far_east(monkeypatch):
+    """Local time 14 hours ahead of UTC, so that a name taken from local time shows."""
+    monkeypatch.setenv("TZ", "Etc/GMT-14")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_batch_takes_location_and_endpoint_from_the_environment_and_names_the_job_in_utc(
+    s3, sagemaker, tmp_path, monkeypatch, capsys, far_east
+):
+    client, stubber = sagemaker
+    monkeypatch.setenv("OPS_BATCH_LOCATION", f"s3://{BUCKET}/env-batch")
+    monkeypatch.setenv("OPS_ENDPOINT_NAME", "decision-cpu")
+    queue_model_of_endpoint(stubber, "decision-cpu")
+    stubber.add_response("create_transform_job", {"TransformJobArn": "arn:x"}, None)
+    for status in ("InProgress", "Completed"):
+        stubber.add_response("describe_transform_job", job_status("j", status), None)
+
+    def answer(_):  # SageMaker writes next to the input the CLI uploaded under the job name
+        (key,) = keys(s3, "env-batch/")
+        put(s3, f"s3://{BUCKET}/{key.replace('/input/', '/output/')}.out", b"a\n")
+
+    clock = Clock(answer)
+    path = request_file(tmp_path, "day.jsonl", json.dumps(DECISION) + "\n")
+    argv = ["batch", path, "--results", str(tmp_path / "out.jsonl")]
+    code = main(argv, clients=factory(s3=s3, sagemaker=client), sleep=clock.sleep, clock=clock)
+    assert code == 0
+    location = capsys.readouterr().out.splitlines()[0]
+    match = re.fullmatch(
+        rf"RESULTS_LOCATION=s3://{BUCKET}/env-batch/(decisions-\d{{8}}-\d{{6}})/output/day.jsonl.out",
+        location,
+    )
+    assert match, location
+    named = datetime.strptime(match[1], "decisions-%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    assert abs((datetime.now(UTC) - named).total_seconds()) < 600
+
+
+def test_batch_reports_a_stopped_job_without_a_reason(s3, sagemaker, capsys):
+    client, stubber = sagemaker
+    source = f"s3://{BUCKET}/data/day.jsonl"
+    output = f"s3://{BUCKET}/batch/job-5/output"
+    queue_job(stubber, "job-5", [("Stopped", {})], transform_request("job-5", source, output))
+    argv = ["batch", source, "--model", "decision-model-1", "--job-name", "job-5"]
+    argv += ["--location", f"s3://{BUCKET}/batch"]
+    assert main(argv, clients=factory(s3=s3, sagemaker=client)) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "ops: error: transform job job-5 stopped: no reason given"
+    )

@@ -142,6 +142,8 @@ def test_parse_retry_after_http_date_against_the_real_clock():
         ('{"detail": {"error_type": "overloaded", "message": "m", "retry_after_s": 3}}', 3.0),
         ('{"error": {"message": "m", "retry_after_s": 4}}', 4.0),
         ('{"error": "busy", "retryable": true}', None),
+        ('{"retry_after_s": 0}', 0.0),
+        ('{"retry_after_s": 0.5}', 0.5),
         ('{"retry_after_s": -1}', None),
         ('{"retry_after_s": true}', None),
         ('{"retry_after_s": "2"}', None),

@@ -9,6 +9,7 @@ import pytest
 from botocore.stub import Stubber
 
 from ops.cli import main
+from ops.endpoint_status import render_status
 from tests.aws_stubs import stubbed_client
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -401,4 +402,69 @@ def test_the_real_adapters_start_up_line_is_what_status_shows(adapter, sagemaker
     assert shown == [
         "    started gpu/i-0abc at 1970-01-01T00:00:07+00:00: no GPU; 0/19 layers offloaded; "
         f"model {written['model']['name']}; libraries {libraries}"
+    ]
+
+
+def test_start_up_lines_across_pages_variants_and_odd_events(sagemaker, logs, capsys):
+    """A page without events, a JSON line that is not an object, two instances started in the
+    same millisecond, one of a variant the endpoint no longer has, one without libraries or
+    with two GPUs."""
+    client, stubber = sagemaker
+    logs_client, logs_stubber = logs
+    stub_pool_endpoint(stubber)
+    two_gpus = [
+        {"name": "NVIDIA L4", "memory_bytes": 2**34},
+        {"name": "NVIDIA L4", "memory_bytes": 2**34},
+    ]
+    bare = started("gpu/i-2", 5_000, gpus=two_gpus, llama_libraries=["libllama.so"])
+    old = json.loads(started("old/i-9", 5_000)["message"])
+    del old["llama_libraries"]
+    logs_stubber.add_response("filter_log_events", {"nextToken": "page-2"})
+    logs_stubber.add_response(
+        "filter_log_events",
+        {
+            "events": [
+                started("gpu/i-1", 5_000),
+                bare,
+                {"logStreamName": "old/i-9", "timestamp": 5_000, "message": json.dumps(old)},
+                {"logStreamName": "gpu/i-3", "timestamp": 6_000, "message": "[1, 2]"},
+            ]
+        },
+    )
+    assert main(["status", "--endpoint", "decisions"], clients=by_service(client, logs_client)) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("  variant gpu: 1/1 instances on ml.g6e.xlarge")
+    at_time = "at 1970-01-01T00:00:05+00:00"
+    assert out[at + 4 :] == [
+        f"    started gpu/i-1 {at_time}: NVIDIA L40S (46068 MiB); 37/37 layers offloaded; "
+        "model qwen3.5-4b-q4_k_m; libraries libllama.so, libggml-cuda.so",
+        f"    started gpu/i-2 {at_time}: NVIDIA L4 (16384 MiB), NVIDIA L4 (16384 MiB); "
+        "37/37 layers offloaded; model qwen3.5-4b-q4_k_m; libraries libllama.so",
+        "  start-up lines of other variants' instances:",
+        f"    started old/i-9 {at_time}: NVIDIA L40S (46068 MiB); 37/37 layers offloaded; "
+        "model qwen3.5-4b-q4_k_m; libraries none",
+    ]
+
+
+def test_status_rendered_without_start_up_facts_shows_the_variants_alone():
+    status = {
+        "endpoint": "decisions",
+        "status": "InService",
+        "endpoint_config": "config-1",
+        "variants": [
+            {
+                "variant": "gpu",
+                "current_instances": 1,
+                "desired_instances": 1,
+                "running_on": ["ml.g6e.xlarge"],
+                "pools": [],
+                "images": [],
+                "in_progress": [],
+            }
+        ],
+    }
+    assert render_status(status).splitlines() == [
+        "endpoint decisions: InService",
+        "  config config-1",
+        "  variant gpu: 1/1 instances on ml.g6e.xlarge",
     ]

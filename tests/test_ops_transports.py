@@ -2,6 +2,7 @@
 local server that records what arrived."""
 
 import io
+import json
 import socket
 
 import pytest
@@ -128,6 +129,14 @@ def test_http_503_is_retryable_with_retry_after():
         with pytest.raises(Retryable) as refused:
             HttpTransport(server.url).send(b"{}")
     assert (str(refused.value), refused.value.retry_after) == ("HTTP 503", 5.0)
+
+
+def test_http_503_without_the_header_takes_retry_after_from_the_body():
+    body = json.dumps({"error": "busy", "retryable": True, "retry_after_s": 3}).encode()
+    with http_stub((503, {}, body)) as server:
+        with pytest.raises(Retryable) as refused:
+            HttpTransport(server.url).send(b"{}")
+    assert refused.value.retry_after == 3.0
 
 
 def test_http_4xx_is_final_with_status_and_body_text():
