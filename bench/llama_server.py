@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher import free_port, stop, wait_until_healthy
+from launcher import RunningServer, free_port, stop, wait_until_healthy
 
 READY_TIMEOUT_S = 120
 
@@ -48,14 +48,7 @@ class ServerSettings:
         ]
 
 
-@dataclass
-class LlamaServer:
-    url: str
-    process: subprocess.Popen
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+LlamaServer = RunningServer
 
 
 def cpu_features(text: str) -> str | None:

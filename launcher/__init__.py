@@ -25,7 +25,9 @@ def free_port() -> int:
 
 
 @dataclass
-class Adapter:
+class RunningServer:
+    """A server process started here, at `url`, writing to `log_path`."""
+
     url: str
     process: subprocess.Popen
     log_path: Path
@@ -33,6 +35,8 @@ class Adapter:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+
+class Adapter(RunningServer):
     def stats(self, **headers: str) -> dict:
         return httpx.get(f"{self.url}/stats", headers=headers, timeout=10).json()
 

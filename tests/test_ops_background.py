@@ -353,37 +353,31 @@ def test_batch_runs_an_s3_file_on_the_model_an_endpoint_serves(
     assert keys(s3, "batch/job-2/input") == []  # nothing uploaded
 
 
-def test_a_failed_job_reports_its_failure_reason(s3, sagemaker, tmp_path, capsys):
+def batch_over_s3(s3, sagemaker, job, statuses, *options):
+    """`ops batch` of an S3 file on a model, its job going through `statuses`; (exit, clock)."""
     client, stubber = sagemaker
     source = f"s3://{BUCKET}/data/day.jsonl"
-    reason = "ClientError: See job logs. Access denied to s3://artifacts-bucket/data/day.jsonl"
     queue_job(
-        stubber,
-        "job-3",
-        [("InProgress", {}), ("Failed", {"FailureReason": reason})],
-        transform_request("job-3", source, f"s3://{BUCKET}/batch/job-3/output"),
+        stubber, job, statuses, transform_request(job, source, f"s3://{BUCKET}/batch/{job}/output")
     )
-    argv = ["batch", source, "--model", "decision-model-1", "--job-name", "job-3"]
-    argv += ["--location", f"s3://{BUCKET}/batch"]
+    argv = ["batch", source, "--model", "decision-model-1", "--job-name", job]
+    argv += ["--location", f"s3://{BUCKET}/batch", *options]
     clock = Clock()
     code = main(argv, clients=factory(s3=s3, sagemaker=client), sleep=clock.sleep, clock=clock)
+    return code, clock
+
+
+def test_a_failed_job_reports_its_failure_reason(s3, sagemaker, capsys):
+    reason = "ClientError: See job logs. Access denied to s3://artifacts-bucket/data/day.jsonl"
+    statuses = [("InProgress", {}), ("Failed", {"FailureReason": reason})]
+    code, _ = batch_over_s3(s3, sagemaker, "job-3", statuses)
     assert code == 1
     assert f"ops: error: transform job job-3 failed: {reason}" in capsys.readouterr().err
 
 
 def test_a_job_past_its_timeout_is_reported_with_how_to_stop_it(s3, sagemaker, capsys):
-    client, stubber = sagemaker
-    source = f"s3://{BUCKET}/data/day.jsonl"
-    queue_job(
-        stubber,
-        "job-4",
-        [("InProgress", {})] * 3,
-        transform_request("job-4", source, f"s3://{BUCKET}/batch/job-4/output"),
-    )
-    argv = ["batch", source, "--model", "decision-model-1", "--job-name", "job-4"]
-    argv += ["--location", f"s3://{BUCKET}/batch", "--timeout-minutes", "1"]
-    clock = Clock()
-    code = main(argv, clients=factory(s3=s3, sagemaker=client), sleep=clock.sleep, clock=clock)
+    statuses = [("InProgress", {})] * 3
+    code, _ = batch_over_s3(s3, sagemaker, "job-4", statuses, "--timeout-minutes", "1")
     assert code == 1
     err = capsys.readouterr().err
     assert "transform job job-4 still InProgress after 60s" in err
@@ -574,18 +568,7 @@ def test_a_json_body_may_span_lines(s3, runtime, tmp_path):
 
 
 def test_batch_waits_three_hours_by_default_looking_every_30_seconds(s3, sagemaker, capsys):
-    client, stubber = sagemaker
-    source = f"s3://{BUCKET}/data/day.jsonl"
-    queue_job(
-        stubber,
-        "job-6",
-        [("InProgress", {})] * 361,
-        transform_request("job-6", source, f"s3://{BUCKET}/batch/job-6/output"),
-    )
-    argv = ["batch", source, "--model", "decision-model-1", "--job-name", "job-6"]
-    argv += ["--location", f"s3://{BUCKET}/batch"]
-    clock = Clock()
-    code = main(argv, clients=factory(s3=s3, sagemaker=client), sleep=clock.sleep, clock=clock)
+    code, clock = batch_over_s3(s3, sagemaker, "job-6", [("InProgress", {})] * 361)
     assert code == 1 and (clock.now, clock.slept) == (10800, 360)
     assert "still InProgress after 10800s" in capsys.readouterr().err
 
@@ -680,13 +663,8 @@ def test_batch_takes_location_and_endpoint_from_the_environment_and_names_the_jo
 
 
 def test_batch_reports_a_stopped_job_without_a_reason(s3, sagemaker, capsys):
-    client, stubber = sagemaker
-    source = f"s3://{BUCKET}/data/day.jsonl"
-    output = f"s3://{BUCKET}/batch/job-5/output"
-    queue_job(stubber, "job-5", [("Stopped", {})], transform_request("job-5", source, output))
-    argv = ["batch", source, "--model", "decision-model-1", "--job-name", "job-5"]
-    argv += ["--location", f"s3://{BUCKET}/batch"]
-    assert main(argv, clients=factory(s3=s3, sagemaker=client)) == 1
+    code, _ = batch_over_s3(s3, sagemaker, "job-5", [("Stopped", {})])
+    assert code == 1
     assert capsys.readouterr().err.splitlines()[-1] == (
         "ops: error: transform job job-5 stopped: no reason given"
     )
