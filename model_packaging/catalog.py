@@ -41,7 +41,7 @@ GEMMA3_270M = parse_spec(
         # The readout and temperature `bench.evaluate --choose-readout` chose for this GGUF.
         "calibration": {
             "path": "profiles/gemma3-270m.json",
-            "sha256": "c4f10faf52df321436e0567facd9b792047cceb2a0ce6f0f517a8a022722d564",
+            "sha256": "54df050ce9b5149d388d283e13877aea3e4a4650c6a30ec3ad25b0e8bac7b9c1",
         },
     },
     origin="catalog:gemma3-270m",
