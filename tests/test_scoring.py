@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from decision_adapter.contract import Question
@@ -115,6 +117,27 @@ def test_multi_token_labels_score_the_whole_label(engine, renderer):
     reference_p /= reference_p.sum()
     np.testing.assert_allclose(result.probabilities(), reference_p, atol=0.01)
     assert np.argmax(result.probabilities()) == np.argmax(reference_p)
+
+
+def test_reading_many_long_options_keeps_numbers_not_logit_rows(engine, renderer):
+    """62 options of several tokens each: hundreds of positions whose next-token
+    log-probability is read. A kept row of logits is n_vocab floats (1 MiB here): keeping the
+    rows held 870 MiB for this question (a question of long options within the request budget:
+    GiBs); reading each row while llama.cpp holds it keeps the Python side to a few MiB."""
+    options = [f"opt{i}" for i in range(62)]
+    described = [" ".join(f"w{(i * 7 + j) % 50}" for j in range(4)) for i in range(62)]
+    question = Question("Which option?", options, described, readout="option_text_desc")
+    plan = build_plan(renderer, STATE, [question])
+    rows = sum(len(c) - 1 for c in plan.questions[0].readings[0].continuations)
+    assert rows > 300
+    tracemalloc.start()
+    try:
+        (result,), _ = score(engine, plan)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak >> 20} MiB for {rows} rows"
+    assert np.isfinite(result.option_log_probs).all()
 
 
 @pytest.mark.parametrize("control", ["<end_of_turn>", "<start_of_turn>", "<bos>", "<eos>"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,18 @@ class Branch:
     tokens: Sequence[int]
     parent: int | None
     logit_positions: Sequence[int]
+
+
+# What a caller keeps of one position's logits, read while llama.cpp still holds them: a full
+# row is n_vocab floats (1 MiB on Gemma's 262k vocabulary), and a question's branches may want
+# thousands of rows, so a caller that needs a few numbers per row should not keep the rows.
+# Arguments: the branch's index (decode_branches; 0 in decode_sequence), the position in its
+# tokens, and a view of the logits that is valid only during the call.
+LogitsReader = Callable[[int, int, np.ndarray], object]
+
+
+def copy_logits(branch: int, position: int, logits: np.ndarray) -> np.ndarray:
+    return logits.copy()
 
 
 @dataclass
@@ -253,37 +265,46 @@ class Engine:
             raise EngineError(f"llama_decode failed with status {status} for {len(entries)} tokens")
 
     def _logits(self, batch_index: int) -> np.ndarray:
+        """A view of llama.cpp's logits for one output of the last batch (valid until the next)."""
         pointer = llama_cpp.llama_get_logits_ith(self.ctx, batch_index)
-        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
+        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
 
     def decode_sequence(
-        self, seq_id: int, tokens: Sequence[int], start: int, logit_positions: Sequence[int] = ()
-    ) -> dict[int, np.ndarray]:
-        """Append `tokens` to one sequence at `start`, in fixed chunks of n_batch tokens.
+        self,
+        seq_id: int,
+        tokens: Sequence[int],
+        start: int,
+        logit_positions: Sequence[int] = (),
+        read: LogitsReader = copy_logits,
+        branch: int = 0,
+    ) -> dict[int, object]:
+        """Append `tokens` to one sequence at `start`, in fixed chunks of n_batch tokens; what
+        `read` returns for each of `logit_positions`, by position.
 
         The chunking depends only on the tokens, so the same prefix always gives the same state.
         """
         wanted = set(logit_positions)
-        logits: dict[int, np.ndarray] = {}
+        results: dict[int, object] = {}
         for chunk_start in range(0, len(tokens), self.n_batch):
             chunk = range(chunk_start, min(chunk_start + self.n_batch, len(tokens)))
             self._decode([(tokens[i], start + i, seq_id, i in wanted) for i in chunk])
             for batch_index, i in enumerate(chunk):
                 if i in wanted:
-                    logits[i] = self._logits(batch_index)
-        return logits
+                    results[i] = read(branch, i, self._logits(batch_index))
+        return results
 
     def decode_branches(
-        self, branches: Sequence[Branch], first_seq_id: int
-    ) -> list[dict[int, np.ndarray]]:
-        """Decode each branch on its own sequence (first_seq_id, first_seq_id + 1, ...).
+        self, branches: Sequence[Branch], first_seq_id: int, read: LogitsReader = copy_logits
+    ) -> list[dict[int, object]]:
+        """Decode each branch on its own sequence (first_seq_id, first_seq_id + 1, ...); per
+        branch, what `read` returns for each of its logit positions, by position.
 
         Branches that fit go into one batch together; a branch never straddles two batches
         unless it alone exceeds n_batch, so each branch's numbers do not depend on the others.
         """
         if first_seq_id + len(branches) > self.n_seq_max:
             raise EngineError("more branches than sequences in the context")
-        results: list[dict[int, np.ndarray]] = [{} for _ in branches]
+        results: list[dict[int, object]] = [{} for _ in branches]
         pending: list[tuple[int, Branch, int]] = []  # (branch index, branch, start position)
         for index, branch in enumerate(branches):
             seq_id = first_seq_id + index
@@ -297,21 +318,21 @@ class Engine:
         group_tokens = 0
         for item in pending + [None]:  # None flushes the last group
             if item is None or group_tokens + len(item[1].tokens) > self.n_batch:
-                self._decode_group(group, first_seq_id, results)
+                self._decode_group(group, first_seq_id, results, read)
                 group, group_tokens = [], 0
             if item is None:
                 break
             index, branch, start = item
             if len(branch.tokens) > self.n_batch:
                 results[index] = self.decode_sequence(
-                    first_seq_id + index, branch.tokens, start, branch.logit_positions
+                    first_seq_id + index, branch.tokens, start, branch.logit_positions, read, index
                 )
             else:
                 group.append(item)
                 group_tokens += len(branch.tokens)
         return results
 
-    def _decode_group(self, group, first_seq_id, results) -> None:
+    def _decode_group(self, group, first_seq_id, results, read: LogitsReader) -> None:
         if not group:
             return
         entries: list[tuple[int, int, int, bool]] = []
@@ -324,7 +345,7 @@ class Engine:
                 entries.append((token, start + i, first_seq_id + index, i in wanted))
         self._decode(entries)
         for batch_index, index, position in wanted_at:
-            results[index][position] = self._logits(batch_index)
+            results[index][position] = read(index, position, self._logits(batch_index))
 
     # --- stopping at shutdown ----------------------------------------------------------
     def _install_interrupt(self) -> None:

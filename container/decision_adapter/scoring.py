@@ -335,11 +335,16 @@ def _add_branch_log_probs(
             )
             for i in chunk
         ]
-        branch_logits = engine.decode_branches(branches, first_seq_id=first_free)
-        for option, logits in zip(chunk, branch_logits):
-            tokens = continuations[option]
-            for position, token in enumerate(tokens[1:]):
-                log_probs[option] += _log_softmax(logits[position], [token])[0]
+
+        def next_token_log_prob(branch: int, position: int, logits: np.ndarray) -> float:
+            # One number per row, read while llama.cpp holds the row: kept rows would cost
+            # 1 MiB each, GiBs for a question of long options.
+            return _log_softmax(logits, [continuations[chunk[branch]][position + 1]])[0]
+
+        read = engine.decode_branches(branches, first_seq_id=first_free, read=next_token_log_prob)
+        for option, by_position in zip(chunk, read):
+            for position in range(len(continuations[option]) - 1):
+                log_probs[option] += by_position[position]
         for offset in range(len(chunk)):
             engine.drop_sequence(first_free + offset)
 
