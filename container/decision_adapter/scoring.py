@@ -341,8 +341,10 @@ def _add_branch_log_probs(
             # 1 MiB each, GiBs for a question of long options.
             return _log_softmax(logits, [continuations[chunk[branch]][position + 1]])[0]
 
-        read = engine.decode_branches(branches, first_seq_id=first_free, read=next_token_log_prob)
-        for option, by_position in zip(chunk, read):
+        per_branch = engine.decode_branches(
+            branches, first_seq_id=first_free, read=next_token_log_prob
+        )
+        for option, by_position in zip(chunk, per_branch):
             for position in range(len(continuations[option]) - 1):
                 log_probs[option] += by_position[position]
         for offset in range(len(chunk)):
