@@ -65,6 +65,14 @@ def request(runner: ModelRunner, job, *args) -> asyncio.Task:
     return asyncio.create_task(handle(), context=contextvars.Context())
 
 
+async def hold_the_slot(runner: ModelRunner) -> tuple[Gate, asyncio.Task]:
+    """A request whose job is on the model thread until its gate opens."""
+    gate = Gate()
+    running = request(runner, gate)
+    await until(gate.entered.is_set)
+    return gate, running
+
+
 def scenario(coroutine_function, **runner_args):
     """Run `coroutine_function(runner)` on a fresh loop and runner; close the runner after."""
 
@@ -138,9 +146,7 @@ def test_one_job_at_a_time_and_the_slot_passes_to_the_oldest_waiter():
 
 def test_a_full_queue_is_refused_at_once_with_the_retry_after():
     async def body(runner):
-        gate = Gate()
-        running = request(runner, gate)
-        await until(gate.entered.is_set)
+        gate, running = await hold_the_slot(runner)
         late = request(runner, lambda: "never")
         # Refused before the job ends: no grace unless one is configured.
         await until(lambda: late.done() or runner.waiting)
@@ -159,9 +165,7 @@ def test_a_full_queue_is_refused_at_once_with_the_retry_after():
 
 def test_a_waiter_whose_wait_runs_out_gets_a_503_and_leaves_the_line():
     async def body(runner):
-        gate = Gate()
-        running = request(runner, gate)
-        await until(gate.entered.is_set)
+        gate, running = await hold_the_slot(runner)
         expired, outcome = await request(runner, lambda: "never")
         assert runner.waiting == 0
         assert isinstance((await request(runner, lambda: "never"))[0], Busy)
@@ -181,9 +185,7 @@ def test_a_waiter_whose_wait_runs_out_gets_a_503_and_leaves_the_line():
 
 def test_no_wait_configured_means_the_queue_cannot_hold_anyone():
     async def body(runner):
-        gate = Gate()
-        running = request(runner, gate)
-        await until(gate.entered.is_set)
+        gate, running = await hold_the_slot(runner)
         refused, _ = await request(runner, lambda: "never")
         gate.open()
         await running
@@ -198,9 +200,7 @@ def test_the_slot_grace_admits_one_request_when_the_queue_is_full():
     async def body(runner):
         graced = []
         for turn in range(2):  # once used and over, the grace is there for the next one
-            gate = Gate()
-            running = request(runner, gate)
-            await until(gate.entered.is_set)
+            gate, running = await hold_the_slot(runner)
             in_grace = request(runner, lambda t=turn: f"graced {t}")
             await until(lambda: runner.waiting == 1)
             late = request(runner, lambda: "never")  # the grace is taken: refused at once
@@ -220,9 +220,7 @@ def test_the_slot_grace_admits_one_request_when_the_queue_is_full():
 
 def test_a_grace_that_runs_out_is_a_queue_full_503():
     async def body(runner):
-        gate = Gate()
-        running = request(runner, gate)
-        await until(gate.entered.is_set)
+        gate, running = await hold_the_slot(runner)
         refused, outcome = await request(runner, lambda: "never")
         gate.open()
         await running
@@ -236,9 +234,7 @@ def test_a_grace_that_runs_out_is_a_queue_full_503():
 
 def test_a_request_in_its_grace_does_not_take_a_queue_place():
     async def body(runner):
-        gate = Gate()
-        running = request(runner, gate)
-        await until(gate.entered.is_set)
+        gate, running = await hold_the_slot(runner)
         queued = request(runner, lambda: "queued")
         await until(lambda: runner.waiting == 1)
         graced = request(runner, lambda: "graced")  # the queue (1) is full: it takes the grace
@@ -265,9 +261,7 @@ def test_a_request_in_its_grace_does_not_take_a_queue_place():
 @pytest.mark.parametrize("queue,grace", [(1, 0.0), (0, 0.9)])
 def test_a_wait_or_grace_under_a_second_still_gets_a_slot_freed_in_time(queue, grace):
     async def body(runner):
-        gate = Gate()
-        running = request(runner, gate)
-        await until(gate.entered.is_set)
+        gate, running = await hold_the_slot(runner)
         waiting = request(runner, lambda: "served")
         await until(lambda: runner.waiting == 1)
         gate.open()
@@ -281,9 +275,7 @@ def test_a_wait_or_grace_under_a_second_still_gets_a_slot_freed_in_time(queue, g
 
 def test_a_waiter_cancelled_as_the_slot_reaches_it_passes_the_slot_on():
     async def body(runner):
-        gate = Gate()
-        running = request(runner, gate)
-        await until(gate.entered.is_set)
+        gate, running = await hold_the_slot(runner)
         leaving = request(runner, ran.append, "leaving")
         await until(lambda: runner.waiting == 1)
         staying = request(runner, lambda: "served")
@@ -439,9 +431,7 @@ def test_a_stream_refused_for_a_busy_model_and_a_failing_one_raise_to_the_reader
         raise ValueError("tokenizer broke")
 
     async def body(runner):
-        gate = Gate()
-        running = request(runner, gate)
-        await until(gate.entered.is_set)
+        gate, running = await hold_the_slot(runner)
         with pytest.raises(Busy):
             await anext(runner.stream(lambda: iter(["x"])))
         gate.open()

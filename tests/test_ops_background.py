@@ -124,7 +124,7 @@ def test_submit_waits_for_the_answer_that_appears_and_prints_it(s3, runtime, tmp
     assert clock.slept == 2
 
 
-def test_submit_writes_the_answer_to_a_file(s3, runtime, tmp_path):
+def test_submit_writes_the_answer_to_a_file_and_says_how_many_bytes(s3, runtime, tmp_path, capsys):
     client = queue_invoke(runtime)
     put(s3, OUTPUT, b'{"result": 1}')
     target = tmp_path / "answer.json"
@@ -132,6 +132,7 @@ def test_submit_writes_the_answer_to_a_file(s3, runtime, tmp_path):
     argv += ["--input-location", f"s3://{BUCKET}/async/input", "--output", str(target)]
     assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
     assert target.read_bytes() == b'{"result": 1}'
+    assert capsys.readouterr().err == f"wrote 13 bytes to {target}\n"
 
 
 def test_submit_reports_the_failure_object_as_an_error(s3, runtime, tmp_path, capsys):
@@ -320,28 +321,7 @@ def test_batch_runs_an_s3_file_on_the_model_an_endpoint_serves(
 ):
     client, stubber = sagemaker
     monkeypatch.chdir(tmp_path)
-    stubber.add_response(
-        "describe_endpoint",
-        {
-            "EndpointName": "decision-cpu",
-            "EndpointArn": "arn:aws:sagemaker:eu-west-1:123456789012:endpoint/decision-cpu",
-            "EndpointConfigName": "config-1",
-            "EndpointStatus": "InService",
-            "CreationTime": "2026-01-01T00:00:00Z",
-            "LastModifiedTime": "2026-01-01T00:00:00Z",
-        },
-        {"EndpointName": "decision-cpu"},
-    )
-    stubber.add_response(
-        "describe_endpoint_config",
-        {
-            "EndpointConfigName": "config-1",
-            "EndpointConfigArn": "arn:aws:sagemaker:eu-west-1:123456789012:endpoint-config/c",
-            "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": "decision-model-1"}],
-            "CreationTime": "2026-01-01T00:00:00Z",
-        },
-        {"EndpointConfigName": "config-1"},
-    )
+    queue_model_of_endpoint(stubber, "decision-cpu")
     source = f"s3://{BUCKET}/data/day.jsonl"
     output = f"s3://{BUCKET}/batch/job-2/output"
     queue_job(stubber, "job-2", [("Completed", {})], transform_request("job-2", source, output))
@@ -484,16 +464,6 @@ def test_submit_without_a_failure_location_waits_for_the_answer_alone(
     assert "FAILURE_LOCATION" not in out
     # Undecodable bytes are replaced, trailing newlines become one, nothing else is stripped.
     assert out.endswith(f"OUTPUT_LOCATION={OUTPUT}\n" + '{"text": "caf\ufffd"}  \n')
-
-
-def test_submit_says_how_many_bytes_it_wrote(s3, runtime, tmp_path, capsys):
-    client = queue_invoke(runtime)
-    put(s3, OUTPUT, b'{"result": 1}')
-    target = tmp_path / "answer.json"
-    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
-    argv += ["--input-location", f"s3://{BUCKET}/async/input", "--output", str(target)]
-    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
-    assert capsys.readouterr().err == f"wrote 13 bytes to {target}\n"
 
 
 def test_a_failure_object_that_is_not_utf8_is_still_reported(s3, runtime, tmp_path, capsys):
