@@ -31,6 +31,9 @@ run: $(VENV)/.runtime
 
 # The suite runs in parallel, a test file per worker (pytest-xdist), except the tests that assert
 # on wall-clock time (marker `serial`), which run afterwards with the machine to themselves.
+# Bytecode caching on, whatever the shell says: without it each pytest process rewrites and
+# compiles the whole suite again (3 s each) and every adapter it starts compiles the adapter.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV)/.dev node_modules/.package-lock.json
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -52,17 +53,22 @@ def impatient_adapter(tmp_path_factory):
 def test_a_trickling_body_times_out_and_blocks_nobody(impatient_adapter):
     url = impatient_adapter.url
     payload = json.dumps(DECISION).encode()
+    opened = time.monotonic()
     connection = _raw_request(url, payload[:5], content_length=len(payload))
     reply = {}
 
     def trickle() -> None:
+        """A byte every 0.2 s until the server answers (35 bytes at most: 7 s, past its 2 s)."""
         for byte in payload[5:40]:
             try:
                 connection.sendall(bytes([byte]))
             except OSError:
                 break
-            time.sleep(0.2)
+            answered, _, _ = select.select([connection], [], [], 0.2)
+            if answered:
+                break
         reply["raw"] = connection.recv(4096)
+        reply["after_s"] = time.monotonic() - opened
 
     sender = threading.Thread(target=trickle)
     sender.start()
@@ -74,6 +80,7 @@ def test_a_trickling_body_times_out_and_blocks_nobody(impatient_adapter):
     status_line, _, rest = reply["raw"].partition(b"\r\n")
     assert b" 408 " in status_line
     assert b"DECISION_BODY_TIMEOUT_S" in rest
+    assert 2.0 <= reply["after_s"] < 5.0  # at the 2 s body deadline, long before the last byte
 
 
 def test_a_client_that_disconnects_does_not_hold_the_model(impatient_adapter):

@@ -49,11 +49,16 @@ def test_request_budget_is_capped_by_the_context():
         ("DECISION_N_GPU_LAYERS", "-2"),
         ("DECISION_LOG_LEVEL", "chatty"),
         ("DECISION_METRICS_ENDPOINT", "has spaces"),
+        ("DECISION_SLOT_GRACE_MS", "5001"),
     ],
 )
 def test_impossible_values_name_the_variable(name, value):
     with pytest.raises(SettingsError, match=name):
         Settings.from_environment({name: value})
+
+
+def test_the_slot_grace_may_be_at_most_5_s():
+    assert Settings.from_environment({"DECISION_SLOT_GRACE_MS": "5000"}).slot_grace_ms == 5000
 
 
 @pytest.mark.parametrize("memory_gib,expected_gib", [(8, 1), (16, 2), (32, 4), (128, 4)])

@@ -16,7 +16,7 @@ from tests.adapter_process import post_in_flight
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
 pytestmark = pytest.mark.serial
 
-GRACE_S = 2.0
+GRACE_S = 1.0
 # Tear-down after the last request ended (freeing the model, leaving Python) on a shared CI box.
 EXIT_SLACK_S = 0.5
 LONG_CHAT = {

@@ -197,9 +197,14 @@ class Engine:
         specials: list[bytes] = []
         exact = True
         longest = 1
+        # 262k tokens on Gemma: one buffer for every piece, so start-up does not pay for 262k.
+        buffer = ctypes.create_string_buffer(256)
         for token in range(self.n_vocab):
             text = llama_cpp.llama_vocab_get_text(self.vocab, token) or b""
-            longest = max(longest, len(text), len(self.piece(token, special=False)))
+            length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, 256, 0, False)
+            if length < 0:  # a piece longer than the buffer: its length, negated
+                length = -length
+            longest = max(longest, len(text), length)
             attributes = llama_cpp.llama_vocab_get_attr(self.vocab, token)
             if attributes & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and not attributes & control:
                 specials.append(text)
