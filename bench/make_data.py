@@ -1,4 +1,4 @@
-"""python -m bench.make_data: regenerate the labelled dev and test splits in bench/data.
+"""python -m bench.make_data: regenerate the labelled splits in bench/data.
 
 Both splits are System One lines (see bench/labelled.py) with one `category` per question:
 `<kind>.<question>`, the kind being one of routing, priority, policy (yes/no policy checks),
@@ -10,6 +10,8 @@ sys1bench does not cover, come from `agent_action_items` below, seeded the same 
   agent actions, seed 101.
 - test (never tuned on): the same generators with seed 202, plus three kinds of item the dev
   split never shows (support_tickets, log_triage, phishing_email), seed 202.
+- routing (never tuned on): the three ticket and log generators at seed 303, 110 items, so that
+  multi-option routing is measured on 110 questions rather than test's 26.
 
 The file header records every generator, version, seed and count, so `python -m
 bench.make_data --check` proves the committed files are what the recipe makes.
@@ -60,7 +62,11 @@ RECIPE: list[tuple[str, str, int, int, dict[str, Any]]] = [
     ("test", "log_triage", 202, 8, {}),
     ("test", "phishing_email", 202, 8, {}),
     ("test", "agent_action", 202, 16, {}),
+    ("routing", "log_triage", 303, 40, {}),
+    ("routing", "support_tickets", 303, 40, {}),
+    ("routing", "multilingual_tickets", 303, 30, {}),
 ]
+SPLITS = ("dev", "test", "routing")
 
 # --- agent actions: what a tool-using agent should do next --------------------------------
 AGENT_OPTIONS = {
@@ -202,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a file differs")
     args = parser.parse_args(argv)
     stale = []
-    for split in ("dev", "test"):
+    for split in SPLITS:
         path = DATA / f"readout_{split}.jsonl"
         text = build(split)
         if args.check:
