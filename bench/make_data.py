@@ -1,6 +1,6 @@
 """python -m bench.make_data: regenerate the labelled splits in bench/data.
 
-Both splits are System One lines (see bench/labelled.py) with one `category` per question:
+Every split holds System One lines (see bench/labelled.py) with one `category` per question:
 `<kind>.<question>`, the kind being one of routing, priority, policy (yes/no policy checks),
 extraction, agent_action, safety, sentiment, relevance. Most items come from sys1bench's
 seeded generators (pure functions of generator, version, seed and count); agent actions, which
