@@ -201,10 +201,7 @@ class Engine:
         buffer = ctypes.create_string_buffer(256)
         for token in range(self.n_vocab):
             text = llama_cpp.llama_vocab_get_text(self.vocab, token) or b""
-            length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, 256, 0, False)
-            if length < 0:  # a piece longer than the buffer: its length, negated
-                length = -length
-            longest = max(longest, len(text), length)
+            longest = max(longest, len(text), self._piece_into(buffer, token, special=False))
             attributes = llama_cpp.llama_vocab_get_attr(self.vocab, token)
             if attributes & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and not attributes & control:
                 specials.append(text)
@@ -214,11 +211,17 @@ class Engine:
 
     def piece(self, token: int, *, special: bool = True) -> bytes:
         buffer = ctypes.create_string_buffer(128)
-        length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, special)
-        if length < 0:
-            buffer = ctypes.create_string_buffer(-length)
-            length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, -length, 0, special)
+        length = self._piece_into(buffer, token, special=special)
+        if length > len(buffer):
+            buffer = ctypes.create_string_buffer(length)
+            self._piece_into(buffer, token, special=special)
         return buffer.raw[:length]
+
+    def _piece_into(self, buffer, token: int, *, special: bool) -> int:
+        """The piece's length in bytes; its bytes are in `buffer` when they fit (llama.cpp
+        returns the length it needs, negated, when they do not)."""
+        length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, special)
+        return -length if length < 0 else length
 
     def is_control(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_control(self.vocab, token))
