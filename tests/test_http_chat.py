@@ -76,6 +76,49 @@ def test_stop_strings_end_the_answer(client):
     assert stopped.choices[0].finish_reason == "stop"
 
 
+@pytest.mark.parametrize("seed", [0, 2**32 - 2])
+def test_a_seed_reproduces_a_sampled_answer(client, seed):
+    def sampled(seed: int) -> str:
+        return (
+            client.chat.completions.create(
+                model="gemma",
+                messages=[{"role": "user", "content": "Tell me a story."}],
+                max_tokens=12,
+                temperature=1.5,
+                seed=seed,
+                stop=["@@@"],
+            )
+            .choices[0]
+            .message.content
+        )
+
+    first = sampled(seed)
+    assert sampled(seed) == first
+    others = {sampled((seed + step) % (2**32 - 1)) for step in (1, 2, 3)}
+    assert others != {first}  # the seed is used: at this temperature other seeds differ
+
+
+def test_a_top_k_beyond_the_vocabulary_keeps_every_token(client):
+    def sampled(top_k: int) -> str:
+        return (
+            client.chat.completions.create(
+                model="gemma",
+                messages=[{"role": "user", "content": "Tell me a story."}],
+                max_tokens=12,
+                temperature=1.5,
+                seed=11,
+                stop=["@@@"],
+                extra_body={"top_k": top_k},
+            )
+            .choices[0]
+            .message.content
+        )
+
+    unrestricted = sampled(10**6)  # more than the 262,144 tokens there are
+    assert sampled(2**32 + 1) == unrestricted  # not wrapped into 32 bits: 1, greedy
+    assert sampled(1) != unrestricted
+
+
 def test_invocations_with_messages_is_chat(adapter):
     body = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}
     response = httpx.post(adapter.url + "/invocations", json=body, timeout=60)
@@ -99,6 +142,10 @@ def test_invocations_streams_server_sent_events(adapter):
         ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
         ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+        # llama.cpp would wrap these into 32 bits, or read the largest as "random".
+        ({"messages": [{"role": "user", "content": "hi"}], "seed": -1}, "seed"),
+        ({"messages": [{"role": "user", "content": "hi"}], "seed": 2**32 - 1}, "seed"),
+        ({"messages": [{"role": "user", "content": "hi"}], "seed": 2**32 + 5}, "seed"),
     ],
 )
 def test_bad_chat_requests_name_the_field(body, field):

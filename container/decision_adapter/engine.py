@@ -402,8 +402,10 @@ class Engine:
                 llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
             else:
                 if top_k > 0:
+                    # Any k from the vocabulary's size up keeps every token; a k past 32 bits
+                    # would reach llama.cpp wrapped (2**32 + 1 as 1, greedy).
                     llama_cpp.llama_sampler_chain_add(
-                        sampler, llama_cpp.llama_sampler_init_top_k(top_k)
+                        sampler, llama_cpp.llama_sampler_init_top_k(min(top_k, self.n_vocab))
                     )
                 llama_cpp.llama_sampler_chain_add(
                     sampler, llama_cpp.llama_sampler_init_top_p(top_p, 1)

@@ -84,7 +84,9 @@ class _ChatFields(BaseModel):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)
-    seed: int | None = None
+    # llama.cpp's sampler takes a 32-bit seed and reads its largest value as "pick one at
+    # random": a seed outside that range would be wrapped or ignored, not honoured.
+    seed: int | None = Field(None, ge=0, le=2**32 - 2)
     stop: StrictStr | list[StrictStr] | None = None
     stream: bool = False
     n: int = Field(1, ge=1, le=1, description="one choice only; n > 1 is refused")
