@@ -58,6 +58,44 @@ def test_invocations_picks_the_format_by_the_body_shape(client):
     assert chatted["choices"][0]["message"]["content"] == "".join(REPLY)
 
 
+@pytest.mark.parametrize(
+    "method,path,allow",
+    [
+        ("GET", "/invocations", {"POST"}),
+        ("PUT", "/ping", {"GET", "HEAD"}),  # Starlette answers HEAD wherever GET is routed
+        ("GET", "/v1/chat/completions", {"POST"}),
+    ],
+)
+def test_a_wrong_method_is_a_json_405_naming_the_allowed_ones(client, method, path, allow):
+    response = client.request(method, path)
+    assert response.status_code == 405
+    allowed = response.headers["allow"]
+    assert set(allowed.split(", ")) == allow
+    body = response.json()
+    assert body["field"] == "method" and body["error_type"] == "method_not_allowed"
+    assert body["error"] == f"method: {method} is not allowed on {path}; use {allowed}"
+
+
+def test_an_unknown_path_is_a_json_404_listing_the_routes(client):
+    response = client.get("/invocation")
+    assert response.status_code == 404
+    body = response.json()
+    assert body["field"] == "path" and body["error_type"] == "not_found"
+    assert body["error"].startswith("path: no route /invocation; the routes are ")
+    assert all(route.path in body["error"] for route in ROUTES)
+
+
+def test_a_wrong_method_on_system_one_is_in_its_shape(client):
+    response = client.get("/v1/systemone")
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert response.json() == {
+        "detail": {
+            "error_type": "method_not_allowed",
+            "message": "method: GET is not allowed on /v1/systemone; use POST",
+        }
+    }
+
+
 def test_a_body_of_no_known_shape_is_a_422_naming_the_shapes(client):
     for body in ({"something": "else"}, [1, 2, 3]):
         response = client.post("/invocations", json=body)

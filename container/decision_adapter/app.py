@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -258,6 +259,38 @@ ROUTES = [
 ]
 
 
+# The routes that answer in a format of their own answer a wrong method in it too.
+ROUTE_FORMATS: dict[str, WireFormat] = {
+    "/v1/chat/completions": openai_chat.FORMAT,
+    "/v1/systemone": systemone.FORMAT,
+    "/v1/models": systemone.FORMAT,
+}
+
+
+async def unrouted(request: Request, error: HTTPException) -> Response:
+    """No route (404) or a wrong method (405): the JSON error body every other refusal has,
+    naming what to change, in place of Starlette's plain text."""
+    wire_format = ROUTE_FORMATS.get(request.url.path, ADAPTER_ERRORS)
+    headers = error.headers
+    if error.status_code == 405:
+        allowed = (headers or {}).get("Allow", "")
+        status, body = wire_format.error_body(
+            405,
+            f"method: {request.method} is not allowed on {request.url.path}; use {allowed}",
+            error_type="method_not_allowed",
+            field="method",
+        )
+    else:
+        routes = ", ".join(sorted({route.path for route in ROUTES}))
+        status, body = wire_format.error_body(
+            error.status_code,
+            f"path: no route {request.url.path}; the routes are {routes}",
+            error_type="not_found",
+            field="path",
+        )
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 # --- application -----------------------------------------------------------------------
 def _load_failure(error: Exception) -> str:
     """One line: the expected failures say what is wrong; anything else says what it was."""
@@ -311,6 +344,7 @@ def create_app(
             Middleware(RequestLog, endpoint=settings.metrics_endpoint),
             Middleware(EchoCustomAttributes),
         ],
+        exception_handlers={404: unrouted, 405: unrouted},
         lifespan=lifespan,
     )
     # `/v1/models/` is a 404, not a redirect built from the client's Host header.
