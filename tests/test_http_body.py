@@ -134,6 +134,26 @@ def test_another_content_type_is_a_415_naming_it_before_reading():
     assert client.reads == 0
 
 
+@pytest.mark.parametrize("coding", ["gzip", "Deflate", "br, gzip"])
+def test_a_compressed_body_is_a_415_naming_its_encoding_before_reading(coding):
+    client = Client([b"\x1f\x8b"], headers={"Content-Encoding": coding})
+    error = refused(read_as_json, client)
+    assert (error.status, error.field, error.error_type) == (
+        415,
+        "Content-Encoding",
+        "unsupported_media_type",
+    )
+    assert error.message == (
+        f"Content-Encoding: {coding.lower()!r} is not supported; send the body uncompressed"
+    )
+    assert client.reads == 0
+
+
+@pytest.mark.parametrize("coding", ["identity", " Identity "])
+def test_the_identity_encoding_is_read(coding):
+    assert read_as_json(Client([b'{"a": 1}'], headers={"Content-Encoding": coding})) == {"a": 1}
+
+
 @pytest.mark.parametrize("body", [b"", b" \n\t "])
 def test_an_empty_body_is_a_400_asking_for_an_object(body):
     error = refused(read_as_json, Client([body]))

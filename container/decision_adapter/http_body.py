@@ -122,6 +122,14 @@ async def read_bytes(
     request: Request, max_bytes: int, timeout_s: float, limit: str = "DECISION_MAX_BODY_BYTES"
 ) -> bytes:
     """The whole body, refused past `max_bytes` (the setting `limit`) or `timeout_s`."""
+    coding = request.headers.get("content-encoding", "identity").strip().lower()
+    if coding not in ("", "identity"):  # compressed bytes would only fail as broken JSON
+        raise RequestError(
+            415,
+            f"Content-Encoding: {coding!r} is not supported; send the body uncompressed",
+            field="Content-Encoding",
+            error_type="unsupported_media_type",
+        )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise RequestError(
