@@ -142,6 +142,11 @@ def test_invocations_streams_server_sent_events(adapter):
         ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
         ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            | {"max_completion_tokens": 8},
+            "max_completion_tokens",
+        ),
         # llama.cpp would wrap these into 32 bits, or read the largest as "random".
         ({"messages": [{"role": "user", "content": "hi"}], "seed": -1}, "seed"),
         ({"messages": [{"role": "user", "content": "hi"}], "seed": 2**32 - 1}, "seed"),

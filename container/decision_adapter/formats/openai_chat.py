@@ -111,6 +111,15 @@ class _ChatFields(BaseModel):
             raise ValueError("not supported by this server; remove the field")
         return None
 
+    @field_validator("max_completion_tokens")
+    @classmethod
+    def _one_token_limit(cls, limit: int | None, info: ValidationInfo) -> int | None:
+        # The newer name wins, as in OpenAI's API; two different limits would lose one silently.
+        older = info.data.get("max_tokens")
+        if limit is not None and older is not None and older != limit:
+            raise ValueError(f"differs from max_tokens ({older}); send one of the two")
+        return limit
+
     @field_validator("top_logprobs")
     @classmethod
     def _top_logprobs_needs_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
