@@ -121,6 +121,14 @@ def test_blank_lines_answer_an_error_so_output_line_n_answers_input_line_n(clien
         assert got[number - 1]["error"] == f"line {number}: blank; send one JSON object per line"
 
 
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(client):
+    body = b"\xef\xbb\xbf" + jsonl(decision("a"), b"\xef\xbb\xbf" + jsonl(decision("b")))
+    got = answers(client.post("/invocations", content=body, headers=JSONL))
+    assert got[0]["result"]["id"] == "a"
+    # Inside the file it is content: that line is refused, not silently cleaned.
+    assert got[1]["status"] == 400 and got[1]["line"] == 2 and "BOM" in got[1]["error"]
+
+
 def test_invalid_utf8_is_a_400_naming_the_line_and_the_byte(client):
     body = jsonl(decision("a"), b'{"decision": "\xff"}\n', decision("b"))
     got = answers(client.post("/invocations", content=body, headers=JSONL))

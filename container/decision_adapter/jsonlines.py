@@ -10,6 +10,7 @@ body and the lines are scored one by one, so a batch is never interrupted by a 5
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ class Line:
 
 def split(raw: bytes, max_lines: int) -> list[bytes]:
     """Lines without their terminators ("\\n" or "\\r\\n"); the last line may lack one."""
+    # A byte-order mark starting the file marks its encoding, not its first line's content
+    # (a single JSON body may carry one too); Windows tools write it.
+    raw = raw.removeprefix(codecs.BOM_UTF8)
     count = raw.count(b"\n") + (0 if raw.endswith(b"\n") else 1)
     if count > max_lines:
         raise RequestError(
