@@ -76,47 +76,33 @@ def test_stop_strings_end_the_answer(client):
     assert stopped.choices[0].finish_reason == "stop"
 
 
+def sampled_story(client, *, seed: int, top_k: int = 0) -> str:
+    """A short answer sampled at a temperature where the seed and top_k show."""
+    completion = client.chat.completions.create(
+        model="gemma",
+        messages=[{"role": "user", "content": "Tell me a story."}],
+        max_tokens=12,
+        temperature=1.5,
+        seed=seed,
+        stop=["@@@"],
+        extra_body={"top_k": top_k},
+    )
+    return completion.choices[0].message.content
+
+
 @pytest.mark.parametrize("seed", [0, 2**32 - 2])
 def test_a_seed_reproduces_a_sampled_answer(client, seed):
-    def sampled(seed: int) -> str:
-        return (
-            client.chat.completions.create(
-                model="gemma",
-                messages=[{"role": "user", "content": "Tell me a story."}],
-                max_tokens=12,
-                temperature=1.5,
-                seed=seed,
-                stop=["@@@"],
-            )
-            .choices[0]
-            .message.content
-        )
-
-    first = sampled(seed)
-    assert sampled(seed) == first
-    others = {sampled((seed + step) % (2**32 - 1)) for step in (1, 2, 3)}
+    first = sampled_story(client, seed=seed)
+    assert sampled_story(client, seed=seed) == first
+    others = {sampled_story(client, seed=(seed + step) % (2**32 - 1)) for step in (1, 2, 3)}
     assert others != {first}  # the seed is used: at this temperature other seeds differ
 
 
 def test_a_top_k_beyond_the_vocabulary_keeps_every_token(client):
-    def sampled(top_k: int) -> str:
-        return (
-            client.chat.completions.create(
-                model="gemma",
-                messages=[{"role": "user", "content": "Tell me a story."}],
-                max_tokens=12,
-                temperature=1.5,
-                seed=11,
-                stop=["@@@"],
-                extra_body={"top_k": top_k},
-            )
-            .choices[0]
-            .message.content
-        )
-
-    unrestricted = sampled(10**6)  # more than the 262,144 tokens there are
-    assert sampled(2**32 + 1) == unrestricted  # not wrapped into 32 bits: 1, greedy
-    assert sampled(1) != unrestricted
+    unrestricted = sampled_story(client, seed=11, top_k=10**6)  # more than the 262,144 tokens
+    # Not wrapped into 32 bits (2**32 + 1 as 1, greedy).
+    assert sampled_story(client, seed=11, top_k=2**32 + 1) == unrestricted
+    assert sampled_story(client, seed=11, top_k=1) != unrestricted
 
 
 def test_invocations_with_messages_is_chat(adapter):
