@@ -168,6 +168,20 @@ GEMMA_CHAT_TEMPLATE = (
 )
 
 
+def test_a_chat_template_that_leaves_a_message_out_is_refused_naming_it(engine):
+    from decision_adapter.prompts import ChatTemplateError, PromptRenderer
+
+    drops_system = (
+        "{% for m in messages %}{% if m['role'] != 'system' %}<start_of_turn>{{ m['role'] }}\n"
+        "{{ m['content'] }}<end_of_turn>\n{% endif %}{% endfor %}<start_of_turn>model\n"
+    )
+    renderer = PromptRenderer(engine, template=drops_system)
+    user = {"role": "user", "content": "Name a colour."}
+    assert renderer.chat([user]).prefix[1].text == "Name a colour."
+    with pytest.raises(ChatTemplateError, match=r"leaves out messages\[1\] \(role 'system'\)"):
+        renderer.chat([user, {"role": "system", "content": "Answer in French."}])
+
+
 def test_a_chat_template_frames_user_text_that_stays_plain(engine):
     """With a chat template (Gemma's instruct format here), the template's own markers become
     control tokens while the same strings inside the state stay text."""

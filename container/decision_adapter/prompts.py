@@ -136,9 +136,12 @@ class PromptRenderer:
             [{"role": m["role"], "content": k} for m, k in zip(messages, markers)]
         )
         pieces: list[Piece] = []
-        for message, marker in zip(messages, markers):
-            if marker not in rendered:
-                continue  # the template leaves this message out (some drop system messages)
+        for number, (message, marker) in enumerate(zip(messages, markers)):
+            if marker not in rendered:  # some templates drop system messages: say so, not lose it
+                raise ChatTemplateError(
+                    f"it leaves out messages[{number}] (role {message['role']!r}) or moves it "
+                    "out of order; send its text in another message"
+                )
             before, _, rendered = rendered.partition(marker)
             pieces += [Piece(before, user=False), Piece(message["content"], user=True)]
         pieces.append(Piece(rendered, user=False))
