@@ -13,12 +13,12 @@ def headers(value: str) -> Headers:
 
 
 def test_key_value_pairs_separated_by_semicolons_or_commas():
-    assert custom_attributes(headers("format=systemone; trace_id=abc,opaque ,Mode = x=y")) == {
-        "format": "systemone",
-        "trace_id": "abc",
-        "mode": "x=y",
-    }
-    assert custom_attributes(Headers({})) == {}
+    assert custom_attributes(headers("format=systemone; trace_id=abc,opaque ,Mode = x=y")) == [
+        ("format", "systemone"),
+        ("trace_id", "abc"),
+        ("mode", "x=y"),
+    ]
+    assert custom_attributes(Headers({})) == []
 
 
 @pytest.mark.parametrize(
@@ -26,6 +26,7 @@ def test_key_value_pairs_separated_by_semicolons_or_commas():
     [
         ("format=SystemOne", "systemone"),
         ("format=chat", "chat"),
+        ("format=decision, FORMAT=Decision", "decision"),  # the same format twice
         ("accept_eula=true", None),
         ("", None),
     ],
@@ -38,3 +39,12 @@ def test_an_unknown_format_is_a_client_error():
     with pytest.raises(RequestError) as error:
         forced_format(headers("format=xml"), ("systemone", "decision", "chat"))
     assert error.value.status == 400 and error.value.error_type == "invalid_custom_attributes"
+
+
+def test_two_different_formats_are_a_client_error_naming_both():
+    with pytest.raises(RequestError) as error:
+        forced_format(headers("format=decision; trace=1, format=chat"), ("decision", "chat"))
+    assert error.value.status == 400 and error.value.error_type == "invalid_custom_attributes"
+    assert error.value.message == (
+        "X-Amzn-SageMaker-Custom-Attributes: format given as chat and decision; send one"
+    )

@@ -19,28 +19,36 @@ from .errors import RequestError
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 
 
-def custom_attributes(headers: Headers) -> dict[str, str]:
-    """`format=systemone; trace=abc` -> {"format": "systemone", "trace": "abc"}; `,` separates too.
-    Items without `=` are opaque values of the caller's own and are skipped."""
+def custom_attributes(headers: Headers) -> list[tuple[str, str]]:
+    """`format=systemone; trace=abc` -> [("format", "systemone"), ("trace", "abc")], in order;
+    `,` separates too. Items without `=` are opaque values of the caller's own and are skipped."""
     pairs = (item.partition("=") for item in re.split(r"[;,]", headers.get(CUSTOM_ATTRIBUTES, "")))
-    return {
-        key.strip().lower(): value.strip() for key, found, value in pairs if found and key.strip()
-    }
+    return [
+        (key.strip().lower(), value.strip()) for key, found, value in pairs if found and key.strip()
+    ]
 
 
 def forced_format(headers: Headers, names: Sequence[str]) -> str | None:
     """The `format=` attribute, one of the wire formats `names`, if the caller set one."""
-    wire_format = custom_attributes(headers).get("format")
-    if wire_format is None:
+    given = sorted({value.lower() for key, value in custom_attributes(headers) if key == "format"})
+    if not given:
         return None
-    if wire_format.lower() not in names:
+    if len(given) > 1:  # answering in one of them would drop the other unannounced
         raise RequestError(
             400,
-            f"{CUSTOM_ATTRIBUTES}: format={wire_format!r}, " f"expected one of {', '.join(names)}",
+            f"{CUSTOM_ATTRIBUTES}: format given as {' and '.join(given)}; send one",
             field=CUSTOM_ATTRIBUTES,
             error_type="invalid_custom_attributes",
         )
-    return wire_format.lower()
+    (wire_format,) = given
+    if wire_format not in names:
+        raise RequestError(
+            400,
+            f"{CUSTOM_ATTRIBUTES}: format={wire_format!r}, expected one of {', '.join(names)}",
+            field=CUSTOM_ATTRIBUTES,
+            error_type="invalid_custom_attributes",
+        )
+    return wire_format
 
 
 class EchoCustomAttributes:
