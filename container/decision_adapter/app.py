@@ -270,21 +270,23 @@ ROUTE_FORMATS: dict[str, WireFormat] = {
 async def unrouted(request: Request, error: HTTPException) -> Response:
     """No route (404) or a wrong method (405): the JSON error body every other refusal has,
     naming what to change, in place of Starlette's plain text."""
-    wire_format = ROUTE_FORMATS.get(request.url.path, ADAPTER_ERRORS)
+    path = request.url.path
+    wire_format = ROUTE_FORMATS.get(path, ADAPTER_ERRORS)
     headers = error.headers
     if error.status_code == 405:
         allowed = (headers or {}).get("Allow", "")
         status, body = wire_format.error_body(
             405,
-            f"method: {request.method} is not allowed on {request.url.path}; use {allowed}",
+            f"method: {request.method} is not allowed on {path}; use {allowed}",
             error_type="method_not_allowed",
             field="method",
         )
     else:
         routes = ", ".join(sorted({route.path for route in ROUTES}))
+        shown = path if len(path) <= 200 else f"{path[:200]}... ({len(path)} characters)"
         status, body = wire_format.error_body(
             error.status_code,
-            f"path: no route {request.url.path}; the routes are {routes}",
+            f"path: no route {shown}; the routes are {routes}",
             error_type="not_found",
             field="path",
         )
