@@ -83,9 +83,9 @@ def test_an_unknown_path_is_a_json_404_listing_the_routes(client):
     assert body["field"] == "path" and body["error_type"] == "not_found"
     assert body["error"].startswith("path: no route /invocation; the routes are ")
     assert all(route.path in body["error"] for route in ROUTES)
-    long = "/" + "a" * 100_000  # quoted in part: an error body stays small
+    long = "/" + "a" * 5000  # quoted in part: an error body stays small
     error = client.get(long).json()["error"]
-    assert error.startswith(f"path: no route {long[:200]}... (100001 characters); the routes ")
+    assert error.startswith(f"path: no route {long[:200]}... (5001 characters); the routes ")
 
 
 def test_a_wrong_method_on_system_one_is_in_its_shape(client):
