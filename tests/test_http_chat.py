@@ -145,6 +145,14 @@ def test_bad_chat_requests_name_the_field(body, field):
     assert response.status_code == 422 and response.json()["field"] == field
 
 
+def test_text_parts_are_joined_line_by_line_as_llama_server_joins_them():
+    from decision_adapter.formats import openai_chat
+
+    parts = [{"type": "text", "text": "Translate:"}, {"type": "text", "text": "Guten Tag"}]
+    chat = openai_chat.FORMAT.parse({"messages": [{"role": "user", "content": parts}]}).as_chat()
+    assert chat.messages == [("user", "Translate:\nGuten Tag")]
+
+
 def test_each_request_logs_one_json_line_with_its_id(adapter):
     response = httpx.post(
         adapter.url + "/v1/chat/completions",

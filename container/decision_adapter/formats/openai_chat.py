@@ -40,7 +40,8 @@ class ChatMessage(BaseModel):
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        # One line per part, as llama-server joins them: parts are not glued into one word.
+        return "\n".join(part.text for part in self.content)
 
 
 # OpenAI chat fields this server does not implement: sent, each is a 422 naming it, never
