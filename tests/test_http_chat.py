@@ -134,7 +134,7 @@ def test_invocations_streams_server_sent_events(adapter):
             "max_completion_tokens",
         ),
         # llama.cpp would wrap these into 32 bits, or read the largest as "random".
-        ({"messages": [{"role": "user", "content": "hi"}], "seed": -1}, "seed"),
+        ({"messages": [{"role": "user", "content": "hi"}], "seed": -2}, "seed"),
         ({"messages": [{"role": "user", "content": "hi"}], "seed": 2**32 - 1}, "seed"),
         ({"messages": [{"role": "user", "content": "hi"}], "seed": 2**32 + 5}, "seed"),
     ],
@@ -143,6 +143,16 @@ def test_bad_chat_requests_name_the_field(body, field):
     with app_client() as in_process:  # validation needs no model: over a fake service
         response = in_process.post("/v1/chat/completions", json=body)
     assert response.status_code == 422 and response.json()["field"] == field
+
+
+@pytest.mark.parametrize(
+    "seed,expected", [(-1, None), (None, None), (0, 0), (2**32 - 2, 2**32 - 2)]
+)
+def test_seed_minus_one_asks_for_a_random_seed_as_in_llama_server(seed, expected):
+    from decision_adapter.formats import openai_chat
+
+    body = {"messages": [{"role": "user", "content": "hi"}], "seed": seed}
+    assert openai_chat.FORMAT.parse(body).as_chat().seed == expected
 
 
 def test_text_parts_are_joined_line_by_line_as_llama_server_joins_them():

@@ -86,8 +86,9 @@ class _ChatFields(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)
     # llama.cpp's sampler takes a 32-bit seed and reads its largest value as "pick one at
-    # random": a seed outside that range would be wrapped or ignored, not honoured.
-    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    # random": a seed outside that range would be wrapped or ignored, not honoured. -1 asks for
+    # a random seed, as llama-server reads it.
+    seed: int | None = Field(None, ge=-1, le=2**32 - 2)
     stop: StrictStr | list[StrictStr] | None = None
     stream: bool = False
     n: int = Field(1, ge=1, le=1, description="one choice only; n > 1 is refused")
@@ -143,7 +144,7 @@ class _ChatFields(BaseModel):
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
-            seed=self.seed,
+            seed=None if self.seed == -1 else self.seed,  # None: a fresh seed per request
             stop=self.stop,
             top_logprobs=(self.top_logprobs or 0) if self.logprobs else None,
         )
