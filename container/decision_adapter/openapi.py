@@ -75,7 +75,7 @@ def _responses(ok: str, *codes: int, streams: bool = False) -> dict:
         404: "System One: a model that is not served here",
         408: "body too slow",
         413: "body or prompt over a limit",
-        415: "not application/json",
+        415: "not application/json, or a compressed body (Content-Encoding)",
         422: "a field failed validation",
         503: "model busy or loading; retry after Retry-After",
     }
