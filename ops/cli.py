@@ -264,12 +264,15 @@ def _name_value(item: str) -> tuple[str, str]:
 
 
 def _read_body(source: str) -> bytes:
+    """The body as written (a leading byte-order mark dropped: it marks the encoding). Sent as
+    is, not re-serialized: json.loads would merge a duplicate key the server refuses by name."""
     try:
         text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
-        # Parsing first turns a typo into a clear local error instead of a remote 4xx.
-        return json.dumps(json.loads(text), separators=(",", ":")).encode()
-    except (OSError, json.JSONDecodeError) as exc:
+        text = text.removeprefix("\ufeff")
+        json.loads(text)  # a typo is a clear local error instead of a remote 4xx
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, or bytes not UTF-8
         raise UsageError(f"cannot read a JSON body from {source}: {exc}") from exc
+    return text.encode()
 
 
 def _invoke(args, make_client: ClientFactory, sleep, rng) -> int:

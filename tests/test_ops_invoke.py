@@ -36,7 +36,7 @@ def streaming(payload: dict) -> StreamingBody:
 def invoke_params(endpoint="decisions"):
     return {
         "EndpointName": endpoint,
-        "Body": json.dumps(DECISION_EXAMPLE, separators=(",", ":")).encode(),
+        "Body": json.dumps(DECISION_EXAMPLE).encode(),  # body_file's bytes, as written
         "ContentType": "application/json",
         "Accept": "application/json",
     }
@@ -191,9 +191,20 @@ def test_endpoint_name_can_come_from_the_environment(runtime, body_file, monkeyp
     assert run(["invoke", str(body_file)], client, []) == 0
 
 
-def test_body_that_is_not_json_is_a_usage_error(tmp_path, capsys):
+def test_the_body_is_sent_as_written_for_the_server_to_judge(tmp_path):
+    # json.loads would keep the second "state" silently; the adapter refuses the duplicate key.
+    written = '{"decision": {"id": "d", "state": "a", "state": "b"}}\n'
+    body = tmp_path / "body.json"
+    body.write_bytes(b"\xef\xbb\xbf" + written.encode())  # as Windows editors save it
+    with http_stub(json_answer(400, {"error": "body: duplicate key 'state'"})) as server:
+        assert main(["invoke", "--url", server.url, str(body)]) == 1
+    assert server.received[0].body == written.encode()
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"state": "caf\xe9"}'])
+def test_body_that_is_not_json_is_a_usage_error(tmp_path, capsys, content):
     bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
+    bad.write_bytes(content)  # malformed, or not UTF-8
     assert main(["invoke", "--url", "http://127.0.0.1:9", str(bad)]) == 2
     assert "cannot read a JSON body" in capsys.readouterr().err
 
