@@ -4,6 +4,8 @@ limits, /ping and OpenAPI. The model's own behaviour is tested over the real GGU
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
 
 import pytest
@@ -74,6 +76,24 @@ def test_a_wrong_method_is_a_json_405_naming_the_allowed_ones(client, method, pa
     body = response.json()
     assert body["field"] == "method" and body["error_type"] == "method_not_allowed"
     assert body["error"] == f"method: {method} is not allowed on {path}; use {allowed}"
+
+
+@pytest.mark.parametrize(
+    "sent,kept",
+    [("trace-42/a:b=c+d_e.f", True), ("has space", False), ("a;b", False), ("x" * 129, False)],
+)
+def test_a_callers_request_id_is_kept_when_it_is_a_short_token(client, caplog, sent, kept):
+    with caplog.at_level(logging.INFO, logger="decision_adapter"):
+        response = client.post("/invocations", json=DECISION, headers={"X-Request-Id": sent})
+    returned = response.headers["x-request-id"]
+    assert returned == sent if kept else re.fullmatch("[0-9a-f]{32}", returned)
+    (logged,) = [r.fields for r in caplog.records if r.getMessage() == "request"]
+    assert logged["request_id"] == returned
+
+
+def test_without_a_callers_request_id_each_request_gets_a_new_one(client):
+    ids = {client.get("/ping").headers["x-request-id"] for _ in range(3)}
+    assert len(ids) == 3 and all(re.fullmatch("[0-9a-f]{32}", i) for i in ids)
 
 
 def test_an_unknown_path_is_a_json_404_listing_the_routes(client):

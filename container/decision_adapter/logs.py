@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 import uuid
@@ -42,8 +43,23 @@ def configure_logging(level: str) -> None:
     logging.getLogger("uvicorn.access").disabled = True  # replaced by RequestLog
 
 
+# A caller's own request id (a proxy's or a tracer's) is kept, so its logs and ours join up;
+# anything but a short token of visible characters gets a fresh id instead of reaching the log.
+CALLER_REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
+
+
+def request_id_of(scope: Scope) -> str:
+    """The caller's X-Request-Id when it is such a token, else a new one."""
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            caller = value.decode("latin-1")
+            return caller if CALLER_REQUEST_ID.fullmatch(caller) else uuid.uuid4().hex
+    return uuid.uuid4().hex
+
+
 class RequestLog:
-    """ASGI middleware: assigns a request id and logs one line when the response is done.
+    """ASGI middleware: assigns a request id (or keeps the caller's) and logs one line when the
+    response is done.
 
     Routes may add fields (timings, counts) to `scope["state"]["log_fields"]`. A request that
     reached admission also carries its EMF metrics (metrics.py), under `endpoint`'s name.
@@ -57,7 +73,7 @@ class RequestLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = uuid.uuid4().hex
+        request_id = request_id_of(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         scope["state"]["log_fields"] = {}
         status = {"code": 500}
