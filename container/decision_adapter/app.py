@@ -208,6 +208,7 @@ def public(wire_format: WireFormat, respond: Callable[[Request], Awaitable[Respo
     async def route(request: Request) -> Response:
         return await answered_in(wire_format, work(request))
 
+    route.wire_format = wire_format  # type: ignore[attr-defined]  # for a wrong method's 405
     return route
 
 
@@ -259,19 +260,12 @@ ROUTES = [
 ]
 
 
-# The routes that answer in a format of their own answer a wrong method in it too.
-ROUTE_FORMATS: dict[str, WireFormat] = {
-    "/v1/chat/completions": openai_chat.FORMAT,
-    "/v1/systemone": systemone.FORMAT,
-    "/v1/models": systemone.FORMAT,
-}
-
-
 async def unrouted(request: Request, error: HTTPException) -> Response:
     """No route (404) or a wrong method (405): the JSON error body every other refusal has,
     naming what to change, in place of Starlette's plain text."""
     path = request.url.path
-    wire_format = ROUTE_FORMATS.get(path, ADAPTER_ERRORS)
+    # A route that answers in a format of its own (public) answers a wrong method in it too.
+    wire_format = getattr(request.scope.get("endpoint"), "wire_format", ADAPTER_ERRORS)
     headers = error.headers
     if error.status_code == 405:
         allowed = (headers or {}).get("Allow", "")

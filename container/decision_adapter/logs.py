@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import metrics
@@ -50,11 +51,8 @@ CALLER_REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
 
 def request_id_of(scope: Scope) -> str:
     """The caller's X-Request-Id when it is such a token, else a new one."""
-    for name, value in scope["headers"]:
-        if name == b"x-request-id":
-            caller = value.decode("latin-1")
-            return caller if CALLER_REQUEST_ID.fullmatch(caller) else uuid.uuid4().hex
-    return uuid.uuid4().hex
+    caller = Headers(scope=scope).get("x-request-id", "")
+    return caller if CALLER_REQUEST_ID.fullmatch(caller) else uuid.uuid4().hex
 
 
 class RequestLog:
