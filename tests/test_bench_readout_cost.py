@@ -1,7 +1,9 @@
 """make bench's readout experiment: every strategy asked by name on one 6-option request, the
 default's cost against letters, and its README row (in process, over the fake service)."""
 
-from bench import experiments, report
+import json
+
+from bench import experiments, readout_cost, report
 from bench.timing import Caller
 from tests.fake_service import FakeService, app_client
 
@@ -34,3 +36,18 @@ def test_the_report_row_names_the_default_its_ratio_and_each_accuracy():
     row = report.readout_row(cost)
     assert "default `calibrated` **0.55x** letters (110 vs 200 ms" in row
     assert "letters 1.00x (acc 0.30), calibrated 0.55x (acc 0.41)" in row
+
+
+def test_the_readout_row_alone_is_measured_on_a_live_adapter_and_written_as_json(
+    adapter, tmp_path, capsys
+):
+    output = tmp_path / "cost.json"
+    readout_cost.main(["--url", adapter.url, "--repeats", "1", "--output", str(output)])
+    written = json.loads(output.read_text())
+    cost = written["readout_cost"]
+    assert written["adapter"] == adapter.url and cost["repeats"] == 1
+    assert set(cost["ratio_to_letters"]) == set(experiments.READOUTS)
+    # The real model reads each strategy its own way: the request sizes differ.
+    tokens = cost["request_tokens"]
+    assert tokens["permuted_letters"] > tokens["letters"] > tokens["option_text"] > 0
+    assert str(output) in capsys.readouterr().out

@@ -1,0 +1,52 @@
+"""`python -m bench.readout_cost`: only `make bench`'s readout row, in about a minute.
+
+One 6-option decision read by each strategy, taking turns request by request
+(`bench.experiments.readout_cost`), against a fresh adapter with the benchmark's settings or the
+one at --url. Writes bench/results/<date>-<machine>-readout-cost.json, or --output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from bench import experiments
+from bench.__main__ import ADAPTER_ENV, RESULTS
+from bench.timing import Caller
+from bench.workloads import THREADS, machine_name
+from launcher import running_adapter
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.readout_cost", description=__doc__)
+    parser.add_argument("--repeats", type=int, default=experiments.Plan().readout_repeats)
+    parser.add_argument("--url", help="an adapter already running (default: start one)")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args(argv)
+    now = datetime.now(timezone.utc)
+    with contextlib.ExitStack() as stack, httpx.Client() as client:
+        url = args.url
+        if url is None:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            url = stack.enter_context(running_adapter(tmp, **ADAPTER_ENV)).url
+        row = experiments.readout_cost(Caller(client), url + "/invocations", args.repeats)
+    result = {
+        "date": now.isoformat(timespec="seconds"),
+        "machine": machine_name(),
+        "adapter": args.url or f"started here, {THREADS} threads, state cache off",
+        "readout_cost": row,
+    }
+    output = args.output or RESULTS / f"{now:%Y-%m-%d}-{machine_name()}-readout-cost.json"
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    ratios = ", ".join(f"{name} {ratio}x" for name, ratio in row["ratio_to_letters"].items())
+    print(f"{output}: {ratios} (default {row['default']})")
+
+
+if __name__ == "__main__":
+    main()
