@@ -8,7 +8,6 @@ numbers (llama.cpp's logits depend on how a prompt is split into batches).
 from __future__ import annotations
 
 import string
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
-from .engine import Branch, Engine
+from .engine import Branch, Engine, log_partition
 from .prompts import CONTENT_FREE_STATE, PromptRenderer
 from .state_cache import StateCache
 
@@ -226,26 +225,9 @@ class ScoringTiming:
     state_cache: str = "off"  # "hit", "miss" or "off"
 
 
-# One float64 row per thread, reused: option-text readouts take a log-softmax of thousands of
-# 262k-wide rows per request, and a fresh 2 MiB array per row (page faults, a buffered cast in
-# exp) made them a third of a 255-option question's time.
-_scratch = threading.local()
-
-
-def _scratch_row(size: int) -> np.ndarray:
-    row = getattr(_scratch, "row", None)
-    if row is None or row.shape[0] != size:
-        row = _scratch.row = np.empty(size, dtype=np.float64)
-    return row
-
-
 def _log_softmax(logits: np.ndarray, tokens: np.ndarray | list[int]) -> np.ndarray:
     """Full-vocabulary log-probabilities of `tokens` only (the vocabulary may be 262k wide)."""
-    peak = float(logits.max())
-    shifted = _scratch_row(logits.shape[0])
-    np.subtract(logits, peak, out=shifted, dtype=np.float64)  # exact for float32 logits
-    log_total = peak + float(np.log(np.exp(shifted, out=shifted).sum()))
-    return logits[tokens].astype(np.float64) - log_total
+    return logits[tokens].astype(np.float64) - log_partition(logits)
 
 
 def score(
