@@ -32,6 +32,27 @@ def _raw_request(url: str, body: bytes, *, content_length: int | None = None) ->
     return connection
 
 
+def _read_response(connection: socket.socket) -> bytes:
+    """One whole response: the head, then Content-Length bytes of body, which may arrive in a
+    later segment than the head (one recv() can return the head alone)."""
+    connection.settimeout(10)
+    data = b""
+    while True:
+        head, separator, body = data.partition(b"\r\n\r\n")
+        if separator:
+            lengths = [
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")[1:]
+                if line.lower().startswith(b"content-length:")
+            ]
+            if len(body) >= (lengths[0] if lengths else 0):
+                return data
+        chunk = connection.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def _answered_within(url: str, body: dict, seconds: float) -> httpx.Response:
     """The first non-503 answer, retrying 503s (the slot may still finish abandoned work)."""
     deadline = time.monotonic() + seconds
@@ -67,7 +88,7 @@ def test_a_trickling_body_times_out_and_blocks_nobody(impatient_adapter):
             answered, _, _ = select.select([connection], [], [], 0.2)
             if answered:
                 break
-        reply["raw"] = connection.recv(4096)
+        reply["raw"] = _read_response(connection)
         reply["after_s"] = time.monotonic() - opened
 
     sender = threading.Thread(target=trickle)
