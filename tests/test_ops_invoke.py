@@ -209,6 +209,17 @@ def test_body_that_is_not_json_is_a_usage_error(tmp_path, capsys, content):
     assert "cannot read a JSON body" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "url",
+    ["127.0.0.1:8080", "notaurl", "ftp://127.0.0.1/", "http://", "http://h:port", "http://h:0"],
+)
+def test_a_url_that_is_not_http_with_a_host_is_a_usage_error(body_file, capsys, url):
+    assert main(["invoke", "--url", url, str(body_file)]) == 2
+    assert capsys.readouterr().err == (
+        f"ops: error: --url expects an http(s) URL such as http://127.0.0.1:8080, got {url!r}\n"
+    )
+
+
 BUSY = {"error": "all slots busy", "retryable": True}
 
 
