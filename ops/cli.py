@@ -12,6 +12,8 @@ import time
 import urllib.parse
 from collections.abc import Callable
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from ops.clients import ClientFactory, boto3_clients
 from ops.polling import Polling
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
@@ -216,6 +218,11 @@ def main(
     except UsageError as exc:
         _error(str(exc))
         return EXIT_USAGE
+    except (BotoCoreError, ClientError) as exc:
+        # No credentials or region, no network, or an AWS refusal the command does not read
+        # itself (an endpoint that does not exist, access denied): one line, not a traceback.
+        _error(f"AWS: {exc}")
+        return EXIT_FAILED
 
 
 class UsageError(Exception):

@@ -468,3 +468,37 @@ def test_status_rendered_without_start_up_facts_shows_the_variants_alone():
         "  config config-1",
         "  variant gpu: 1/1 instances on ml.g6e.xlarge",
     ]
+
+
+def test_an_endpoint_aws_does_not_know_is_one_line_not_a_traceback(sagemaker, capsys):
+    client, stubber = sagemaker
+    stubber.add_client_error(
+        "describe_endpoint",
+        service_error_code="ValidationException",
+        service_message="Could not find endpoint decisions.",
+        http_status_code=400,
+    )
+    assert main(["status", "--endpoint", "decisions"], clients=by_service(client)) == 1
+    assert capsys.readouterr().err == (
+        "ops: error: AWS: An error occurred (ValidationException) when calling the "
+        "DescribeEndpoint operation: Could not find endpoint decisions.\n"
+    )
+
+
+def test_without_credentials_the_real_client_fails_in_one_line(monkeypatch, tmp_path, capsys):
+    # boto3's own credential chain, found empty before any request leaves the machine.
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert main(["--region", "eu-west-1", "status", "--endpoint", "decisions"]) == 1
+    assert capsys.readouterr().err == "ops: error: AWS: Unable to locate credentials\n"
