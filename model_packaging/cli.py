@@ -12,7 +12,7 @@ from model_packaging.catalog import BUILTIN_SPECS, DEFAULT_SPEC_NAME
 from model_packaging.errors import PackagingError, SpecError
 from model_packaging.sources import HubFetcher
 from model_packaging.spec import load_spec
-from model_packaging.upload import ARCHIVE_NAME
+from model_packaging.upload import ARCHIVE_NAME, parse_s3_destination
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -80,6 +80,9 @@ def main(
         # Refuse before any download: a Hugging Face fetch can take minutes.
         if output.exists() and not args.overwrite:
             raise PackagingError(f"{output} already exists; pass --overwrite to replace it")
+        if args.upload:
+            parse_s3_destination(args.upload)
+            s3_client = s3_client or _s3_client_with_credentials()
         return _package(spec, output, args, fetcher=fetcher, s3_client=s3_client)
     except PackagingError as exc:
         return _refuse(exc, EXIT_REFUSED)
@@ -117,14 +120,30 @@ def _package(spec, output: Path, args, *, fetcher, s3_client) -> int:
     return 0
 
 
+def _s3_client_with_credentials():
+    import boto3
+
+    session = boto3.session.Session()
+    if session.get_credentials() is None:
+        raise PackagingError(
+            "--upload needs AWS credentials and none were found (environment, shared files, "
+            "container or instance role); nothing was packaged"
+        )
+    return session.client("s3")
+
+
 def _upload(result, destination: str, s3_client) -> str:
+    from boto3.exceptions import S3UploadFailedError
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from model_packaging.upload import upload_archive
 
-    if s3_client is None:
-        import boto3
-
-        s3_client = boto3.client("s3")
-    return upload_archive(s3_client, result.path, result.sha256, destination)
+    try:
+        return upload_archive(s3_client, result.path, result.sha256, destination)
+    except (BotoCoreError, ClientError, S3UploadFailedError) as exc:
+        raise PackagingError(
+            f"upload to {destination} failed: {exc}; the archive stays at {result.path}"
+        ) from exc
 
 
 def _summary(spec_name: str, result, model_uri: str | None) -> dict:

@@ -28,3 +28,24 @@ def stack_description(
     if outputs is not None:
         stack["Outputs"] = [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]
     return {"Stacks": [stack]}
+
+
+CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def without_aws_credentials(monkeypatch, tmp_path) -> None:
+    """boto3's own credential chain, left to find nothing (and to ask no instance role), so a
+    real client fails before any request leaves the machine."""
+    for name in CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

@@ -10,7 +10,7 @@ from botocore.stub import Stubber
 
 from ops.cli import main
 from ops.endpoint_status import render_status
-from tests.aws_stubs import stubbed_client
+from tests.aws_stubs import stubbed_client, without_aws_credentials
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ARN = "arn:aws:sagemaker:eu-west-1:123456789012:endpoint/decisions"
@@ -486,19 +486,6 @@ def test_an_endpoint_aws_does_not_know_is_one_line_not_a_traceback(sagemaker, ca
 
 
 def test_without_credentials_the_real_client_fails_in_one_line(monkeypatch, tmp_path, capsys):
-    # boto3's own credential chain, found empty before any request leaves the machine.
-    for name in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_PROFILE",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, tmp_path)
     assert main(["--region", "eu-west-1", "status", "--endpoint", "decisions"]) == 1
     assert capsys.readouterr().err == "ops: error: AWS: Unable to locate credentials\n"

@@ -10,7 +10,7 @@ from botocore.stub import ANY
 from model_packaging.cli import main
 from model_packaging.errors import PackagingError
 from model_packaging.upload import archive_key, parse_s3_destination, upload_archive
-from tests.aws_stubs import stubbed_client
+from tests.aws_stubs import stubbed_client, without_aws_credentials
 from tests.model_specs import tiny_spec
 
 ARCHIVE_SHA = "ab" * 32
@@ -147,3 +147,37 @@ def test_cli_upload_prints_the_model_uri(tmp_path, s3, capsys):
     archive_sha = hashlib.sha256(out.read_bytes()).hexdigest()
     assert code == 0
     assert capsys.readouterr().out.strip() == f"s3://bucket/models/{archive_sha}/model.tar.gz"
+
+
+def test_cli_refuses_a_malformed_destination_before_packaging(tmp_path, capsys):
+    out = tmp_path / "model.tar.gz"
+    argv = ["--spec", str(tiny_spec(tmp_path)), "--output", str(out), "--upload", "bucket/models"]
+    assert main(argv, s3_client=object()) == 1
+    assert "upload destination must look like s3://BUCKET/PREFIX" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cli_without_credentials_refuses_before_packaging(tmp_path, monkeypatch, capsys):
+    without_aws_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    out = tmp_path / "model.tar.gz"
+    argv = ["--spec", str(tiny_spec(tmp_path)), "--output", str(out), "--upload", "s3://b/m"]
+    assert main(argv) == 1
+    assert capsys.readouterr().err == (
+        "model_packaging: error: --upload needs AWS credentials and none were found "
+        "(environment, shared files, container or instance role); nothing was packaged\n"
+    )
+    assert not out.exists()
+
+
+def test_cli_upload_refused_by_s3_is_one_line_and_keeps_the_archive(tmp_path, s3, capsys):
+    client, stubber = s3
+    out = tmp_path / "model.tar.gz"
+    stubber.add_response("list_objects_v2", {"KeyCount": 0})
+    stubber.add_client_error("put_object", "NoSuchBucket", "The bucket does not exist", 404)
+    argv = ["--spec", str(tiny_spec(tmp_path)), "--output", str(out), "--upload", "s3://b/m"]
+    assert main(argv, s3_client=client) == 1
+    *progress, error = capsys.readouterr().err.splitlines()  # progress: the files packaged
+    assert error.startswith("model_packaging: error: upload to s3://b/m failed: ")
+    assert "NoSuchBucket" in error and error.endswith(f"; the archive stays at {out}")
+    assert progress[-1].startswith("archive ") and out.is_file()
