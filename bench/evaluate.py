@@ -33,10 +33,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from bench import labelled, metrics, readout_choice
 from bench.labelled import Case, Item, LabelError
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
-from ops.transports import HttpTransport, InvokeFailed, SageMakerTransport
+from ops.transports import HttpTransport, InvalidUrl, InvokeFailed, SageMakerTransport
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "evaluate"
 
@@ -408,6 +410,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What ends a run against its target: refusals left after the retries, and AWS errors the
+# transports do not read themselves (no credentials or region, an endpoint that does not exist).
+TARGET_FAILURES = (RetriesExhausted, InvokeFailed, BotoCoreError, ClientError)
+
+
+def _target_failed(error: Exception) -> int:
+    detail = f": {error.body}" if getattr(error, "body", None) else ""
+    aws = "AWS: " if isinstance(error, (BotoCoreError, ClientError)) else ""
+    print(f"bench.evaluate: error: {aws}{error}{detail}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -428,23 +442,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench.evaluate: error: {error}", file=sys.stderr)
             return 2
     if args.url:
-        target = Target.url(args.url, args.max_attempts, args.timeout)
+        try:
+            target = Target.url(args.url, args.max_attempts, args.timeout)
+        except InvalidUrl as error:
+            print(f"bench.evaluate: error: --url {error}", file=sys.stderr)
+            return 2
     else:
         endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
         if not endpoint:
             print("bench.evaluate: error: pass --url URL or --endpoint NAME", file=sys.stderr)
             return 2
-        target = Target.endpoint(endpoint, args.region, args.max_attempts)
+        try:
+            target = Target.endpoint(endpoint, args.region, args.max_attempts)
+        except TARGET_FAILURES as error:
+            return _target_failed(error)
     if args.choose_readout:
         return _choose(args, items, test_items, target)
     try:
         cases, pairs = run(
             items, target, order_check=args.order_check, progress=not args.no_progress
         )
-    except (RetriesExhausted, InvokeFailed) as error:
-        detail = f": {error.body}" if getattr(error, "body", None) else ""
-        print(f"bench.evaluate: error: {error}{detail}", file=sys.stderr)
-        return 1
+    except TARGET_FAILURES as error:
+        return _target_failed(error)
     if args.temperature is not None and args.temperature <= 0:
         print("bench.evaluate: error: --temperature must be positive", file=sys.stderr)
         return 2
@@ -489,10 +508,8 @@ def _choose(args: argparse.Namespace, dev: list[Item], test: list[Item], target:
             test_file=args.test,
             progress=not args.no_progress,
         )
-    except (RetriesExhausted, InvokeFailed) as error:
-        detail = f": {error.body}" if getattr(error, "body", None) else ""
-        print(f"bench.evaluate: error: {error}{detail}", file=sys.stderr)
-        return 1
+    except TARGET_FAILURES as error:
+        return _target_failed(error)
     out = args.out or DEFAULT_OUT / f"{args.file.stem}-readouts"
     out.mkdir(parents=True, exist_ok=True)
     path = args.calibration or out / "calibration.json"

@@ -9,7 +9,6 @@ import os
 import random
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -271,19 +270,6 @@ def _name_value(item: str) -> tuple[str, str]:
     return name, value
 
 
-def _base_url(url: str) -> str:
-    """An http(s) URL with a host (and a valid port): anything else would reach urllib as a
-    traceback ("unknown url type") or be tried as another protocol (ftp://)."""
-    parts = urllib.parse.urlsplit(url)
-    try:
-        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-    except ValueError:  # a port that is not a number from 0 to 65535
-        valid = False
-    if not valid:
-        raise UsageError(f"--url expects an http(s) URL such as http://127.0.0.1:8080, got {url!r}")
-    return url
-
-
 def _read_body(source: str) -> bytes:
     """The body as written (a leading byte-order mark dropped: it marks the encoding). Sent as
     is, not re-serialized: json.loads would merge a duplicate key the server refuses by name."""
@@ -298,13 +284,16 @@ def _read_body(source: str) -> bytes:
 
 def _invoke(args, make_client: ClientFactory, sleep, rng) -> int:
     from ops.render import render_response
-    from ops.transports import HttpTransport, InvokeFailed, SageMakerTransport
+    from ops.transports import HttpTransport, InvalidUrl, InvokeFailed, SageMakerTransport
 
     body = _read_body(args.body)
     if args.url:
-        transport = HttpTransport(
-            _base_url(args.url), path=args.path, custom_attributes=args.custom_attributes
-        )
+        try:
+            transport = HttpTransport(
+                args.url, path=args.path, custom_attributes=args.custom_attributes
+            )
+        except InvalidUrl as exc:
+            raise UsageError(f"--url {exc}") from None
     else:
         endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
         if not endpoint:

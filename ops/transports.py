@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -79,6 +80,22 @@ def _classify_client_error(exc: ClientError) -> Exception:
     )
 
 
+class InvalidUrl(ValueError):
+    """Not an http(s) URL with a host: urllib would fail with a traceback ("unknown url
+    type") or try another protocol (ftp://)."""
+
+
+def http_base_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number from 0 to 65535
+        valid = False
+    if not valid:
+        raise InvalidUrl(f"expects an http(s) URL such as http://127.0.0.1:8080, got {url!r}")
+    return url
+
+
 class HttpTransport:
     """POST to a running adapter, e.g. http://127.0.0.1:8080 (make run) or a port-forward."""
 
@@ -90,7 +107,7 @@ class HttpTransport:
         timeout_seconds: float = 65.0,
         custom_attributes: str | None = None,
     ):
-        self._url = base_url.rstrip("/") + "/" + path.lstrip("/")
+        self._url = http_base_url(base_url).rstrip("/") + "/" + path.lstrip("/")
         self._timeout = timeout_seconds
         self._custom_attributes = custom_attributes
 

@@ -13,6 +13,15 @@ OPTIONS = [
 ]
 
 
+ONE_ITEM = {
+    "id": "a",
+    "state": "Refund please.",
+    "question": "Queue?",
+    "options": OPTIONS,
+    "expected": "billing",
+}
+
+
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
@@ -188,6 +197,25 @@ def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
 def test_unreadable_file_is_a_usage_error(tmp_path, capsys):
     assert evaluate.main([str(tmp_path / "missing.jsonl"), "--url", "http://127.0.0.1:9"]) == 2
     assert "bench.evaluate: error" in capsys.readouterr().err
+
+
+def test_a_url_that_is_not_http_is_a_usage_error_before_any_request(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "one.jsonl", [ONE_ITEM])
+    assert evaluate.main([str(data), "--url", "notaurl", "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        "bench.evaluate: error: --url expects an http(s) URL such as http://127.0.0.1:8080, "
+        "got 'notaurl'\n"
+    )
+
+
+def test_an_endpoint_without_credentials_fails_in_one_line(tmp_path, monkeypatch, capsys):
+    from tests.aws_stubs import without_aws_credentials
+
+    without_aws_credentials(monkeypatch, tmp_path)
+    data = write_jsonl(tmp_path / "one.jsonl", [ONE_ITEM])
+    argv = [str(data), "--endpoint", "decisions", "--region", "us-east-1", "--no-progress"]
+    assert evaluate.main(argv) == 1
+    assert capsys.readouterr().err == ("bench.evaluate: error: AWS: Unable to locate credentials\n")
 
 
 def test_evaluate_an_endpoint_through_sagemaker_runtime(tmp_path, monkeypatch, capsys):
