@@ -15,6 +15,7 @@ from ops.transports import (
     InvokeFailed,
     SageMakerTransport,
     _classify_client_error,
+    http_base_url,
 )
 from tests.fake_service import overload_bodies
 from tests.http_stub import http_stub
@@ -206,3 +207,8 @@ def test_a_container_503_behind_sagemaker_carries_retry_after_in_its_body(runtim
     with pytest.raises(Retryable) as refused:
         SageMakerTransport(client, "e").send(b"{}")
     assert refused.value.retry_after == 2.0
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080", "https://adapter.example", "HTTP://h"])
+def test_an_http_or_https_url_with_a_host_is_taken(url):
+    assert http_base_url(url) == url  # urlsplit lower-cases the scheme it reads

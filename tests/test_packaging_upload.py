@@ -157,6 +157,16 @@ def test_cli_refuses_a_malformed_destination_before_packaging(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_with_credentials_the_uploader_gets_an_s3_client(tmp_path, monkeypatch):
+    from model_packaging.cli import _s3_client_with_credentials
+
+    without_aws_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert _s3_client_with_credentials().meta.service_model.service_name == "s3"
+
+
 def test_cli_without_credentials_refuses_before_packaging(tmp_path, monkeypatch, capsys):
     without_aws_credentials(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
