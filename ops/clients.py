@@ -14,12 +14,16 @@ def boto3_clients(region: str | None) -> ClientFactory:
     def make(service: str):
         import boto3
         from botocore.config import Config
+        from botocore.exceptions import NoRegionError
 
         config = (
             Config(retries={"total_max_attempts": 1}, read_timeout=70)
             if service == "sagemaker-runtime"
             else None
         )
-        return boto3.session.Session(region_name=region).client(service, config=config)
+        session = boto3.session.Session(region_name=region)
+        if not session.region_name:  # an empty AWS_REGION would make an invalid endpoint URL
+            raise NoRegionError()
+        return session.client(service, config=config)
 
     return make

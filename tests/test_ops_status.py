@@ -489,3 +489,13 @@ def test_without_credentials_the_real_client_fails_in_one_line(monkeypatch, tmp_
     without_aws_credentials(monkeypatch, tmp_path)
     assert main(["--region", "eu-west-1", "status", "--endpoint", "decisions"]) == 1
     assert capsys.readouterr().err == "ops: error: AWS: Unable to locate credentials\n"
+
+
+@pytest.mark.parametrize("variable", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+def test_an_empty_region_variable_is_no_region_in_one_line(monkeypatch, tmp_path, capsys, variable):
+    without_aws_credentials(monkeypatch, tmp_path)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.setenv(variable, "")  # as `export AWS_REGION=` leaves it
+    assert main(["status", "--endpoint", "decisions"]) == 1
+    assert capsys.readouterr().err == "ops: error: AWS: You must specify a region.\n"
