@@ -129,6 +129,11 @@ def _s3_client_with_credentials():
             "--upload needs AWS credentials and none were found (environment, shared files, "
             "container or instance role); nothing was packaged"
         )
+    if session.region_name == "":  # botocore would build https://s3..amazonaws.com and raise
+        raise PackagingError(
+            "--upload: AWS_DEFAULT_REGION is set but empty: unset it or name the bucket's "
+            "region; nothing was packaged"
+        )
     return session.client("s3")
 
 

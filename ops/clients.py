@@ -22,7 +22,7 @@ def boto3_clients(region: str | None) -> ClientFactory:
             else None
         )
         session = boto3.session.Session(region_name=region)
-        if not session.region_name:  # an empty AWS_REGION would make an invalid endpoint URL
+        if not session.region_name:  # none, or an empty AWS_DEFAULT_REGION: an invalid endpoint
             raise NoRegionError()
         return session.client(service, config=config)
 

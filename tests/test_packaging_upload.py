@@ -191,3 +191,18 @@ def test_cli_upload_refused_by_s3_is_one_line_and_keeps_the_archive(tmp_path, s3
     assert error.startswith("model_packaging: error: upload to s3://b/m failed: ")
     assert "NoSuchBucket" in error and error.endswith(f"; the archive stays at {out}")
     assert progress[-1].startswith("archive ") and out.is_file()
+
+
+def test_cli_with_an_empty_region_refuses_before_packaging(tmp_path, monkeypatch, capsys):
+    without_aws_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "")  # botocore reads it as the region ""
+    out = tmp_path / "model.tar.gz"
+    argv = ["--spec", str(tiny_spec(tmp_path)), "--output", str(out), "--upload", "s3://b/m"]
+    assert main(argv) == 1
+    assert capsys.readouterr().err == (
+        "model_packaging: error: --upload: AWS_DEFAULT_REGION is set but empty: unset it or "
+        "name the bucket's region; nothing was packaged\n"
+    )
+    assert not out.exists()
