@@ -62,6 +62,25 @@ def test_streaming_matches_the_non_streamed_answer(client):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+def test_each_streamed_token_is_sent_as_soon_as_it_is_sampled(client):
+    """Only text that could begin a stop string waits for the next token: counting on, no
+    piece can start "@@@", so every chunk carries the text of exactly one token."""
+    chunks = client.chat.completions.create(
+        model="gemma",
+        messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
+        max_tokens=10,
+        temperature=0,
+        stop=["@@@"],
+        logprobs=True,
+        stream=True,
+    )
+    texts = [c.choices[0] for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(texts) == 10, [t.delta.content for t in texts]
+    for chunk in texts:
+        (token,) = chunk.logprobs.content
+        assert chunk.delta.content == token.token
+
+
 def test_stop_strings_end_the_answer(client):
     request = dict(
         model="gemma",
