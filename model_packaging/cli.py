@@ -82,7 +82,7 @@ def main(
             raise PackagingError(f"{output} already exists; pass --overwrite to replace it")
         if args.upload:
             parse_s3_destination(args.upload)
-            s3_client = s3_client or _s3_client_with_credentials()
+            s3_client = s3_client or _s3_client_for_upload()
         return _package(spec, output, args, fetcher=fetcher, s3_client=s3_client)
     except PackagingError as exc:
         return _refuse(exc, EXIT_REFUSED)
@@ -120,7 +120,7 @@ def _package(spec, output: Path, args, *, fetcher, s3_client) -> int:
     return 0
 
 
-def _s3_client_with_credentials():
+def _s3_client_for_upload():
     import boto3
 
     session = boto3.session.Session()
@@ -131,8 +131,8 @@ def _s3_client_with_credentials():
         )
     if session.region_name == "":  # botocore would build https://s3..amazonaws.com and raise
         raise PackagingError(
-            "--upload: AWS_DEFAULT_REGION is set but empty: unset it or name the bucket's "
-            "region; nothing was packaged"
+            "--upload: the AWS region is set but empty (AWS_DEFAULT_REGION or the config file's "
+            "region): unset it or name the bucket's region; nothing was packaged"
         )
     return session.client("s3")
 

@@ -47,16 +47,19 @@ def test_max_tokens_ends_with_length(client):
     assert completion.usage.completion_tokens == 5
 
 
+# Greedy counting: ten tokens of digits, commas and spaces, none of which can start "@@@".
+COUNTING = dict(
+    model="gemma",
+    messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
+    max_tokens=10,
+    temperature=0,
+    stop=["@@@"],
+)
+
+
 def test_streaming_matches_the_non_streamed_answer(client):
-    request = dict(
-        model="gemma",
-        messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
-        max_tokens=10,
-        temperature=0,
-        stop=["@@@"],
-    )
-    whole = client.chat.completions.create(**request).choices[0].message.content
-    chunks = list(client.chat.completions.create(stream=True, **request))
+    whole = client.chat.completions.create(**COUNTING).choices[0].message.content
+    chunks = list(client.chat.completions.create(stream=True, **COUNTING))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == whole and len(chunks) > 3
     assert chunks[-1].choices[0].finish_reason == "length"
@@ -65,15 +68,7 @@ def test_streaming_matches_the_non_streamed_answer(client):
 def test_each_streamed_token_is_sent_as_soon_as_it_is_sampled(client):
     """Only text that could begin a stop string waits for the next token: counting on, no
     piece can start "@@@", so every chunk carries the text of exactly one token."""
-    chunks = client.chat.completions.create(
-        model="gemma",
-        messages=[{"role": "user", "content": "Count: 1, 2, 3,"}],
-        max_tokens=10,
-        temperature=0,
-        stop=["@@@"],
-        logprobs=True,
-        stream=True,
-    )
+    chunks = client.chat.completions.create(logprobs=True, stream=True, **COUNTING)
     texts = [c.choices[0] for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(texts) == 10, [t.delta.content for t in texts]
     for chunk in texts:

@@ -158,25 +158,45 @@ def test_cli_refuses_a_malformed_destination_before_packaging(tmp_path, capsys):
 
 
 def test_with_credentials_the_uploader_gets_an_s3_client(tmp_path, monkeypatch):
-    from model_packaging.cli import _s3_client_with_credentials
+    from model_packaging.cli import _s3_client_for_upload
 
     without_aws_credentials(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    assert _s3_client_with_credentials().meta.service_model.service_name == "s3"
+    assert _s3_client_for_upload().meta.service_model.service_name == "s3"
 
 
-def test_cli_without_credentials_refuses_before_packaging(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("credentials", "region", "error"),
+    [
+        (
+            False,
+            "us-east-1",
+            "--upload needs AWS credentials and none were found (environment, shared files, "
+            "container or instance role); nothing was packaged",
+        ),
+        (
+            True,
+            "",  # botocore reads it as the region ""
+            "--upload: the AWS region is set but empty (AWS_DEFAULT_REGION or the config file's "
+            "region): unset it or name the bucket's region; nothing was packaged",
+        ),
+    ],
+    ids=["no credentials", "empty region"],
+)
+def test_cli_refuses_an_unusable_aws_setup_before_packaging(
+    tmp_path, monkeypatch, capsys, credentials, region, error
+):
     without_aws_credentials(monkeypatch, tmp_path)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    if credentials:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", region)
     out = tmp_path / "model.tar.gz"
     argv = ["--spec", str(tiny_spec(tmp_path)), "--output", str(out), "--upload", "s3://b/m"]
     assert main(argv) == 1
-    assert capsys.readouterr().err == (
-        "model_packaging: error: --upload needs AWS credentials and none were found "
-        "(environment, shared files, container or instance role); nothing was packaged\n"
-    )
+    assert capsys.readouterr().err == f"model_packaging: error: {error}\n"
     assert not out.exists()
 
 
@@ -191,18 +211,3 @@ def test_cli_upload_refused_by_s3_is_one_line_and_keeps_the_archive(tmp_path, s3
     assert error.startswith("model_packaging: error: upload to s3://b/m failed: ")
     assert "NoSuchBucket" in error and error.endswith(f"; the archive stays at {out}")
     assert progress[-1].startswith("archive ") and out.is_file()
-
-
-def test_cli_with_an_empty_region_refuses_before_packaging(tmp_path, monkeypatch, capsys):
-    without_aws_credentials(monkeypatch, tmp_path)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "")  # botocore reads it as the region ""
-    out = tmp_path / "model.tar.gz"
-    argv = ["--spec", str(tiny_spec(tmp_path)), "--output", str(out), "--upload", "s3://b/m"]
-    assert main(argv) == 1
-    assert capsys.readouterr().err == (
-        "model_packaging: error: --upload: AWS_DEFAULT_REGION is set but empty: unset it or "
-        "name the bucket's region; nothing was packaged\n"
-    )
-    assert not out.exists()
