@@ -15,7 +15,10 @@ from tests.fake_service import app_client
 MODEL_THREADS = max(
     1, min(2, (os.cpu_count() or 2) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 )
-os.environ.setdefault("LAUNCHER_N_THREADS", str(MODEL_THREADS))
+# Set, not defaulted: a worker inherits the controller's environment, where this file already
+# ran with one process and the whole machine (with setdefault every adapter of a parallel run
+# got all the cores, and `make test` spent half its time in spinning threads).
+os.environ["LAUNCHER_N_THREADS"] = str(MODEL_THREADS)
 
 
 def pytest_configure(config):

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from tests.adapter_process import model_held
+from tests.conftest import MODEL_THREADS
 
 STATE = "The customer cannot receive a password reset email."
 
@@ -51,7 +52,8 @@ def test_single_decision_returns_probabilities_in_request_order(adapter):
     model = result["model"]
     assert model["gguf_file"] == "gemma-3-270m-q4_k_m.gguf" and model["quantization"] == "Q4_K_M"
     assert len(model["gguf_sha256"]) == 64 and model["gguf_bytes"] > 100_000_000
-    assert model["context_tokens"] == 8192 and model["threads"] == 2 and model["gpu_layers"] == 0
+    assert model["context_tokens"] == 8192 and model["gpu_layers"] == 0
+    assert model["threads"] == MODEL_THREADS  # what the launcher asked for, not a default
     assert model["llama_cpp_python_version"] == "0.3.36"
     assert result["timing"]["total_ms"] > 0 and result["timing"]["prefill_ms"] > 0
 
