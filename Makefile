@@ -29,8 +29,9 @@ run: $(VENV)/.runtime
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve
 
-# The suite runs in parallel, a test file per worker (pytest-xdist), except the tests that assert
-# on wall-clock time (marker `serial`), which run afterwards with the machine to themselves.
+# The suite runs in parallel, a test file per worker (pytest-xdist), the files marked `heavy` first
+# (tests/conftest.py orders them; --no-loadscope-reorder keeps that order), except the tests that
+# assert on wall-clock time (marker `serial`), which run afterwards with the machine to themselves.
 # Bytecode caching on, whatever the shell says: without it each pytest process rewrites and
 # compiles the whole suite again (3 s each) and every adapter it starts compiles the adapter.
 # The serial part collects only the files that use the marker (importing all of them: 4 s).
@@ -39,7 +40,7 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV)/.dev node_modules/.package-lock.json
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PYTHON) -m pytest -n auto --dist loadfile -m "not serial"
+	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(PYTHON) -m pytest -m serial $(SERIAL_FILES)
 
 # Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild

@@ -43,6 +43,10 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_model)
+    # The files marked `heavy` first, so that a parallel run (make test passes xdist
+    # --no-loadscope-reorder, which keeps this order) does not end on one of them while the
+    # other workers idle. A stable sort: each file's tests stay together and in order.
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
 
 
 @pytest.fixture(scope="session")
