@@ -93,10 +93,12 @@ def test_a_corrupt_manifest_is_refused(tmp_path):
         load_model_file(_settings(model_dir=tmp_path))
 
 
-def test_the_bundled_gguf_is_hashed_once_by_its_package_not_again(tmp_path, monkeypatch):
+def test_the_bundled_gguf_is_hashed_once_by_its_package_not_again(
+    gemma_gguf, tmp_path, monkeypatch
+):
     settings = Settings(allow_bundled_model=True, model_dir=tmp_path / "absent")
     found = discover_gguf(settings)
-    assert "bundled" in found.source
+    assert found.path == gemma_gguf and "bundled" in found.source
     assert found.verified_sha256 == sha256_of_file(found.path)  # what its package checked
 
     def read_again(path, **_):
