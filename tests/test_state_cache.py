@@ -254,12 +254,17 @@ def test_cache_off_miss_and_hit_are_bit_identical_around_the_batch_size(
     assert [len(q.suffix_tokens) >= 64 for q in plan.questions] == [True, True, False]
     assert [q.single_token_labels for q in plan.questions] == [False, True, True]
     cache = StateCache(1 << 30, model_id="gemma")
-    off, _ = score(engine, plan)
     missed, miss = score(engine, plan, cache=cache)
     hit, hit_timing = score(engine, plan, cache=cache)
     assert (miss.state_cache, hit_timing.state_cache) == ("miss", "hit")
-    for answers in (missed, hit):
-        for reference, other in zip(off, answers):
+    compared = [hit]
+    # Cache off takes the miss's path but for storing the state (both restore the saved prefix),
+    # so it is decoded once, at the length past both a batch and the window.
+    if prefix_tokens > 2 * engine.n_batch:
+        off, _ = score(engine, plan)
+        compared.append(off)
+    for answers in compared:
+        for reference, other in zip(missed, answers):
             assert np.array_equal(reference.option_logits, other.option_logits)
 
 

@@ -9,8 +9,9 @@ import time
 import pytest
 from decision_adapter.tokenizer import TokenLimitExceeded, UserTextTokenizer, cuttable
 
-# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
-pytestmark = pytest.mark.serial
+# The tests that assert on wall-clock time carry this: make test runs them in its serial part,
+# alone on the machine.
+serial = pytest.mark.serial
 
 # Gemma 3's user-defined tokens (newline, space and tab runs, HTML tags) and text around them.
 ALPHABET = [
@@ -60,6 +61,7 @@ def test_user_text_tokens_equal_one_llama_cpp_call(engine):
         assert engine.tokenize(text, special=False) == engine._tokenize_bytes(text.encode())
 
 
+@serial
 @pytest.mark.parametrize(
     "text", ["{\n" * 500_000, "<b>" * 340_000, "a  " * 340_000, "x\n" * 500_000]
 )
@@ -70,6 +72,7 @@ def test_a_megabyte_of_user_defined_tokens_is_refused_at_once(engine, text):
     assert time.perf_counter() - started < 0.5
 
 
+@serial
 def test_tokenizing_grows_linearly_not_quadratically(engine):
     def seconds(repeats: int) -> float:
         started = time.perf_counter()
