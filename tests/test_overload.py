@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-import httpx
+import aiohttp
 import pytest
 
 from launcher import running_adapter
@@ -49,45 +49,52 @@ async def _load(url: str, pid: int) -> dict:
     memory: dict[str, int] = {}
     deadline = time.monotonic() + SECONDS
 
-    async with httpx.AsyncClient(
-        base_url=url, timeout=30, limits=httpx.Limits(max_connections=CLIENTS + 4)
+    # aiohttp, not httpx: a quarter of the client CPU per request (measured: 0.5 ms against
+    # 2.3 ms), and the load generator shares the machine's two cores with the server it loads.
+    async with aiohttp.ClientSession(
+        url,
+        timeout=aiohttp.ClientTimeout(total=30),
+        connector=aiohttp.TCPConnector(limit=CLIENTS + 4),
     ) as client:
 
         async def worker() -> None:
             nonlocal sent
             while time.monotonic() < deadline or sent < REQUESTS_FOR_MEMORY:
-                response = await client.post("/invocations", json=DECISION)
+                async with client.post("/invocations", json=DECISION) as response:
+                    body = await response.read()
                 sent += 1
                 if sent == 500:
                     memory["after_500"] = resident_kib(pid)
-                statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
-                if response.status_code == 503:
+                statuses[str(response.status)] = statuses.get(str(response.status), 0) + 1
+                if response.status == 503:
                     if (
-                        response.json().get("retryable") is not True
+                        json.loads(body).get("retryable") is not True
                         or "retry-after" not in response.headers
                     ):
-                        bad.append(response.text)
+                        bad.append(body.decode())
                     # An impatient client: retries after 10 ms, not the advised Retry-After. Client
                     # and server share this machine's two cores, so a zero-delay storm would
                     # measure the test client more than the server.
                     await asyncio.sleep(0.01)
-                elif response.status_code != 200:
-                    bad.append(f"{response.status_code} {response.text}")
+                elif response.status != 200:
+                    bad.append(f"{response.status} {body.decode()}")
 
         async def pinger() -> None:
             nonlocal ping_worst
             while time.monotonic() < deadline or sent < REQUESTS_FOR_MEMORY:
                 started = time.perf_counter()
-                response = await client.get("/ping", timeout=5)
+                async with client.get("/ping", timeout=aiohttp.ClientTimeout(total=5)) as response:
+                    await response.read()
                 ping_worst = max(ping_worst, time.perf_counter() - started)
-                assert response.status_code == 200
+                assert response.status == 200
                 await asyncio.sleep(0.25)
 
         started = time.monotonic()
         await asyncio.gather(pinger(), *(worker() for _ in range(CLIENTS)))
         elapsed = time.monotonic() - started
         memory["after_all"] = resident_kib(pid)
-        after = await client.post("/invocations", json=DECISION)
+        async with client.post("/invocations", json=DECISION) as after:
+            after_status = after.status
     return {
         "sent": sent,
         "seconds": round(elapsed, 1),
@@ -95,7 +102,7 @@ async def _load(url: str, pid: int) -> dict:
         "bad": bad[:5],
         "ping_worst_s": round(ping_worst, 3),
         "memory_kib": memory,
-        "after_status": after.status_code,
+        "after_status": after_status,
     }
 
 
