@@ -9,10 +9,6 @@ import time
 import pytest
 from decision_adapter.tokenizer import TokenLimitExceeded, UserTextTokenizer, cuttable
 
-# The tests that assert on wall-clock time carry this: make test runs them in its serial part,
-# alone on the machine.
-serial = pytest.mark.serial
-
 # Gemma 3's user-defined tokens (newline, space and tab runs, HTML tags) and text around them.
 ALPHABET = [
     "\n",
@@ -61,7 +57,8 @@ def test_user_text_tokens_equal_one_llama_cpp_call(engine):
         assert engine.tokenize(text, special=False) == engine._tokenize_bytes(text.encode())
 
 
-@serial
+# Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
+@pytest.mark.serial
 @pytest.mark.parametrize(
     "text", ["{\n" * 500_000, "<b>" * 340_000, "a  " * 340_000, "x\n" * 500_000]
 )
@@ -72,7 +69,7 @@ def test_a_megabyte_of_user_defined_tokens_is_refused_at_once(engine, text):
     assert time.perf_counter() - started < 0.5
 
 
-@serial
+@pytest.mark.serial  # asserts on wall-clock time, like the test above
 def test_tokenizing_grows_linearly_not_quadratically(engine):
     def seconds(repeats: int) -> float:
         started = time.perf_counter()
