@@ -57,6 +57,13 @@ def test_user_text_tokens_equal_one_llama_cpp_call(engine):
         assert engine.tokenize(text, special=False) == engine._tokenize_bytes(text.encode())
 
 
+def test_no_tokens_piece_is_longer_than_the_bound_from_the_vocabulary_texts(engine):
+    # The early refusal's bound (limit x the longest token) is read from the texts, not the
+    # pieces; a piece longer than the bound would refuse a text that fits.
+    longest_piece = max(len(engine.piece(t, special=False)) for t in range(engine.n_vocab))
+    assert longest_piece == engine._user_text._max_token_bytes
+
+
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
 @pytest.mark.serial
 @pytest.mark.parametrize(

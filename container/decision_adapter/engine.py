@@ -214,12 +214,13 @@ class Engine:
         strips = llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP | llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP
         specials: list[bytes] = []
         exact = True
+        # The bytes one token can cover: a piece is its vocabulary text unescaped (SentencePiece's
+        # "\u2581" and byte-level BPE's characters back to bytes, "<0xNN>" to one byte), never
+        # longer, so the texts bound it without reading 262k pieces (that doubled start-up).
         longest = 1
-        # 262k tokens on Gemma: one buffer for every piece, so start-up does not pay for 262k.
-        buffer = ctypes.create_string_buffer(256)
         for token in range(self.n_vocab):
             text = llama_cpp.llama_vocab_get_text(self.vocab, token) or b""
-            longest = max(longest, len(text), self._piece_into(buffer, token, special=False))
+            longest = max(longest, len(text))
             attributes = llama_cpp.llama_vocab_get_attr(self.vocab, token)
             if attributes & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and not attributes & control:
                 specials.append(text)
