@@ -216,7 +216,7 @@ class Engine:
         exact = True
         # The bytes one token can cover: a piece is its vocabulary text unescaped (SentencePiece's
         # "\u2581" and byte-level BPE's characters back to bytes, "<0xNN>" to one byte), never
-        # longer, so the texts bound it without reading 262k pieces (that doubled start-up).
+        # longer, so the texts bound it without reading 262k pieces (half a second per start).
         longest = 1
         for token in range(self.n_vocab):
             text = llama_cpp.llama_vocab_get_text(self.vocab, token) or b""
