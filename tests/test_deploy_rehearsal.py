@@ -68,6 +68,12 @@ class Cdk:
         self.env = {
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
             "HOME": str(outdir),
+            # jsii's unpacked packages stay where the user's are: under the HOME above, the
+            # first synthesis would unpack aws-cdk-lib again (about 10 CPU-seconds).
+            "JSII_RUNTIME_PACKAGE_CACHE_ROOT": os.environ.get(
+                "JSII_RUNTIME_PACKAGE_CACHE_ROOT",
+                str(Path.home() / ".cache/aws/jsii/package-cache"),
+            ),
             "CDK_DISABLE_CLI_TELEMETRY": "true",
             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
             **aws,
