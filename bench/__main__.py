@@ -37,7 +37,7 @@ from bench.experiments import QUICK, Plan
 from bench.floor import Floor
 from bench.llama_server import start_beside
 from bench.llama_server_build import Build, ensure_llama_server
-from bench.timing import Budget, Caller
+from bench.timing import REQUEST_TIMEOUT_S, Budget, Caller
 from bench.workloads import (
     OPTIONS,
     QUESTIONS,
@@ -117,7 +117,7 @@ def run(plan: Plan, budget: Budget, build: Build) -> dict:
     callers: list[Caller] = []
     with (
         tempfile.TemporaryDirectory() as tmp,
-        httpx.Client() as client,
+        httpx.Client(timeout=REQUEST_TIMEOUT_S) as client,
         contextlib.ExitStack() as llama_server_stack,
     ):
         tmp_dir = Path(tmp)

@@ -22,7 +22,7 @@ import httpx
 from bench import metrics
 from bench.concurrency import run_load
 from bench.floor import Floor
-from bench.timing import Budget, Caller, median_ms, ms, samples_ms
+from bench.timing import REQUEST_TIMEOUT_S, Budget, Caller, median_ms, ms, samples_ms
 from bench.workloads import QUESTIONS, SHORT_STATE, chat_prompt, decision, parse_letter
 
 OVERHEAD_TARGET = 1.15
@@ -254,7 +254,7 @@ def concurrency_run(
     url: str, plan: Plan, seconds: float, max_queue: int, admission_wait_s: float
 ) -> dict[str, Any]:
     body = {"decision": decision(SHORT_STATE, QUESTIONS[0])}
-    with httpx.Client() as client:
+    with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         caller = Caller(client)
         for _ in range(3):
             caller.seconds(url, body)  # a fresh adapter: warm it before the first level

@@ -18,7 +18,7 @@ import httpx
 
 from bench import experiments
 from bench.__main__ import ADAPTER_ENV, RESULTS
-from bench.timing import Caller
+from bench.timing import REQUEST_TIMEOUT_S, Caller
 from bench.workloads import THREADS, machine_name
 from launcher import running_adapter
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     now = datetime.now(timezone.utc)
-    with contextlib.ExitStack() as stack, httpx.Client() as client:
+    with contextlib.ExitStack() as stack, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         url = args.url
         if url is None:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
