@@ -60,6 +60,15 @@ SKIPPED_BY_MOTO = {
 }
 
 
+def jsii_package_cache() -> str:
+    """Where jsii keeps this user's unpacked packages: the variable, else its default root."""
+    if root := os.environ.get("JSII_RUNTIME_PACKAGE_CACHE_ROOT"):
+        return root
+    if sys.platform == "darwin":
+        return str(Path.home() / "Library/Caches/com.amazonaws.jsii/package-cache")
+    return str(Path.home() / ".cache/aws/jsii/package-cache")
+
+
 class Cdk:
     """The pinned CDK CLI against the moto endpoint, each call with the rehearsal's context."""
 
@@ -70,10 +79,7 @@ class Cdk:
             "HOME": str(outdir),
             # jsii's unpacked packages stay where the user's are: under the HOME above, the
             # first synthesis would unpack aws-cdk-lib again (about 10 CPU-seconds).
-            "JSII_RUNTIME_PACKAGE_CACHE_ROOT": os.environ.get(
-                "JSII_RUNTIME_PACKAGE_CACHE_ROOT",
-                str(Path.home() / ".cache/aws/jsii/package-cache"),
-            ),
+            "JSII_RUNTIME_PACKAGE_CACHE_ROOT": jsii_package_cache(),
             "CDK_DISABLE_CLI_TELEMETRY": "true",
             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
             **aws,
