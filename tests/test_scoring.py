@@ -129,7 +129,7 @@ def test_reading_many_long_options_keeps_numbers_not_logit_rows(engine, renderer
     described = [" ".join(f"w{(i * 7 + j) % 50}" for j in range(4)) for i in range(24)]
     question = Question("Which option?", options, described, readout="option_text_desc")
     plan = build_plan(renderer, STATE, [question])
-    rows = sum(len(c) - 1 for c in plan.questions[0].readings[0].continuations)
+    rows = plan.questions[0].branch_tokens  # one row per distinct prefix of the tree
     assert rows > 100  # kept, over three times the bound below
     tracemalloc.start()
     try:
@@ -139,6 +139,46 @@ def test_reading_many_long_options_keeps_numbers_not_logit_rows(engine, renderer
         tracemalloc.stop()
     assert peak < 32 << 20, f"{peak >> 20} MiB for {rows} rows"
     assert np.isfinite(result.option_log_probs).all()
+
+
+def test_options_that_begin_alike_are_read_as_one_prefix_tree(engine, renderer):
+    """Numbered and prefixed ids as option text: each distinct prefix of the continuations is
+    decoded and read once, in any option order, and every option's log-probability is what it
+    reads alone, its tokens on a sequence of its own."""
+    options = [f"option_{i}" for i in range(1, 31)] + ["team_billing", "team_billing_eu"]
+    question = Question("Which one?", options, [None] * len(options), readout="option_text")
+    plan = build_plan(renderer, STATE, [question])
+    continuations = plan.questions[0].readings[0].continuations
+    one_branch_each = sum(len(c) - 1 for c in continuations)
+    assert plan.questions[0].branch_tokens * 3 < one_branch_each
+    before = engine.stats.tokens_decoded
+    (result,), _ = score(engine, plan)
+    assert engine.stats.tokens_decoded - before == plan.total_tokens
+
+    order = np.random.default_rng(7).permutation(len(options))
+    shuffled = Question(
+        question.question, [options[i] for i in order], [None] * len(options), "option_text"
+    )
+    (reordered,), _ = score(engine, build_plan(renderer, STATE, [shuffled]))
+    assert np.array_equal(reordered.option_log_probs, result.option_log_probs[order])
+
+    suffix = plan.questions[0].suffix_tokens
+    engine.reset()
+    engine.decode_sequence(0, plan.prefix_tokens, 0)
+    (logits,) = engine.decode_branches([Branch(suffix, 0, [len(suffix) - 1])], first_seq_id=1)
+    first = _log_softmax(logits[len(suffix) - 1])
+    alone = np.array([first[c[0]] for c in continuations])
+    for option, tokens in enumerate(continuations):
+        engine.copy_sequence(1, 2)
+        position = len(plan.prefix_tokens) + len(suffix)
+        rows = engine.decode_sequence(2, tokens[:-1], position, range(len(tokens) - 1))
+        for index, token in enumerate(tokens[1:]):
+            alone[option] += _log_softmax(rows[index])[token]
+        engine.drop_sequence(2)
+    engine.reset()
+    # Tree and lone sequences are different batch shapes: llama.cpp's kernels round apart
+    # (up to ~0.4 in log-probability on this model, as for labels above).
+    np.testing.assert_allclose(result.option_log_probs, alone, atol=0.6)
 
 
 @pytest.mark.parametrize("control", ["<end_of_turn>", "<start_of_turn>", "<bos>", "<eos>"])

@@ -19,6 +19,8 @@ from decision_adapter.scoring import (
     _Read,
     _restricted_log_softmax,
     option_labels,
+    prefix_tree_batches,
+    tree_tokens,
 )
 
 
@@ -33,7 +35,7 @@ def reading(log_probs, first_logits, lengths, single_tokens, argmax=7) -> _Read:
 
 
 def question(readout: str, readings: int = 1) -> QuestionPlan:
-    return QuestionPlan(readout, ["A", "B"], [Reading([1], [[2], [3]])] * readings, "sha")
+    return QuestionPlan(readout, ["A", "B"], [Reading([1], [[2], [3]], [])] * readings, "sha")
 
 
 def reference_log_softmax(values) -> np.ndarray:
@@ -160,11 +162,11 @@ def test_calibrated_subtracts_the_content_free_means():
 
 # --- token counts ----------------------------------------------------------------------
 def test_a_questions_input_tokens_are_the_prefix_and_each_of_its_suffixes():
-    one = QuestionPlan("letters", ["A", "B"], [Reading([1, 2, 3], [[4], [5]])], "a")
+    one = QuestionPlan("letters", ["A", "B"], [Reading([1, 2, 3], [[4], [5]], [])], "a")
     rotated = QuestionPlan(
         "permuted_letters",
         ["A", "B"],
-        [Reading([1, 2], [[4], [5]]), Reading([1, 2, 3, 4, 5], [[5], [4]])],
+        [Reading([1, 2], [[4], [5]], []), Reading([1, 2, 3, 4, 5], [[5], [4]], [])],
         "b",
     )
     plan = ScoringPlan([9] * 10, [one, rotated])
@@ -173,6 +175,58 @@ def test_a_questions_input_tokens_are_the_prefix_and_each_of_its_suffixes():
 
 
 # --- the content-free scores kept ------------------------------------------------------
+def test_prefix_tree_paths_are_each_continuation_but_its_last_token_distinct_and_sorted():
+    continuations = [[9, 4, 5], [1], [2, 3], [2, 4], [2, 3, 5], [9, 4, 6]]
+    assert prefix_tree_batches(continuations, max_tokens=512, max_paths=62) == [
+        [(2,), (2, 3), (9, 4)]
+    ]
+    # Only the set counts: any option order gives the same batches.
+    assert prefix_tree_batches(continuations[::-1], 512, 62) == prefix_tree_batches(
+        continuations, 512, 62
+    )
+    assert prefix_tree_batches([[1], [2]], 512, 62) == []
+
+
+def test_prefix_tree_batches_hold_at_most_max_paths_paths():
+    continuations = [[i, 0] for i in range(5)]
+    assert prefix_tree_batches(continuations, 512, max_paths=2) == [
+        [(0,), (1,)],
+        [(2,), (3,)],
+        [(4,)],
+    ]
+
+
+def test_prefix_tree_batches_hold_at_most_max_tokens_distinct_prefixes():
+    # (1, 2, 3) and (1, 2, 4) share two prefixes: 4 tokens together, 5 with (5,).
+    continuations = [[1, 2, 3, 0], [1, 2, 4, 0], [5, 0]]
+    assert prefix_tree_batches(continuations, max_tokens=4, max_paths=62) == [
+        [(1, 2, 3), (1, 2, 4)],
+        [(5,)],
+    ]
+    assert prefix_tree_batches(continuations, max_tokens=5, max_paths=62) == [
+        [(1, 2, 3), (1, 2, 4), (5,)]
+    ]
+    # A path longer than a batch is a batch of its own (the engine decodes it in chunks).
+    assert prefix_tree_batches([[7] * 9, [1, 0], [8, 0]], max_tokens=3, max_paths=62) == [
+        [(1,)],
+        [(7,) * 8],
+        [(8,)],
+    ]
+
+
+def test_tree_tokens_count_each_distinct_prefix_once():
+    assert tree_tokens([(1, 2, 3), (1, 2, 4), (5,)]) == 5
+    assert tree_tokens([(1, 2), (1, 2, 3)]) == 3
+    assert tree_tokens([]) == 0
+
+
+def test_a_readings_branch_tokens_are_its_tree_tokens_unless_every_label_is_one_token():
+    continuations = [[1, 2, 3], [1, 2, 4], [5]]
+    batches = prefix_tree_batches(continuations, 512, 62)
+    assert Reading([0], continuations, batches).branch_tokens == 2  # (1,) and (1, 2)
+    assert Reading([0], [[1], [2]], []).branch_tokens == 0
+
+
 def test_content_free_scores_start_empty_and_keep_4096_questions():
     kept = ContentFreeScores()
     assert kept.as_dict() == {"entries": 0, "hits": 0, "misses": 0}

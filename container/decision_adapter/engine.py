@@ -140,7 +140,8 @@ class Engine:
         self.n_batch = config.n_batch
         self.n_seq_max = n_seq_max
         self.config = config
-        self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
+        # A token may belong to every sequence of a prefix tree (decode_prefix_tree).
+        self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, n_seq_max)
         self.stats = DecodeStats()
         self._install_interrupt()
         self._user_text = self._user_text_tokenizer()
@@ -273,14 +274,15 @@ class Engine:
     def sequence_length(self, seq_id: int) -> int:
         return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id) + 1
 
-    def _decode(self, entries: list[tuple[int, int, int, bool]]) -> None:
-        """Decode (token, position, sequence, wants_logits) entries as exactly one batch."""
+    def _decode(self, entries: list[tuple[int, int, Sequence[int], bool]]) -> None:
+        """Decode (token, position, sequences, wants_logits) entries as exactly one batch."""
         batch = self._batch
-        for i, (token, position, seq_id, wants_logits) in enumerate(entries):
+        for i, (token, position, seq_ids, wants_logits) in enumerate(entries):
             batch.token[i] = token
             batch.pos[i] = position
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq_id
+            batch.n_seq_id[i] = len(seq_ids)
+            for k, seq_id in enumerate(seq_ids):
+                batch.seq_id[i][k] = seq_id
             batch.logits[i] = wants_logits
         batch.n_tokens = len(entries)
         started = time.perf_counter()
@@ -314,7 +316,7 @@ class Engine:
         results: dict[int, object] = {}
         for chunk_start in range(0, len(tokens), self.n_batch):
             chunk = range(chunk_start, min(chunk_start + self.n_batch, len(tokens)))
-            self._decode([(tokens[i], start + i, seq_id, i in wanted) for i in chunk])
+            self._decode([(tokens[i], start + i, (seq_id,), i in wanted) for i in chunk])
             for batch_index, i in enumerate(chunk):
                 if i in wanted:
                     results[i] = read(branch, i, self._logits(batch_index))
@@ -359,6 +361,47 @@ class Engine:
                 group_tokens += len(branch.tokens)
         return results
 
+    def decode_prefix_tree(
+        self,
+        paths: Sequence[tuple[int, ...]],
+        parent: int,
+        first_seq_id: int,
+        read: Callable[[tuple[int, ...], np.ndarray], object],
+    ) -> dict[tuple[int, ...], object]:
+        """Decode token paths that continue sequence `parent` as one prefix tree, path k on
+        sequence first_seq_id + k; what `read` returns for the logits after each distinct
+        prefix, by prefix.
+
+        A prefix that several paths share is decoded once, as one token of all their sequences
+        (llama.cpp masks attention by sequence, so each path still reads only its own tokens).
+        The batch is the sorted distinct prefixes, so it depends on the set of paths only when
+        the caller gives them sorted. A tree wider than n_batch must be a single path: it is
+        decoded in n_batch chunks, as decode_sequence does.
+        """
+        if first_seq_id + len(paths) > self.n_seq_max:
+            raise EngineError("more branches than sequences in the context")
+        start = self.sequence_length(parent)
+        owners: dict[tuple[int, ...], list[int]] = {}
+        for offset, path in enumerate(paths):
+            self.copy_sequence(parent, first_seq_id + offset)
+            for end in range(1, len(path) + 1):
+                owners.setdefault(path[:end], []).append(first_seq_id + offset)
+        prefixes = sorted(owners)
+        if len(prefixes) > self.n_batch:
+            if len(paths) != 1:
+                raise EngineError("a prefix tree of several paths wider than a batch")
+            (path,) = paths
+            by_position = self.decode_sequence(
+                first_seq_id,
+                path,
+                start,
+                range(len(path)),
+                lambda _branch, position, logits: read(path[: position + 1], logits),
+            )
+            return {path[: position + 1]: value for position, value in by_position.items()}
+        self._decode([(p[-1], start + len(p) - 1, owners[p], True) for p in prefixes])
+        return {p: read(p, self._logits(i)) for i, p in enumerate(prefixes)}
+
     def _decode_group(self, group, first_seq_id, results, read: LogitsReader) -> None:
         if not group:
             return
@@ -369,7 +412,7 @@ class Engine:
             for i, token in enumerate(branch.tokens):
                 if i in wanted:
                     wanted_at.append((len(entries), index, i))
-                entries.append((token, start + i, first_seq_id + index, i in wanted))
+                entries.append((token, start + i, (first_seq_id + index,), i in wanted))
         self._decode(entries)
         for batch_index, index, position in wanted_at:
             results[index][position] = read(index, position, self._logits(batch_index))
@@ -440,7 +483,7 @@ class Engine:
                 last = chunk_start + len(chunk) == len(prompt)
                 self._decode(
                     [
-                        (t, position + i, 0, last and i == len(chunk) - 1)
+                        (t, position + i, (0,), last and i == len(chunk) - 1)
                         for i, t in enumerate(chunk)
                     ]
                 )
@@ -452,7 +495,7 @@ class Engine:
                 yield token
                 if step + 1 == max_tokens or position >= self.n_ctx:
                     return  # the last token needs no decode: nothing will follow it
-                self._decode([(token, position, 0, True)])
+                self._decode([(token, position, (0,), True)])
                 position += 1
         finally:
             llama_cpp.llama_sampler_free(sampler)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import string
 import time
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -24,6 +24,7 @@ from .state_cache import StateCache
 
 PREFIX_SEQ = 0
 QUESTION_SEQ = 1  # every question suffix in turn; its branches take the sequences after it
+FIRST_BRANCH_SEQ = QUESTION_SEQ + 1
 
 
 def option_labels(count: int) -> list[str]:
@@ -35,13 +36,40 @@ def option_labels(count: int) -> list[str]:
     return ["".join(pair) for pair in product(letters, repeat=2)][:count]
 
 
+def prefix_tree_batches(
+    continuations: Sequence[Sequence[int]], max_tokens: int, max_paths: int
+) -> list[list[tuple[int, ...]]]:
+    """What multi-token continuations decode after the question: each one's tokens but its
+    last (a path), distinct and sorted, in batches of at most `max_paths` paths whose distinct
+    prefixes number at most `max_tokens` (a longer path is a batch of its own)."""
+    paths = sorted({tuple(c[:-1]) for c in continuations if len(c) > 1})
+    batches: list[list[tuple[int, ...]]] = []
+    prefixes: set[tuple[int, ...]] = set()
+    for path in paths:
+        own = {path[:end] for end in range(1, len(path) + 1)}
+        if batches and len(batches[-1]) < max_paths and len(prefixes | own) <= max_tokens:
+            batches[-1].append(path)
+            prefixes |= own
+        else:
+            batches.append([path])
+            prefixes = own
+    return batches
+
+
+def tree_tokens(paths: Sequence[tuple[int, ...]]) -> int:
+    """Tokens a batch of paths decodes: each distinct prefix once."""
+    return len({path[:end] for path in paths for end in range(1, len(path) + 1)})
+
+
 @dataclass
 class Reading:
     """One question suffix decoded after the state, and each option's continuation read after
-    it (request order): its label, or its own words."""
+    it (request order): its label, or its own words; `tree_batches` are the batches that read
+    the continuations' later tokens (prefix_tree_batches)."""
 
     suffix_tokens: list[int]
     continuations: list[list[int]]
+    tree_batches: list[list[tuple[int, ...]]]
 
     @property
     def single_tokens(self) -> bool:
@@ -50,7 +78,7 @@ class Reading:
 
     @property
     def branch_tokens(self) -> int:
-        return 0 if self.single_tokens else sum(len(t) - 1 for t in self.continuations)
+        return 0 if self.single_tokens else sum(map(tree_tokens, self.tree_batches))
 
     @property
     def tokens(self) -> int:
@@ -145,6 +173,14 @@ def _plan_question(
     def tokens(prompt) -> list[int]:
         return renderer.tokens(prompt.suffix, starts_prompt=False, limit=limit)
 
+    engine = renderer.engine
+
+    def reading(suffix: list[int], continuations: list[list[int]]) -> Reading:
+        batches = prefix_tree_batches(
+            continuations, engine.n_batch, engine.n_seq_max - FIRST_BRANCH_SEQ
+        )
+        return Reading(suffix, continuations, batches)
+
     n = len(question.option_ids)
     if readout in ("letters", "permuted_letters"):
         labels = option_labels(n)
@@ -162,12 +198,12 @@ def _plan_question(
             first = first or prompt
             # Option i sits at position (i - r) % n and is read through that position's label.
             continuations = [label_tokens[(i - r) % n] for i in range(n)]
-            readings.append(Reading(tokens(prompt), continuations))
+            readings.append(reading(tokens(prompt), continuations))
         return QuestionPlan(readout, labels, readings, first.sha256)
     words = _option_words(question, with_descriptions=readout == "option_text_desc")
     prompt = renderer.cloze(state, question.question)
     continuations = [renderer.label_tokens(w) for w in words]
-    return QuestionPlan(readout, words, [Reading(tokens(prompt), continuations)], prompt.sha256)
+    return QuestionPlan(readout, words, [reading(tokens(prompt), continuations)], prompt.sha256)
 
 
 def build_plan(
@@ -295,7 +331,7 @@ def _read(
     log_probs = _log_softmax(last_logits, firsts)
     single = reading.single_tokens and not force_sequence
     if not single:
-        _add_branch_log_probs(engine, reading.continuations, log_probs)
+        _add_branch_log_probs(engine, reading, log_probs)
     engine.drop_sequence(QUESTION_SEQ)
     return _Read(
         log_probs=log_probs,
@@ -307,46 +343,40 @@ def _read(
 
 
 def _add_branch_log_probs(
-    engine: Engine, continuations: list[list[int]], log_probs: np.ndarray
+    engine: Engine, reading: Reading, log_probs: np.ndarray
 ) -> None:  # pragma: no mutate block
-    """Each multi-token continuation's later tokens, read from one branch per option off the
-    question's sequence (first_free: the sequences after it).
+    """Each multi-token continuation's later tokens, read off the question's sequence as a
+    prefix tree: options that begin alike (`team_billing`, `team_support`; `option_1` ...
+    `option_255`) share their common tokens, each distinct prefix decoded and read once.
 
-    The branches go into the batch in a canonical order (by their tokens), not the request's:
-    llama.cpp rounds by KV-cell layout, and the same branches batched in reverse order moved
-    scores by up to 0.5 (bench/results/readout_study.md), so any option order decodes the same
-    batch and gives bit-identical scores.
+    The batches are the plan's `tree_batches`, sorted by tokens, not in the request's order:
+    llama.cpp rounds by batch composition and KV-cell layout, and the same branches batched in
+    reverse order moved scores by up to 0.5 (bench/results/readout_study.md), so any option
+    order decodes the same batches and gives bit-identical scores.
     """
-    multi = sorted(
-        (i for i, tokens in enumerate(continuations) if len(tokens) > 1),
-        key=lambda i: continuations[i],
-    )
-    first_free = QUESTION_SEQ + 1
-    capacity = engine.n_seq_max - first_free
-    for chunk_start in range(0, len(multi), capacity):
-        chunk = multi[chunk_start : chunk_start + capacity]
-        branches = [
-            Branch(
-                tokens=continuations[i][:-1],
-                parent=QUESTION_SEQ,
-                logit_positions=range(len(continuations[i]) - 1),
-            )
-            for i in chunk
-        ]
+    continuations = reading.continuations
+    following: defaultdict[tuple[int, ...], set[int]] = defaultdict(set)
+    for tokens in continuations:
+        for end in range(1, len(tokens)):
+            following[tuple(tokens[:end])].add(tokens[end])
 
-        def next_token_log_prob(branch: int, position: int, logits: np.ndarray) -> float:
-            # One number per row, read while llama.cpp holds the row: kept rows would cost
-            # 1 MiB each, GiBs for a question of long options.
-            return _log_softmax(logits, [continuations[chunk[branch]][position + 1]])[0]
+    def next_token_log_probs(prefix: tuple[int, ...], logits: np.ndarray) -> dict[int, float]:
+        # A few numbers per row, read while llama.cpp holds the row: kept rows would cost
+        # 1 MiB each, GiBs for a question of long options.
+        tokens = sorted(following[prefix])
+        return dict(zip(tokens, _log_softmax(logits, tokens)))
 
-        per_branch = engine.decode_branches(
-            branches, first_seq_id=first_free, read=next_token_log_prob
+    for paths in reading.tree_batches:
+        read = engine.decode_prefix_tree(
+            paths, QUESTION_SEQ, FIRST_BRANCH_SEQ, next_token_log_probs
         )
-        for option, by_position in zip(chunk, per_branch):
-            for position in range(len(continuations[option]) - 1):
-                log_probs[option] += by_position[position]
-        for offset in range(len(chunk)):
-            engine.drop_sequence(first_free + offset)
+        in_batch = set(paths)
+        for option, tokens in enumerate(continuations):
+            if tuple(tokens[:-1]) in in_batch:
+                for end in range(1, len(tokens)):
+                    log_probs[option] += read[tuple(tokens[:end])][tokens[end]]
+        for offset in range(len(paths)):
+            engine.drop_sequence(FIRST_BRANCH_SEQ + offset)
 
 
 def _content_free_scores(
