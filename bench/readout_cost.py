@@ -18,6 +18,7 @@ import httpx
 
 from bench import experiments
 from bench.__main__ import ADAPTER_ENV, RESULTS
+from bench.report import READOUT_COST_SUFFIX
 from bench.timing import REQUEST_TIMEOUT_S, Caller
 from bench.workloads import THREADS, machine_name
 from launcher import running_adapter
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         "adapter": args.url or f"started here, {THREADS} threads, state cache off",
         "readout_cost": row,
     }
-    output = args.output or RESULTS / f"{now:%Y-%m-%d}-{machine_name()}-readout-cost.json"
+    output = args.output or RESULTS / f"{now:%Y-%m-%d}-{machine_name()}{READOUT_COST_SUFFIX}"
     output.write_text(json.dumps(result, indent=2) + "\n")
     ratios = ", ".join(f"{name} {ratio}x" for name, ratio in row["ratio_to_letters"].items())
     print(f"{output}: {ratios} (default {row['default']})")

@@ -10,10 +10,18 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+# bench.readout_cost's files are dated like a `make bench` result: `latest` passes over them.
+READOUT_COST_SUFFIX = "-readout-cost.json"
+
+
 def latest(results: Path = RESULTS) -> Path:
     """The newest `make bench` result, `<date>-<machine>.json`; other benchmarks' JSON files
-    (hostile bodies, overload) live beside it."""
-    files = sorted(results.glob("[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]-*.json"))
+    (hostile bodies, overload, the readout cost row alone) live beside it."""
+    files = sorted(
+        path
+        for path in results.glob("[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]-*.json")
+        if not path.name.endswith(READOUT_COST_SUFFIX)
+    )
     if not files:
         raise SystemExit("no results in bench/results/: run make bench")
     return files[-1]
