@@ -73,6 +73,16 @@ def _log_softmax(logits):
     return shifted - np.log(np.exp(shifted).sum())
 
 
+def _question_on_sequence_1(engine, plan):
+    """The reference's start: the state on sequence 0, the question on sequence 1 (left in the
+    context for the caller to branch from); the log-softmax after the question."""
+    suffix = plan.questions[0].suffix_tokens
+    engine.reset()
+    engine.decode_sequence(0, plan.prefix_tokens, 0)
+    (logits,) = engine.decode_branches([Branch(suffix, 0, [len(suffix) - 1])], first_seq_id=1)
+    return _log_softmax(logits[len(suffix) - 1])
+
+
 def test_multi_token_labels_score_the_whole_label(engine, renderer):
     """44 options get two-letter labels; in Gemma's vocabulary BQ is two tokens.
 
@@ -91,10 +101,7 @@ def test_multi_token_labels_score_the_whole_label(engine, renderer):
     assert result.readout == "label-sequence"
 
     suffix = plan.questions[0].suffix_tokens
-    engine.reset()
-    engine.decode_sequence(0, plan.prefix_tokens, 0)
-    (logits,) = engine.decode_branches([Branch(suffix, 0, [len(suffix) - 1])], first_seq_id=1)
-    first = _log_softmax(logits[len(suffix) - 1])
+    first = _question_on_sequence_1(engine, plan)
     reference = np.array([first[tokens[0]] for tokens in labels])
     for option in multi:
         engine.copy_sequence(1, 2)
@@ -163,10 +170,7 @@ def test_options_that_begin_alike_are_read_as_one_prefix_tree(engine, renderer):
     assert np.array_equal(reordered.option_log_probs, result.option_log_probs[order])
 
     suffix = plan.questions[0].suffix_tokens
-    engine.reset()
-    engine.decode_sequence(0, plan.prefix_tokens, 0)
-    (logits,) = engine.decode_branches([Branch(suffix, 0, [len(suffix) - 1])], first_seq_id=1)
-    first = _log_softmax(logits[len(suffix) - 1])
+    first = _question_on_sequence_1(engine, plan)
     alone = np.array([first[c[0]] for c in continuations])
     for option, tokens in enumerate(continuations):
         engine.copy_sequence(1, 2)
