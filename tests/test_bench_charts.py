@@ -95,7 +95,10 @@ def synthetic_result() -> dict:
         },
         "concurrency": {
             "prompt_tokens": 108,
-            "runs": [{"max_queue": 0, "rows": load_rows}, {"max_queue": 16, "rows": load_rows}],
+            "runs": [
+                {"max_queue": 0, "seconds_per_level": 10.0, "rows": load_rows},
+                {"max_queue": 16, "seconds_per_level": 10.0, "rows": load_rows},
+            ],
         },
         "chat_alternative": {
             "items": 49,

@@ -138,3 +138,20 @@ def test_markdown_carries_the_llama_server_table():
     partial = _versus()
     del partial["chat"], partial["eight_questions_cached"]
     assert "chat, streamed" not in markdown({**result, "llama_server": partial})
+
+
+def test_a_concurrency_run_says_how_long_each_level_ran():
+    import json
+
+    from bench.report import markdown
+
+    result = json.loads(latest(Path(__file__).parents[1] / "bench" / "results").read_text())
+    row = {"clients": 1, "throughput_rps": 2.4, "latency": {"p95_ms": 505.1}, "share_503": 0.0}
+    runs = [
+        {"max_queue": 0, "seconds_per_level": 2.0, "rows": [row]},
+        {"max_queue": 16, "seconds_per_level": 10.0, "rows": [row]},
+    ]
+    table = markdown({**result, "concurrency": {"runs": runs}})
+    assert "| (d) DECISION_MAX_QUEUE=0, 2 s per level, clients:" in table
+    assert "| (d) DECISION_MAX_QUEUE=16, 10 s per level, clients:" in table
+    assert "1: 2.4/s, 505 ms, 0%" in table
