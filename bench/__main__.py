@@ -261,6 +261,17 @@ def load_seconds(plan: Plan, budget: Budget) -> float:
     return round(max(2.0, min(plan.load_seconds, fits)), 1)
 
 
+def cut_short(budget: Budget, measured: dict, plan: Plan) -> list[str]:
+    """The experiments that ran fewer repetitions (or shorter load levels) than the plan, because
+    the budget ran out: a slower machine needs a larger --budget-minutes to measure them all."""
+    names = {share: name for name, share in experiments.SHARES.items()}
+    cut = [names[share] for share in budget.refused]
+    runs = (measured.get("concurrency") or {}).get("runs") or []
+    if any(run["seconds_per_level"] < plan.load_seconds for run in runs):
+        cut.append("concurrency")
+    return cut
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -315,6 +326,7 @@ def main() -> None:
             "state_cache_run_bytes": STATE_CACHE_BYTES,
             "measured_s": round(budget.elapsed(), 1),
             "plan": dataclasses.asdict(plan),
+            "cut_short": cut_short(budget, measured, plan),
         },
         **measured,
     }
@@ -332,6 +344,11 @@ def main() -> None:
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(markdown(result))
     print(f"written to {output} (+ {len(result['charts'])} charts) after {budget.elapsed():.0f}s")
+    if result["run"]["cut_short"]:
+        print(
+            f"the budget cut short: {', '.join(result['run']['cut_short'])}; "
+            "a larger --budget-minutes measures the whole plan"
+        )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
     machine = result["machine"]
     lines = [
         f"Measured {result['date'][:10]} on {machine['name']} ({machine['threads']} threads, "
-        f"load average {machine.get('load_average_1m', '?')}), model `{result['model']}`.",
+        f"load average {machine.get('load_average_1m', '?')}), model `{result['model']}`."
+        + _cut_short(result),
         "",
         "| Experiment | Result |",
         "|---|---|",
@@ -120,6 +121,13 @@ RATIO_MEANING = (
     "prompt tokens, the two taking turns request by request; for times below 1 means the "
     "adapter is faster, for tokens/s above 1 does."
 )
+
+
+def _cut_short(result: dict) -> str:
+    cut = (result.get("run") or {}).get("cut_short")
+    if not cut:
+        return ""
+    return f" The time budget cut these short of the plan: {', '.join(cut)}."
 
 
 def _x(value: float | None) -> str:

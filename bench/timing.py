@@ -94,6 +94,8 @@ class Budget:
 
     total_s: float
     started: float = field(default_factory=time.monotonic)
+    # The shares past whose deadline a planned repetition was refused: what the run cut short.
+    refused: list[float] = field(default_factory=list)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -105,5 +107,9 @@ class Budget:
         return self.until(share) - time.monotonic()
 
     def more(self, share: float, done: int, minimum: int = 1) -> bool:
-        """Whether to run repetition number `done` + 1."""
-        return done < minimum or time.monotonic() < self.until(share)
+        """Whether to run repetition number `done` + 1 (asked only while the plan wants one)."""
+        if done < minimum or time.monotonic() < self.until(share):
+            return True
+        if share not in self.refused:
+            self.refused.append(share)
+        return False

@@ -181,6 +181,24 @@ def test_budget_always_allows_the_minimum():
     assert budget.more(0.5, done=4, minimum=5)
 
 
+def test_the_run_names_what_the_budget_cut_short():
+    from bench.__main__ import cut_short
+    from bench.experiments import SHARES, Plan
+
+    plan = Plan()
+    full = {"concurrency": {"runs": [{"seconds_per_level": plan.load_seconds}] * 2}}
+    roomy = Budget(total_s=3600.0)
+    assert roomy.more(SHARES["chat"], done=20, minimum=10)
+    assert cut_short(roomy, full, plan) == []
+    spent = Budget(total_s=0.0)
+    assert spent.more(SHARES["single"], done=4, minimum=5)  # the minimum is no cut
+    assert cut_short(spent, full, plan) == []
+    for share in ("chat", "single", "chat"):
+        assert not spent.more(SHARES[share], done=5, minimum=5)
+    shorter = {"concurrency": {"runs": [{"seconds_per_level": 2.0}, {"seconds_per_level": 2.0}]}}
+    assert cut_short(spent, shorter, plan) == ["chat", "single", "concurrency"]
+
+
 def test_chat_prompt_letters_and_parsing():
     item = {
         "state": "Refund please.",

@@ -155,3 +155,17 @@ def test_a_concurrency_run_says_how_long_each_level_ran():
     assert "| (d) DECISION_MAX_QUEUE=0, 2 s per level, clients:" in table
     assert "| (d) DECISION_MAX_QUEUE=16, 10 s per level, clients:" in table
     assert "1: 2.4/s, 505 ms, 0%" in table
+
+
+def test_the_header_says_what_the_budget_cut_short():
+    import json
+
+    from bench.report import markdown
+
+    result = json.loads(latest(Path(__file__).parents[1] / "bench" / "results").read_text())
+    whole = markdown({**result, "run": {**result["run"], "cut_short": []}})
+    assert "cut these short" not in whole.splitlines()[0]
+    cut = markdown({**result, "run": {**result["run"], "cut_short": ["chat", "concurrency"]}})
+    assert cut.splitlines()[0].endswith(
+        "The time budget cut these short of the plan: chat, concurrency."
+    )
