@@ -46,7 +46,7 @@ def prefix_tree_batches(
     batches: list[list[tuple[int, ...]]] = []
     prefixes: set[tuple[int, ...]] = set()
     for path in paths:
-        own = {path[:end] for end in range(1, len(path) + 1)}
+        own = _prefixes(path)
         if batches and len(batches[-1]) < max_paths and len(prefixes | own) <= max_tokens:
             batches[-1].append(path)
             prefixes |= own
@@ -58,7 +58,12 @@ def prefix_tree_batches(
 
 def tree_tokens(paths: Sequence[tuple[int, ...]]) -> int:
     """Tokens a batch of paths decodes: each distinct prefix once."""
-    return len({path[:end] for path in paths for end in range(1, len(path) + 1)})
+    return len(set().union(*map(_prefixes, paths)))
+
+
+def _prefixes(path: tuple[int, ...]) -> set[tuple[int, ...]]:
+    """The path's non-empty prefixes: the tree nodes it passes through, itself included."""
+    return {path[:end] for end in range(1, len(path) + 1)}
 
 
 @dataclass
