@@ -2,16 +2,15 @@
 its whole CLI run with auth off (the endpoints' default), and its auth case against an
 adapter with a key (jevcompat's `run(..., only=...)`).
 
-The open run's adapter reads choices with the `option_text` readout (a profile beside the test
-names it for the bundled GGUF). Nothing jevcompat checks depends on the readout but the numbers:
-the same run passed 32/32 MUST and 13/13 SHOULD with `letters` (what a GGUF without a profile
-gets) and with `option_text_desc` (the bundled model's profile). It is the cheap one because its
-prompt lists no options: jevcompat's 64-, 128- and 255-option requests are a listing of about
-1,250, 2,500 and 5,000 tokens under `letters`, and under `option_text` a tree of the option ids.
-Measured on 2026-12-01 at 1 thread (make test's share of the cores): 19 s for the whole run
-against 92 s with `letters` and 106 s with `option_text_desc`. `letters` at 255 options is
-served in test_http_decisions, and every readout's exactness (the semantics cases) in
-test_readouts.
+The open run's adapter reads choices with the `option_text` readout (a profile the fixture
+writes names it for the bundled GGUF). Nothing jevcompat checks depends on the readout but the
+numbers: the same run passed 32/32 MUST and 13/13 SHOULD with `letters` (what a GGUF without a
+profile gets) and with `option_text_desc` (the bundled model's profile). It is the cheap one
+because its prompt lists no options: jevcompat's 64-, 128- and 255-option requests are a
+listing of about 1,250, 2,500 and 5,000 tokens under `letters`, and under `option_text` a tree
+of the option ids. Measured on 2026-12-01 at 1 thread (make test's share of the cores): 19 s
+for the whole run against 92 s with `letters` and 106 s with `option_text_desc`. `letters` at
+255 options is served in test_http_decisions, and every readout's exactness in test_readouts.
 
 Exactly one of the two auth MUSTs applies to a server (auth.ignored-when-off without a key,
 auth.bearer with one), and the two auth SHOULDs need a key: the open run reports 32/32 MUST
