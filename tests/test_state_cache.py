@@ -230,10 +230,11 @@ def _state_of_prefix_length(renderer, tokens: int) -> str:
     return state
 
 
-# 60 options get two-letter labels (a label-sequence readout) and a suffix of 300+ tokens; the
-# long question gives a single-token readout with a suffix past llama.cpp's 64-token FA tile.
+# 43 options get two-letter labels, the last of them (BQ) two tokens in Gemma's vocabulary (a
+# label-sequence readout), and a suffix of 250+ tokens; the long question gives a single-token
+# readout with a suffix past llama.cpp's 64-token FA tile.
 LONG_READOUT_QUESTIONS = [
-    Question("Which item is meant?", [f"item{i}" for i in range(60)], [None] * 60),
+    Question("Which item is meant?", [f"item{i}" for i in range(43)], [None] * 43),
     Question(
         "Is the list complete? " + "Check every entry against the order. " * 7,
         ["yes", "no"],
@@ -243,7 +244,7 @@ LONG_READOUT_QUESTIONS = [
 ]
 
 
-@pytest.mark.parametrize("prefix_tokens", [511, 512, 513, 1100])
+@pytest.mark.parametrize("prefix_tokens", [511, 512, 513, 1025])
 def test_cache_off_miss_and_hit_are_bit_identical_around_the_batch_size(
     engine, renderer, prefix_tokens
 ):
