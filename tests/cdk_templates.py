@@ -94,8 +94,9 @@ def run_app(tmp_path: Path, **overrides) -> subprocess.CompletedProcess:
     )
 
 
-def cfn_lint(assembly: Path) -> dict[str, list[str]]:
-    """cfn-lint's findings on each template of a cloud assembly, in three regions."""
+def cfn_lint(assembly: Path, *stacks: str) -> dict[str, list[str]]:
+    """cfn-lint's findings on each template of a cloud assembly (or of the `stacks` named), in
+    three regions."""
     from cfnlint.api import lint
 
     return {
@@ -104,4 +105,5 @@ def cfn_lint(assembly: Path) -> dict[str, list[str]]:
             for m in lint(path.read_text(), regions=["us-east-1", "eu-west-1", "eu-central-1"])
         ]
         for path in sorted(assembly.glob("*.template.json"))
+        if not stacks or path.name.removesuffix(".template.json") in stacks
     }

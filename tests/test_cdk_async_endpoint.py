@@ -273,7 +273,7 @@ def test_cdk_nag_finds_nothing_unacknowledged(assembly):
 
 
 def test_cfn_lint_reports_nothing(assembly):
-    assert cfn_lint(assembly)[f"{ENDPOINTS}.template.json"] == []
+    assert cfn_lint(assembly, ENDPOINTS) == {f"{ENDPOINTS}.template.json": []}
 
 
 # --- batch transform on the CPU decision model ---------------------------------------------------
