@@ -29,7 +29,7 @@ run: $(VENV)/.runtime
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve
 
-# The suite runs in parallel, a test file per worker (pytest-xdist), the files marked `heavy` first
+# The suite runs in parallel, a test file per worker (pytest-xdist), the longest files first
 # (tests/conftest.py orders them; --no-loadscope-reorder keeps that order), except the tests that
 # assert on wall-clock time (marker `serial`), which run afterwards with the machine to themselves.
 # Bytecode caching on, whatever the shell says: without it each pytest process rewrites and

@@ -39,14 +39,39 @@ def bundled_gguf() -> Path:
 MODEL_FIXTURES = {"gemma_gguf", "engine", "renderer", "adapter", "secured_adapter"}
 
 
+# Seconds of work in the files that take 10 or more of make test's parallel part (measured on
+# this 2-core machine, 2026-12-01); every other file takes less. A parallel run hands out files
+# longest first (make test passes xdist --no-loadscope-reorder, which keeps this order), so it
+# ends on short files, not on a long one while the other worker idles.
+LONG_FILES = {
+    "test_state_cache.py": 110,
+    "test_readouts.py": 60,
+    "test_fuzz_api.py": 60,
+    "test_deploy_rehearsal.py": 50,
+    "test_cdk_app.py": 45,
+    "test_http_decisions.py": 45,
+    "test_scoring.py": 38,
+    "test_codebuild_rehearsal.py": 32,
+    "test_systemone_conformance.py": 30,
+    "test_startup_failures.py": 25,
+    "test_systemone_http.py": 25,
+    "test_http_chat.py": 24,
+    "test_packaged_model.py": 17,
+    "test_logs_metrics.py": 17,
+    "test_bench_readout_cost.py": 15,
+    "test_ops_background.py": 14,
+    "test_chat_templates.py": 13,
+    "test_bench_evaluate.py": 12,
+    "test_http_jsonlines.py": 11,
+}
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_model)
-    # The files marked `heavy` first, so that a parallel run (make test passes xdist
-    # --no-loadscope-reorder, which keeps this order) does not end on one of them while the
-    # other workers idle. A stable sort: each file's tests stay together and in order.
-    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+    # A stable sort: each file's tests stay together and in order.
+    items.sort(key=lambda item: -LONG_FILES.get(item.path.name, 0))
 
 
 @pytest.fixture(scope="session")

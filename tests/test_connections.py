@@ -54,8 +54,11 @@ def _rss_mib(pid: int) -> float:
 
 @pytest.fixture(scope="module")
 def strict_adapter(tmp_path_factory):
+    """A short deadline for request heads; a long one for bodies (the memory test's uploads)."""
     with running_adapter(
-        tmp_path_factory.mktemp("strict"), DECISION_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S)
+        tmp_path_factory.mktemp("strict"),
+        DECISION_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
+        DECISION_BODY_TIMEOUT_S="60",
     ) as adapter:
         yield adapter
 
@@ -131,29 +134,30 @@ def test_more_connections_than_descriptors_are_refused_cleanly(tmp_path):
     assert log.count("out of system resource") + log.count("out of file descriptors") <= 1
 
 
-def test_memory_returns_after_many_large_unfinished_bodies(tmp_path):
+def test_memory_returns_after_many_large_unfinished_bodies(strict_adapter):
     size, connections = 1_000_000, 800
-    with running_adapter(tmp_path, DECISION_BODY_TIMEOUT_S="60") as adapter:
-        assert _decide(adapter).status_code == 200
-        before = _rss_mib(adapter.process.pid)
-        uploads = []
-        for _ in range(connections):
-            upload = _connect(adapter.url)
-            upload.sendall(
-                b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                b"application/json\r\nContent-Length: %d\r\n\r\n" % size
-            )
-            uploads.append(upload)
-        chunk = b" " * 65536
-        for upload in uploads:
-            for _ in range((size - 100_000) // len(chunk)):
-                upload.sendall(chunk)
-        grown = _settled_rss(adapter.process.pid, until=lambda rss: rss > before + 150)
-        for upload in uploads:
-            upload.close()
-        assert _decide(adapter).status_code == 200
-        # Back within seconds of the closes, not whenever glibc happens to trim its heap.
-        after = _settled_rss(adapter.process.pid, until=lambda rss: rss < before * 1.10, within_s=8)
+    assert _decide(strict_adapter).status_code == 200
+    before = _rss_mib(strict_adapter.process.pid)
+    uploads = []
+    for _ in range(connections):
+        upload = _connect(strict_adapter.url)
+        upload.sendall(
+            b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            b"application/json\r\nContent-Length: %d\r\n\r\n" % size
+        )
+        uploads.append(upload)
+    chunk = b" " * 65536
+    for upload in uploads:
+        for _ in range((size - 100_000) // len(chunk)):
+            upload.sendall(chunk)
+    grown = _settled_rss(strict_adapter.process.pid, until=lambda rss: rss > before + 150)
+    for upload in uploads:
+        upload.close()
+    assert _decide(strict_adapter).status_code == 200
+    # Back within seconds of the closes, not whenever glibc happens to trim its heap.
+    after = _settled_rss(
+        strict_adapter.process.pid, until=lambda rss: rss < before * 1.10, within_s=8
+    )
     assert grown > before + 150, "the bodies must be buffered, or the test measures nothing"
     assert after < before * 1.10, (
         f"{before:.0f} MiB before, {grown:.0f} with the bodies, " f"{after:.0f} after"

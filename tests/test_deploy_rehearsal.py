@@ -35,7 +35,7 @@ from tests.codebuild_rehearsal import (
 )
 from tests.codebuild_view import build_projects, staged_source
 
-pytestmark = [pytest.mark.rehearsal, pytest.mark.heavy, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.rehearsal, pytest.mark.timeout(480)]
 
 ROOT = Path(__file__).resolve().parents[1]
 CDK = ROOT / "node_modules/.bin/cdk"

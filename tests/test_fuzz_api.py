@@ -15,8 +15,6 @@ from hypothesis import HealthCheck, given, settings
 
 from launcher import running_adapter
 
-pytestmark = pytest.mark.heavy  # tens of seconds: started first in a parallel run
-
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 FUZZ_ENV = {
     # Small limits so that valid generated requests stay cheap on the real model.

@@ -8,8 +8,6 @@ import pytest
 from tests.adapter_process import model_held
 from tests.conftest import MODEL_THREADS
 
-pytestmark = pytest.mark.heavy  # tens of seconds: started first in a parallel run
-
 STATE = "The customer cannot receive a password reset email."
 
 

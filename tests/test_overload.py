@@ -1,4 +1,4 @@
-"""Overload: 16x the admitted concurrency against the real adapter.
+"""Overload: 16x the admitted concurrency against the real adapter (the shared one: defaults).
 
 Every answer must be 200 or a retryable 503 with Retry-After, /ping must answer within 2 s
 throughout (SageMaker's health check), the server must answer normally afterwards, and its
@@ -18,7 +18,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from launcher import running_adapter
 from tests.bodies import decision
 
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
@@ -106,11 +105,8 @@ async def _load(url: str, pid: int) -> dict:
     }
 
 
-def test_overload_keeps_health_checks_fast_and_memory_flat(tmp_path):
-    with running_adapter(
-        tmp_path, DECISION_N_THREADS=os.environ.get("OVERLOAD_THREADS", "2")
-    ) as adapter:
-        report = asyncio.run(_load(adapter.url, adapter.process.pid))
+def test_overload_keeps_health_checks_fast_and_memory_flat(adapter, tmp_path):
+    report = asyncio.run(_load(adapter.url, adapter.process.pid))
     growth = report["memory_kib"]["after_all"] / report["memory_kib"]["after_500"] - 1
     report["memory_growth"] = round(growth, 4)
     report_path = Path(os.environ.get("OVERLOAD_REPORT", tmp_path / "overload.json"))

@@ -12,8 +12,6 @@ from decision_adapter.state_cache import StateCache
 from tests.bodies import decision
 from tests.fake_service import FakeService, app_client
 
-pytestmark = pytest.mark.heavy  # tens of seconds: started first in a parallel run
-
 STATE = "I was charged twice for my March invoice and the refund never arrived."
 ROUTE = Question(
     "Which queue should handle this request?",

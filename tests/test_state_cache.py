@@ -8,8 +8,6 @@ from decision_adapter.contract import Question
 from decision_adapter.scoring import build_plan, score
 from decision_adapter.state_cache import StateCache
 
-pytestmark = pytest.mark.heavy  # tens of seconds: started first in a parallel run
-
 STATE = "Order 1182 arrived damaged; the customer wants a replacement, not a refund. " * 6
 QUESTIONS = [
     Question(

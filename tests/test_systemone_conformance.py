@@ -35,8 +35,6 @@ from jevcompat import runner
 from launcher import running_adapter
 from tests.conftest import API_KEY
 
-pytestmark = pytest.mark.heavy  # tens of seconds: started first in a parallel run
-
 JEVCOMPAT = Path(sys.executable).with_name("jevcompat")  # the console script in this environment
 ONLY_WITH_A_KEY = {"auth.bearer", "auth.missing", "auth.invalid"}
 ONLY_WITHOUT_A_KEY = {"auth.ignored-when-off"}
