@@ -7,8 +7,6 @@ from pathlib import Path
 import pytest
 
 from launcher import running_adapter
-from tests.aws_stubs import stubbed_client
-from tests.fake_service import app_client
 
 # Under pytest-xdist (make test) each worker's model threads get their share of the cores:
 # llama.cpp's threads spin while they wait, so more threads than cores stall every process.
@@ -111,6 +109,8 @@ def renderer(engine):
 @pytest.fixture
 def runtime():
     """A SageMaker Runtime client answering from botocore's Stubber: (client, stubber)."""
+    from tests.aws_stubs import stubbed_client  # boto3: not imported by runs that never use it
+
     with stubbed_client("sagemaker-runtime") as stubbed:
         yield stubbed
 
@@ -145,6 +145,8 @@ def secured_adapter(tmp_path_factory):
 @pytest.fixture(scope="session")
 def in_process():
     """The app in process over a fake service: for tests of routing, errors and limits."""
+    from tests.fake_service import app_client  # the web stack: not imported by runs without it
+
     with app_client() as client:
         yield client
 
@@ -152,5 +154,7 @@ def in_process():
 @pytest.fixture(scope="session")
 def secured_in_process():
     """The same with bearer auth on."""
+    from tests.fake_service import app_client
+
     with app_client(api_key=API_KEY) as client:
         yield client
