@@ -1,10 +1,13 @@
-"""The adapter's one start-up line: model, GPUs, layers offloaded, libllama/libggml bound."""
+"""The adapter's one start-up line: model, GPUs, layers offloaded, libllama/libggml bound; and
+the OpenMP runtime llama.cpp's threads run on."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import llama_cpp
@@ -70,3 +73,20 @@ def test_layers_offloaded_are_the_request_clamped_to_llama_cpps_count(
 def test_a_cpu_build_offloads_nothing_whatever_was_asked(engine):
     assert not engine.gpu_offload
     assert offloaded_layers(engine, -1) == {"offloaded": 0, "total": 19}
+
+
+# What libgomp itself took from the environment when it loaded (OpenMP 5.1's omp_display_env).
+SHOW_OPENMP = (
+    "import ctypes, decision_adapter.engine; ctypes.CDLL('libgomp.so.1').omp_display_env(1)"
+)
+
+
+@pytest.mark.parametrize("operator_value,in_effect", [(None, "3000"), ("50000", "50000")])
+def test_llama_cpps_openmp_threads_spin_briefly_unless_the_operator_says(operator_value, in_effect):
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    if operator_value is not None:
+        env["GOMP_SPINCOUNT"] = operator_value
+    shown = subprocess.run(
+        [sys.executable, "-c", SHOW_OPENMP], env=env, capture_output=True, text=True, check=True
+    ).stderr
+    assert f"GOMP_SPINCOUNT = '{in_effect}'" in shown
