@@ -181,6 +181,10 @@ def choose_readout(
     }
 
 
+def _auc_text(auc: float | None) -> str:
+    return " -  " if auc is None else f"{auc:.2f}"  # None: every item has the same answer
+
+
 def render_choice(choice: dict[str, Any]) -> str:
     lines = [f"readouts on {choice['dev']} (ranked; held-out: {choice['test']}):"]
     for entry in choice["ranking"]:
@@ -198,6 +202,13 @@ def render_choice(choice: dict[str, Any]) -> str:
             f"  chosen {choice['winner']} at temperature {calibration['temperature']:g}: held-out "
             f"accuracy {held['accuracy']:.3f}  ECE(10) {held['ece']:.4f}  NLL {held['nll']:.4f}"
         )
+        # AUC near 0.5: the model does not read it; well above: a bias a threshold could fix
+        below = [
+            f"{name} (AUC {_auc_text(held['by_question'][name]['auc'])})"
+            for name in held["below_majority"]
+        ]
+        if below:
+            lines.append(f"  held-out questions below their majority: {', '.join(below)}")
     return "\n".join(lines)
 
 
@@ -232,6 +243,7 @@ def report(
                     [c.probabilities for c in group], [c.expected_index for c in group]
                 ),
                 "majority": readout_choice.majority_accuracy([c.expected for c in group]),
+                "auc": metrics.ranking_auc([c.by_id for c in group], [c.expected for c in group]),
             }
             for name, group in sorted(categories.items())
         },
@@ -329,7 +341,7 @@ def render(result: dict[str, Any]) -> str:
     for name, group in result["by_category"].items():
         lines.append(
             f"  {name:<12} accuracy {group['accuracy']:.3f}  majority {group['majority']:.3f}"
-            f"  (n={group['n']})"
+            f"  AUC {_auc_text(group['auc'])}  (n={group['n']})"
         )
     if "temperature_fit" in result:
         fit = result["temperature_fit"]

@@ -9,6 +9,10 @@ item) and the index of the expected option, so items with different option count
   (items in bin / items) * |accuracy in bin - mean confidence in bin|; a confidence c falls in
   bin min(floor(c * bins), bins - 1), so 1.0 lands in the last bin;
 - negative log-likelihood: mean of -ln p(expected), p clipped below at 1e-12;
+- ranking AUC: for each option, the chance that an item whose answer it is gives it more
+  probability than an item whose answer it is not (ties half), averaged over the options that
+  are some items' answer and not others' (one-vs-rest, macro). It ignores any bias or
+  temperature: 0.5 means the probabilities do not order the items by their answer at all;
 - temperature: softmax(logits / T); `fit_temperature` minimises the NLL over T.
 """
 
@@ -114,6 +118,28 @@ def expected_calibration_error(
     table = reliability_bins(probabilities, expected, bins)
     total = sum(b.count for b in table)
     return sum(b.count / total * abs(b.accuracy - b.confidence) for b in table if b.count)
+
+
+def ranking_auc(by_id: Sequence[dict[str, float]], expected: Sequence[str]) -> float | None:
+    """One-vs-rest macro AUC (Mann-Whitney) over `{option id: probability}` items; None when
+    no option is the answer of some items and not of others (nothing to rank)."""
+    from scipy.stats import mannwhitneyu
+
+    if len(by_id) != len(expected):
+        raise ValueError(f"{len(by_id)} items, {len(expected)} labels")
+    areas = []
+    for option in sorted({k for item in by_id for k in item}):
+        scored = [
+            (item[option], answer == option)
+            for item, answer in zip(by_id, expected)
+            if option in item
+        ]
+        hits = [p for p, hit in scored if hit]
+        misses = [p for p, hit in scored if not hit]
+        if hits and misses:
+            u = mannwhitneyu(hits, misses, alternative="two-sided").statistic
+            areas.append(float(u) / (len(hits) * len(misses)))
+    return sum(areas) / len(areas) if areas else None
 
 
 # --- latency ---------------------------------------------------------------------------------

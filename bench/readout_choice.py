@@ -40,7 +40,7 @@ def majority_accuracy(expected: Sequence[str]) -> float:
 
 
 def grouped(cases: Sequence[Case], key: Callable[[Case], str]) -> dict[str, dict[str, Any]]:
-    """Accuracy, NLL, ECE and the majority-class baseline per group of cases."""
+    """Accuracy, NLL, ECE, ranking AUC and the majority-class baseline per group of cases."""
     groups: dict[str, list[Case]] = defaultdict(list)
     for case in cases:
         groups[key(case)].append(case)
@@ -54,6 +54,7 @@ def grouped(cases: Sequence[Case], key: Callable[[Case], str]) -> dict[str, dict
             **summary,
             "majority": majority,
             "vs_majority": summary["accuracy"] - majority,
+            "auc": metrics.ranking_auc([c.by_id for c in group], [c.expected for c in group]),
         }
     return out
 

@@ -178,6 +178,7 @@ def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
     assert 0 <= report["metrics"]["accuracy"] <= 1
     assert 0 <= report["metrics"]["ece"] <= 1 and report["metrics"]["nll"] > 0
     assert set(report["by_category"]) == {"routing", "priority", "systemone"}
+    assert 0 <= report["by_category"]["routing"]["auc"] <= 1  # billing and shipping both answers
     assert (
         report["latency"]["n"] == 5 and report["latency"]["p95_ms"] >= report["latency"]["p50_ms"]
     )
@@ -192,6 +193,7 @@ def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
     assert len(calibration["gguf_sha256"]) == 64
     printed = capsys.readouterr().out
     assert "accuracy" in printed and "ECE(10)" in printed and "options reversed" in printed
+    assert "AUC" in printed
 
 
 def test_unreadable_file_is_a_usage_error(tmp_path, capsys):
@@ -404,6 +406,22 @@ def test_choose_readout_ranks_by_the_targets_and_writes_the_per_model_file(tmp_p
     }
     content = choice["strategies"]["option_text"]
     assert content["accuracy"] == 1.0 and content["order_change_rate"] == 0.0
+    # The ranking AUC tells position from content whatever the bias: the first option gets
+    # everything on every item (no ranking), against a reading that orders every item right.
+    assert letters["by_question"]["routing.queue"]["auc"] == 0.5
+    assert content["by_question"]["routing.queue"]["auc"] == 1.0
+    assert content["by_question"]["priority.urgent"]["auc"] == 1.0
+    assert "below their majority" not in evaluate.render_choice(choice)  # all right held out
+    alone = evaluate.choose_readout(
+        dev,
+        test,
+        {"letters": strategy(by_position)},
+        dev_file=tmp_path / "dev.jsonl",
+        test_file=tmp_path / "test.jsonl",
+    )
+    assert evaluate.render_choice(alone).splitlines()[-1] == (
+        "  held-out questions below their majority: priority.urgent (AUC 0.50)"
+    )
     file = choice["calibration"]
     assert file["readout"] == "option_text" and file["gguf_sha256"] == SHA
     assert file["held_out_metrics"]["n"] == 12 and file["held_out"] == "test.jsonl"

@@ -136,3 +136,24 @@ def test_order_sensitivity_tie_is_not_a_change():
     assert result["argmax_changed"] == 0
     with pytest.raises(ValueError):
         metrics.order_sensitivity([{"a": 1.0}], [{"b": 1.0}])
+
+
+def test_ranking_auc_is_one_vs_rest_mann_whitney_averaged_over_options():
+    items = [{"a": 0.9, "b": 0.1}, {"a": 0.6, "b": 0.4}, {"a": 0.7, "b": 0.3}, {"a": 0.6, "b": 0.4}]
+    expected = ["a", "a", "b", "b"]
+    # option a: its items 0.9, 0.6 against 0.7, 0.6 -> pairs won 1 + 1 + 0 + 0.5 (tie) = 2.5 of 4;
+    # option b: 0.3, 0.4 against 0.1, 0.4 -> 1 + 0 + 1 + 0.5 = 2.5 of 4
+    assert metrics.ranking_auc(items, expected) == pytest.approx(0.625)
+    # a bias (every item's probability of "a" raised) changes accuracy, not the ranking
+    shifted = [{"a": p["a"] ** 0.2, "b": 1 - p["a"] ** 0.2} for p in items]
+    assert metrics.ranking_auc(shifted, expected) == pytest.approx(0.625)
+    assert metrics.ranking_auc(items[::-1], expected) == pytest.approx(0.375)  # read backwards
+
+
+def test_ranking_auc_skips_an_option_that_is_no_items_answer():
+    items = [{"x": 0.5, "y": 0.3, "z": 0.2}, {"x": 0.2, "y": 0.7, "z": 0.1}]
+    # z is nobody's answer: only x (1 of 1) and y (1 of 1) are ranked
+    assert metrics.ranking_auc(items, ["x", "y"]) == 1.0
+    assert metrics.ranking_auc(items, ["x", "x"]) is None  # one answer only: nothing to rank
+    with pytest.raises(ValueError, match="2 items, 1 labels"):
+        metrics.ranking_auc(items, ["x"])
