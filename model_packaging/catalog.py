@@ -41,7 +41,7 @@ GEMMA3_270M = parse_spec(
         # The readout and temperature `bench.evaluate --choose-readout` chose for this GGUF.
         "calibration": {
             "path": "profiles/gemma3-270m.json",
-            "sha256": "54df050ce9b5149d388d283e13877aea3e4a4650c6a30ec3ad25b0e8bac7b9c1",
+            "sha256": "aea5d6336f8679789cf6aa26476731870990dafa20f9828884cd5676c9f5e41a",
         },
     },
     origin="catalog:gemma3-270m",
