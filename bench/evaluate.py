@@ -202,7 +202,7 @@ def render_choice(choice: dict[str, Any]) -> str:
             f"  chosen {choice['winner']} at temperature {calibration['temperature']:g}: held-out "
             f"accuracy {held['accuracy']:.3f}  ECE(10) {held['ece']:.4f}  NLL {held['nll']:.4f}"
         )
-        # AUC near 0.5: the model does not read it; well above: a bias a threshold could fix
+        # AUC near 0.5: the model does not read the question; well above: it does, but leans wrong
         below = [
             f"{name} (AUC {_auc_text(held['by_question'][name]['auc'])})"
             for name in held["below_majority"]
