@@ -28,7 +28,6 @@ import json
 import os
 import sys
 import time
-from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -223,9 +222,6 @@ def report(
 ) -> dict[str, Any]:
     probabilities = [c.probabilities for c in cases]
     expected = [c.expected_index for c in cases]
-    categories: dict[str, list[Case]] = defaultdict(list)
-    for case in cases:
-        categories[case.category].append(case)
     model = next((c.model for c in cases if c.model), {})
     served = {c.served_temperature for c in cases if c.served_temperature is not None}
     result: dict[str, Any] = {
@@ -236,17 +232,7 @@ def report(
         "model": {k: model.get(k) for k in ("name", "gguf_file", "gguf_sha256") if model.get(k)},
         "served_temperature": served.pop() if len(served) == 1 else sorted(served) or None,
         "metrics": metrics.summary(probabilities, expected),
-        "by_category": {
-            name: {
-                "n": len(group),
-                "accuracy": metrics.accuracy(
-                    [c.probabilities for c in group], [c.expected_index for c in group]
-                ),
-                "majority": readout_choice.majority_accuracy([c.expected for c in group]),
-                "auc": metrics.ranking_auc([c.by_id for c in group], [c.expected for c in group]),
-            }
-            for name, group in sorted(categories.items())
-        },
+        "by_category": readout_choice.grouped(cases, lambda c: c.category),
         "by_kind": readout_choice.grouped(cases, lambda c: readout_choice.kind_of(c.category)),
         "latency": metrics.latency_summary([c.latency_s for c in cases]),
         "retries": sum(c.retries for c in cases),
