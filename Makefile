@@ -10,7 +10,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: run test rehearse bench synth deploy integ mutation clean
+.PHONY: run test rehearse image-test bench synth deploy integ mutation clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -40,13 +40,21 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV)/.dev node_modules/.package-lock.json
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial"
+	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image"
 	$(PYTHON) -m pytest -m serial $(SERIAL_FILES)
 
 # Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild
 # buildspecs and cdk bootstrap/deploy/destroy against a local moto server.
 rehearse: $(VENV)/.dev node_modules/.package-lock.json
 	$(PYTHON) -m pytest -m rehearsal
+
+# The CPU image built by a real Docker engine on a stand-in for the DLC and run as SageMaker runs
+# it (README, "What is rehearsed offline"). Needs a running engine and debootstrap; the first
+# build compiles llama-cpp-python (about 12 minutes on 2 cores), the engine's cache keeps it.
+# /usr/bin/docker: the engine package's client, which builds with BuildKit on its own.
+DOCKER ?= /usr/bin/docker
+image-test: $(VENV)/.dev
+	DOCKER=$(DOCKER) $(PYTHON) -m pytest -m image tests/test_cpu_image.py
 
 # The benchmark (README, Benchmarks). Its first run also builds llama-server from the llama.cpp
 # that llama-cpp-python vendors (minutes, once) into ~/.cache/decision-bench/ for the side-by-side

@@ -81,6 +81,7 @@ def test_every_push_runs_readmes_test_command_and_synthesizes():
     runs = [s.get("run") for s in flow["jobs"]["test"]["steps"]]
     assert "make test" in runs
     assert "make synth" in [s.get("run") for s in flow["jobs"]["synth"]["steps"]]
+    assert "make image-test" in [s.get("run") for s in flow["jobs"]["image"]["steps"]]
 
 
 def test_deployment_assumes_a_role_through_oidc_and_stores_no_keys():
