@@ -23,6 +23,7 @@ from ops.clients import ClientFactory
 from ops.s3_objects import S3Error, S3Location, fetch, upload, wait_for_first
 from ops.transform import (
     JSON_LINES,
+    NotForBatch,
     TransformFailed,
     TransformTimedOut,
     model_of_endpoint,
@@ -242,6 +243,7 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
     location = _location(args.location, "--location").child(job_name)
     s3, sagemaker = make_client("s3"), make_client("sagemaker")
     try:
+        model = args.model or model_of_endpoint(sagemaker, endpoint)
         if args.input.startswith("s3://"):
             source = _location(args.input, "input")
         else:
@@ -253,7 +255,6 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
             source = location.child(f"input/{Path(args.input).name}")
             upload(s3, source, body, JSON_LINES)
             _info(f"uploaded {args.input} to {source.uri}")
-        model = args.model or model_of_endpoint(sagemaker, endpoint)
         output = location.child("output")
         start_transform(
             sagemaker,
@@ -270,7 +271,7 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
         wait_for_transform(sagemaker, job_name, _polling(args, sleep, clock), report=_info)
         results = result_location(source, output)
         answers = fetch(s3, results)
-    except (S3Error, ClientError, TransformFailed, TransformTimedOut) as error:
+    except (S3Error, ClientError, NotForBatch, TransformFailed, TransformTimedOut) as error:
         _error(str(error))
         return EXIT_FAILED
     target = args.results or Path(f"{source.name}.out")

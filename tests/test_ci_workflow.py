@@ -90,7 +90,12 @@ def test_deployment_assumes_a_role_through_oidc_and_stores_no_keys():
     (credentials,) = [
         s for s in deploy["steps"] if s.get("uses", "").startswith("aws-actions/configure-aws")
     ]
-    assert set(credentials["with"]) == {"role-to-assume", "role-session-name", "aws-region"}
+    assert set(credentials["with"]) == {
+        "role-to-assume",
+        "role-session-name",
+        "aws-region",
+        "role-duration-seconds",
+    }
     text = WORKFLOW.read_text()
     assert "aws-access-key-id" not in text and "AWS_SECRET_ACCESS_KEY" not in text
     assert set(deploy["needs"]) == {"test", "synth"}
@@ -171,3 +176,30 @@ def test_the_stateful_step_deploys_only_the_stack_the_builds_read():
     run = step("deploy", "Stateful stack")["run"]
     command = cdk_command(*shlex.split(run)[1:])
     assert command[:3] == ["cdk", "deploy", workflow()["env"]["OPS_STATEFUL_STACK"]]
+
+
+def _credentials_step() -> dict:
+    (credentials,) = [
+        s
+        for s in workflow()["jobs"]["deploy"]["steps"]
+        if s.get("uses", "").startswith("aws-actions/configure-aws")
+    ]
+    return credentials
+
+
+def test_the_aws_session_outlasts_the_deploy_job():
+    """With OIDC the action's session lasts one hour unless role-duration-seconds says more:
+    every call after it would fail with ExpiredToken."""
+    timeout_s = workflow()["jobs"]["deploy"]["timeout-minutes"] * 60
+    duration_s = int(_credentials_step()["with"]["role-duration-seconds"])
+    assert duration_s >= timeout_s
+    # IAM caps a role session at 12 hours, and at the role's own MaxSessionDuration.
+    assert duration_s <= 43_200
+
+
+def test_readme_sets_the_roles_max_session_duration_the_workflow_asks_for():
+    duration_s = int(_credentials_step()["with"]["role-duration-seconds"])
+    readme = (ROOT / "README.md").read_text()
+    (documented,) = re.findall(r"--max-session-duration (\d+)", readme)
+    assert int(documented) >= duration_s
+    assert f"`MaxSessionDuration` of at least {duration_s} seconds" in readme
