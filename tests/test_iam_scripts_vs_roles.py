@@ -24,7 +24,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from tests.buildspec_recorders import commands_text, load_buildspec, recorders_bin
-from tests.cdk_templates import ENDPOINTS, RELEASE, STATEFUL, synthesize
+from tests.cdk_templates import ENDPOINTS, RELEASE_WITH_GPU, STATEFUL, synthesize
 from tests.iam_actions import boto3_operation, cli_actions, operation_action
 from tests.iam_policy import Rendered, Request, allows
 from tests.model_specs import tiny_spec
@@ -359,7 +359,7 @@ def concrete(rendered: Rendered, value, standins: Standins):
 
 @pytest.fixture(scope="module")
 def release_templates(tmp_path_factory) -> dict[str, Rendered]:
-    assembly = synthesize(tmp_path_factory.mktemp("iam-release"), **RELEASE)
+    assembly = synthesize(tmp_path_factory.mktemp("iam-release"), **RELEASE_WITH_GPU)
     return {
         stack: Rendered(json.loads((assembly / f"{stack}.template.json").read_text()))
         for stack in (STATEFUL, ENDPOINTS)

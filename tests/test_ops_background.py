@@ -74,12 +74,17 @@ class Clock:
 
 
 # --- submit ----------------------------------------------------------------------------------
-def queue_invoke(runtime, content_type="application/json"):
+def queue_invoke(runtime, content_type="application/json", invocation_timeout_s=3600):
     client, stubber = runtime
     stubber.add_response(
         "invoke_endpoint_async",
         {"InferenceId": "abc", "OutputLocation": OUTPUT, "FailureLocation": FAILURE},
-        {"EndpointName": ENDPOINT, "InputLocation": ANY, "ContentType": content_type},
+        {
+            "EndpointName": ENDPOINT,
+            "InputLocation": ANY,
+            "ContentType": content_type,
+            "InvocationTimeoutSeconds": invocation_timeout_s,
+        },
     )
     return client
 
@@ -668,3 +673,17 @@ def test_batch_refuses_a_gpu_endpoint_in_one_line_before_uploading(
     assert "--endpoint decision-models-decision-cpu" in line
     stubber.assert_no_pending_responses()  # no transform job was started
     assert keys(s3, "batch/") == []
+
+
+def test_submit_gives_the_request_up_to_an_hour_unless_told(s3, runtime, tmp_path, capsys):
+    """SageMaker's own default is 900 s: a long body would fail after 15 minutes."""
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT]
+    argv += ["--input-location", f"s3://{BUCKET}/async/input"]
+    client = queue_invoke(runtime)
+    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
+    client = queue_invoke(runtime, invocation_timeout_s=600)
+    argv += ["--invocation-timeout-seconds", "600"]
+    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
+    with pytest.raises(SystemExit):
+        main([*argv[:-1], "3601"])
+    assert "'3601' is not a whole number of seconds, 1-3600" in capsys.readouterr().err

@@ -84,7 +84,12 @@ def submit_and_wait(s3, unrestricted, tmp_path) -> int:
         stubber.add_response(
             "invoke_endpoint_async",
             {"InferenceId": "abc", "OutputLocation": OUTPUT, "FailureLocation": FAILURE},
-            {"EndpointName": ENDPOINT, "InputLocation": ANY, "ContentType": "application/json"},
+            {
+                "EndpointName": ENDPOINT,
+                "InputLocation": ANY,
+                "ContentType": "application/json",
+                "InvocationTimeoutSeconds": 3600,
+            },
         )
         clients = {"s3": s3, "sagemaker-runtime": runtime}
         return main(argv, clients=clients.__getitem__, sleep=sleep, clock=lambda: len(slept))
