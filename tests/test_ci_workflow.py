@@ -145,12 +145,28 @@ def _build_outputs(tmp_path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in github_env.read_text().splitlines())
 
 
-def _make_arguments(tmp_path: Path, env: dict[str, str]) -> list[str]:
-    """The endpoint step, with `make` recording the arguments it was given."""
+def _make_calls(tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
+    """The endpoint step, with `make` recording the arguments of each call."""
     script = step("deploy", "Endpoint stack")
-    recorder = 'make() { printf "%s\\0" "$@"; }\n'
+    recorder = 'make() { printf "%s\\0" "$@"; printf "\\n"; }\n'
     done = _run_step(recorder + script["run"], tmp_path, env)
-    return done.stdout.split("\0")[:-1]
+    return [call.split("\0") for call in done.stdout.split("\0\n")[:-1]]
+
+
+def _make_arguments(tmp_path: Path, env: dict[str, str]) -> list[str]:
+    """The arguments of the step's deploy."""
+    *_, deploy = _make_calls(tmp_path, env)
+    return deploy
+
+
+def test_a_built_release_is_marked_released_before_it_is_deployed(tmp_path):
+    mark, deploy = _make_calls(tmp_path, _build_outputs(tmp_path))
+    assert mark == ["ops", "ARGS=mark-released from-cpu-image from-gpu-image"]
+    args = build_parser().parse_args(mark[1].removeprefix("ARGS=").split())
+    assert args.images == ["from-cpu-image", "from-gpu-image"]
+    assert deploy[0] == "deploy"
+    # Without a build, the release in cdk.json was marked when it was built.
+    assert [call[0] for call in _make_calls(tmp_path, {})] == ["deploy"]
 
 
 def test_the_built_release_reaches_cdk_deploy(tmp_path):
