@@ -34,11 +34,13 @@ def readme_operator_policy() -> list[dict]:
     readme = (ROOT / "README.md").read_text()
     (listed,) = re.findall(r"The operator's credentials need:\s+([^.]+)\.", readme)
     actions = set(re.findall(r"`([a-z0-9-]+:[A-Za-z]+)`", listed))
-    (condition,) = re.findall(r'limited to [^`]*`(\{"StringLike": \{"s3:prefix": [^`]*\})`', readme)
     statements = [
         {"Effect": "Allow", "Action": sorted(actions - {"s3:ListBucket"}), "Resource": "*"}
     ]
     if "s3:ListBucket" in actions:
+        (condition,) = re.findall(
+            r'limited to [^`]*`(\{"StringLike": \{"s3:prefix": [^`]*\})`', readme
+        )
         statements.append(
             {
                 "Effect": "Allow",
