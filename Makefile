@@ -10,7 +10,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: run test rehearse image-test bench synth deploy integ mutation clean
+.PHONY: run test rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -78,13 +78,29 @@ node_modules/.package-lock.json: package.json package-lock.json
 synth: $(VENV)/.runtime node_modules/.package-lock.json
 	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
 
+# The AWS steps (README, "First deployment"), each with this venv's python and the pinned CDK
+# CLI, from any shell: nothing needs the venv activated. All need AWS credentials.
+# Once per account and region: CDK's bootstrap stack.
+bootstrap: $(VENV)/.runtime node_modules/.package-lock.json
+	$(CDK) bootstrap --no-notices $(CDK_ARGS)
+
 # Deploy without prompts (CI has no terminal for the IAM approval prompt); the stacks' outputs
-# go to cdk-outputs.json. Needs AWS credentials; `-c` values via CDK_ARGS, one stack via
+# go to cdk-outputs.json. `-c` values via CDK_ARGS, one stack via
 # STACKS=DecisionModels-Stateful (default: every stack).
 STACKS ?= --all
 deploy: $(VENV)/.runtime node_modules/.package-lock.json
 	$(CDK) deploy $(STACKS) --require-approval never --no-notices \
 	--outputs-file cdk-outputs.json $(CDK_ARGS)
+
+# Deletes without asking, like deploy (the CDK CLI cannot ask without a terminal); a release's
+# stack needs the release's `-c` values again, else the app holds no such stack.
+destroy: $(VENV)/.runtime node_modules/.package-lock.json
+	$(CDK) destroy $(STACKS) --force --no-notices $(CDK_ARGS)
+
+# The operator CLI (README, "Operator CLI"): make ops ARGS='status --endpoint NAME'
+ARGS ?= --help
+ops: $(VENV)/.runtime
+	@$(PYTHON) -m ops $(ARGS)
 
 # The integration test in a real account (credentials needed): deploys one CPU decision endpoint
 # of a built release, asserts through InvokeEndpoint, destroys it whatever the result.

@@ -3,6 +3,7 @@ decisions that may take their time, answered through S3."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from ops.clients import ClientFactory
 from ops.s3_objects import S3Error, S3Location, fetch, upload, wait_for_first
 from ops.transform import (
     JSON_LINES,
+    NotForBatch,
     TransformFailed,
     TransformTimedOut,
     model_of_endpoint,
@@ -61,6 +63,13 @@ def add_commands(commands) -> None:
         "--wait",
         action="store_true",
         help="wait for the answer (or the error) and print it",  # pragma: no mutate
+    )
+    submit.add_argument(
+        "--invocation-timeout-seconds",
+        type=_invocation_timeout,
+        default=3600,
+        help="time the endpoint may take for the request (default: 3600,"  # pragma: no mutate
+        " SageMaker's most; its own default is 900)",  # pragma: no mutate
     )
     _waiting_options(submit, poll=5.0, timeout=60.0)
     submit.add_argument(
@@ -127,6 +136,14 @@ def add_commands(commands) -> None:
     )
 
 
+def _invocation_timeout(value: str) -> int:
+    """InvokeEndpointAsync's InvocationTimeoutSeconds: 1 to 3600."""
+    seconds = int(value) if value.isdigit() else 0
+    if not 1 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of seconds, 1-3600")
+    return seconds
+
+
 def _location(uri: str, option: str) -> S3Location:
     try:
         return S3Location.parse(uri)
@@ -183,7 +200,10 @@ def submit(args, make_client: ClientFactory, sleep, clock) -> int:
     try:
         upload(s3, request, body, content_type)
         reply = make_client("sagemaker-runtime").invoke_endpoint_async(
-            EndpointName=endpoint, InputLocation=request.uri, ContentType=content_type
+            EndpointName=endpoint,
+            InputLocation=request.uri,
+            ContentType=content_type,
+            InvocationTimeoutSeconds=args.invocation_timeout_seconds,
         )
     except (S3Error, ClientError) as error:
         _error(str(error))
@@ -242,6 +262,7 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
     location = _location(args.location, "--location").child(job_name)
     s3, sagemaker = make_client("s3"), make_client("sagemaker")
     try:
+        model = args.model or model_of_endpoint(sagemaker, endpoint)
         if args.input.startswith("s3://"):
             source = _location(args.input, "input")
         else:
@@ -253,7 +274,6 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
             source = location.child(f"input/{Path(args.input).name}")
             upload(s3, source, body, JSON_LINES)
             _info(f"uploaded {args.input} to {source.uri}")
-        model = args.model or model_of_endpoint(sagemaker, endpoint)
         output = location.child("output")
         start_transform(
             sagemaker,
@@ -270,7 +290,7 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
         wait_for_transform(sagemaker, job_name, _polling(args, sleep, clock), report=_info)
         results = result_location(source, output)
         answers = fetch(s3, results)
-    except (S3Error, ClientError, TransformFailed, TransformTimedOut) as error:
+    except (S3Error, ClientError, NotForBatch, TransformFailed, TransformTimedOut) as error:
         _error(str(error))
         return EXIT_FAILED
     target = args.results or Path(f"{source.name}.out")

@@ -1,5 +1,5 @@
-"""python -m ops {build,invoke,status,load,submit,batch}: the operator's view of builds and
-endpoints."""
+"""python -m ops {build,invoke,status,load,submit,batch,mark-released}: the operator's view
+of builds and endpoints."""
 
 from __future__ import annotations
 
@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ops.background import add_commands
 
     add_commands(commands)
+    from ops.released_images import add_command as add_mark_released
+
+    add_mark_released(commands)
     return parser
 
 
@@ -213,6 +216,10 @@ def main(
 
             handler = background.submit if args.command == "submit" else background.batch
             return handler(args, make_client, sleep, clock)
+        if args.command == "mark-released":
+            from ops.released_images import mark
+
+            return mark(args, make_client)
         return _status(args, make_client)
     except UsageError as exc:
         _error(str(exc))

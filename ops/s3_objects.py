@@ -55,15 +55,20 @@ def upload(s3, location: S3Location, body: bytes, content_type: str) -> None:
 
 
 def exists(s3, location: S3Location) -> bool:
+    """Whether the object is there, asked as a one-key listing under its own key.
+
+    HeadObject answers 403 for a missing key to a caller without s3:ListBucket, the same as
+    for a forbidden one; a listing needs only s3:ListBucket conditioned on the prefix (README's
+    operator permissions) and tells the two apart: an empty listing, or AccessDenied.
+    """
     from botocore.exceptions import ClientError
 
     try:
-        s3.head_object(Bucket=location.bucket, Key=location.key)
+        listed = s3.list_objects_v2(Bucket=location.bucket, Prefix=location.key, MaxKeys=1)
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-            return False
         raise _failed("look for", location, error) from None
-    return True
+    # The key itself sorts before every longer key it prefixes: first when present.
+    return any(entry["Key"] == location.key for entry in listed.get("Contents", []))
 
 
 def fetch(s3, location: S3Location) -> bytes:

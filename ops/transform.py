@@ -18,11 +18,29 @@ class TransformTimedOut(Exception):
     pass
 
 
+class NotForBatch(Exception):
+    """The model cannot run as a batch transform job."""
+
+
+_GPU_FAMILIES = ("ml.g", "ml.p")
+
+
 def model_of_endpoint(sagemaker, endpoint: str) -> str:
-    """The SageMaker model an endpoint serves (its config's first variant)."""
+    """The SageMaker model an endpoint serves (its config's first variant). A GPU endpoint's
+    model is refused: it is the CUDA 13 image, which needs NVIDIA driver 580, and batch
+    transform instances offer drivers 470 and 535 only."""
     config_name = sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
     config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
-    return config["ProductionVariants"][0]["ModelName"]
+    variant = config["ProductionVariants"][0]
+    types = [variant.get("InstanceType", "")]
+    types += [pool["InstanceType"] for pool in variant.get("InstancePools", [])]
+    if any(t.startswith(_GPU_FAMILIES) for t in types):
+        raise NotForBatch(
+            f"endpoint {endpoint} runs on GPUs: its CUDA 13 image needs NVIDIA driver 580, and "
+            "batch transform offers drivers 470 and 535 only; run the batch on the CPU decision "
+            "endpoint's model (--endpoint decision-models-decision-cpu)"
+        )
+    return variant["ModelName"]
 
 
 def start_transform(

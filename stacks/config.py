@@ -330,10 +330,13 @@ class DecisionCpuEndpoint(_MeasuredDecisionEndpoint):
 
 
 class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
-    """The decision endpoint on an ordered pool of GPU types (first available wins)."""
+    """The decision endpoint on an ordered pool of GPU types (first available wins). Off by
+    default: a new account has no endpoint quota for most GPU types, and a quota refusal is
+    no capacity shortage a pool falls back from, so it fails (and rolls back) the deploy."""
 
     measurement = "decision-gpu"
 
+    enabled: bool = False
     endpoint_name: EndpointName = "decision-models-decision-gpu"
     instance_pool: list[InstanceType] = Field(
         default_factory=lambda: [

@@ -15,6 +15,11 @@ from stacks.constructs.artifact_store import ArtifactStore
 from stacks.constructs.artifacts import ContainerImage
 from stacks.constructs.build_project import BuildProject, BuildSource
 
+# Images tagged so by `python -m ops mark-released` (ops/released_images.py), each release's;
+# the lifecycle rule that selects them counts far more than a repository ever holds.
+RELEASED_TAG_PREFIX = "released-"
+RELEASED_IMAGES_KEPT = 10_000
+
 _RETENTION = {
     7: logs.RetentionDays.ONE_WEEK,
     14: logs.RetentionDays.TWO_WEEKS,
@@ -60,8 +65,16 @@ class StatefulStack(Stack):
                     tag_status=ecr.TagStatus.UNTAGGED,
                     max_image_age=Duration.days(14),
                 ),
+                # An image a rule's tags select is never expired by a later rule: every image
+                # a release deploys (`ops mark-released` tags it) stays, whatever the count.
                 ecr.LifecycleRule(
-                    description="Keep the newest 50 images; endpoints pin theirs by digest",
+                    description="Keep every released image (tag released-<digest>)",
+                    tag_status=ecr.TagStatus.TAGGED,
+                    tag_prefix_list=[RELEASED_TAG_PREFIX],
+                    max_image_count=RELEASED_IMAGES_KEPT,
+                ),
+                ecr.LifecycleRule(
+                    description="Keep the newest 50 other images; endpoints pin theirs by digest",
                     tag_status=ecr.TagStatus.ANY,
                     max_image_count=50,
                 ),

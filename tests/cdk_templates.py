@@ -23,6 +23,8 @@ CPU_IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha25
 GPU_IMAGE = f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models@sha256:{'cd' * 32}"
 MODEL = "s3://artifacts-bucket/models/3f2a/model.tar.gz"
 RELEASE = {"modelDataUri": MODEL, "decisionCpuImage": CPU_IMAGE, "decisionGpuImage": GPU_IMAGE}
+# The GPU decision endpoint is off by default (its quotas): switched on, every endpoint is there.
+RELEASE_WITH_GPU = {**RELEASE, "decisionGpuEndpoint": {"enabled": True}}
 STATEFUL, ENDPOINTS = "DecisionModels-Stateful", "DecisionModels-Endpoints"
 # Node 20 runs jsii fine; its end-of-life banner only clutters failure output.
 ENV = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}

@@ -18,6 +18,7 @@ from tests.cdk_templates import (
     ENV,
     MODEL,
     RELEASE,
+    RELEASE_WITH_GPU,
     ROOT,
     STATEFUL,
     cfn_lint,
@@ -31,8 +32,9 @@ from tests.cdk_templates import (
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
-    """The default configuration with a complete release: all three endpoints."""
-    return synthesize(tmp_path_factory.mktemp("release"), **RELEASE)
+    """The default configuration with a complete release and the GPU endpoint switched on:
+    all three endpoints."""
+    return synthesize(tmp_path_factory.mktemp("release"), **RELEASE_WITH_GPU)
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +65,18 @@ def test_the_disposable_app_holds_the_hugging_face_endpoint(disposable):
     assert "ModelDataUrl" not in downloading[0]["Properties"]["PrimaryContainer"]
 
 
+# Actions IAM grants on "*" only; PutMetricData is scoped by its namespace condition instead.
+NO_RESOURCE_LEVEL = ("ecr:GetAuthorizationToken", "cloudwatch:PutMetricData")
+
+
 def test_wildcard_resources_only_where_no_resource_level_permission_exists(release):
     for stack in (STATEFUL, ENDPOINTS):
         for policy in resources(template(release, stack), "AWS::IAM::Policy").values():
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
                 if statement["Resource"] == "*" or "*" in statement.get("Resource", []):
-                    assert statement["Action"] == "ecr:GetAuthorizationToken", statement
+                    assert statement["Action"] in NO_RESOURCE_LEVEL, statement
+                    if statement["Action"] == "cloudwatch:PutMetricData":
+                        assert "cloudwatch:namespace" in statement["Condition"]["StringEquals"]
                 actions = listed(statement["Action"])
                 assert all(a != "*" and not a.endswith(":*") for a in actions), statement
 

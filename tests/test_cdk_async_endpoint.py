@@ -296,3 +296,50 @@ def test_the_cpu_decision_model_reads_batch_inputs_and_writes_batch_outputs_only
     role = logical_id(raw, "AWS::IAM::Role", "DecisionCpuExecutionRole")
     statements = rendered.statements_of_role(role)
     assert allows(statements, Request(action, f"{BUCKET}/{key}"), rendered) is allowed
+
+
+# --- listing, conditioned on the prefix ----------------------------------------------------------
+def roles_statements(raw: dict) -> dict[str, list[dict]]:
+    """The CPU model's, the asynchronous endpoint's and the invoker's statements."""
+    rendered = Rendered(raw)
+    (invoker,) = [
+        p["Properties"]["PolicyDocument"]["Statement"]
+        for p in resources_of(raw, "AWS::IAM::Policy")
+        if p["Properties"].get("Roles") == ["batch-caller"]
+    ]
+    return {
+        "cpu": rendered.statements_of_role(
+            logical_id(raw, "AWS::IAM::Role", "DecisionCpuExecutionRole")
+        ),
+        "async": rendered.statements_of_role(execution_role(raw)),
+        "invoker": invoker,
+    }
+
+
+@pytest.mark.parametrize(
+    ("role", "prefix", "allowed"),
+    [
+        ("cpu", "batch/job-1/input/day.jsonl", True),
+        ("cpu", "models/", False),
+        ("cpu", "", False),
+        ("async", "async/input/req-1.json", True),
+        ("async", "async/output/", False),
+        ("invoker", "async/output/req-1.json.out", True),
+        ("invoker", "async/failure/req-1.json.out", True),
+        ("invoker", "async/input/", False),
+        ("invoker", "models/", False),
+    ],
+)
+def test_listing_is_limited_to_the_prefixes_each_role_reads(raw, role, prefix, allowed):
+    """CDK's prefix read grant lists the whole bucket (`s3:List*` on it, no condition): every
+    key name of every release and job. Listing is what tells a missing object from a forbidden
+    one, so each role may list what it reads, nothing else."""
+    statements = roles_statements(raw)[role]
+    rendered = Rendered(raw)
+    listing = Request("s3:ListBucket", BUCKET, (("s3:prefix", prefix),))
+    assert allows(statements, listing, rendered) is allowed
+    # A listing without a prefix (the whole bucket) is refused to every one of them.
+    assert not allows(statements, Request("s3:ListBucket", BUCKET), rendered)
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else []
+        assert not any(a.startswith("s3:List") and a != "s3:ListBucket" for a in actions)

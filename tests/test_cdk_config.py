@@ -228,13 +228,23 @@ def test_model_data_must_be_an_s3_tar_gz_uri(uri):
 
 
 def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
-    message = rejected(modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE)
+    message = rejected(
+        modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE, decisionGpuEndpoint={"enabled": True}
+    )
     assert "decisionGpuImage is required" in message
     assert "python -m ops build gpu-image" in message
     # Switching the endpoint off is the other way out.
     assert config(
         modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE, decisionGpuEndpoint={"enabled": False}
     ).deploys_endpoints
+
+
+def test_the_first_release_needs_no_gpu_endpoint_quota():
+    """Off unless asked: a new account has no GPU endpoint quota, and a quota refusal fails
+    (and rolls back) the whole deploy; no pool falls back from it."""
+    first = config(modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE)
+    assert first.deploys_endpoints and not first.decision_gpu_endpoint.enabled
+    assert config(**RELEASE, decisionGpuEndpoint='{"enabled": true}').decision_gpu_endpoint.enabled
 
 
 def test_images_without_a_model_archive_fail_instead_of_deploying_nothing():
@@ -335,7 +345,7 @@ def test_endpoint_names_must_be_valid_and_distinct():
         decisionCpuEndpoint={"endpointName": "decision_cpu"}
     )
     assert "endpoint names must differ" in rejected(
-        decisionGpuEndpoint={"endpointName": "decision-models-decision-cpu"}
+        decisionGpuEndpoint={"endpointName": "decision-models-decision-cpu", "enabled": True}
     )
     # A switched-off endpoint's name does not collide.
     assert config(

@@ -365,7 +365,25 @@ def test_execution_role_is_scoped_to_its_image_object_and_log_group(template):
             "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints/decision-cpu",
             "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints/decision-cpu:*",
         ],
+        # No resource-level permissions either: scoped by the namespace condition below.
+        ("cloudwatch:PutMetricData",): ["*"],
     }
+    (metrics,) = [
+        s
+        for s in policy_statements(template, "CpuExecutionRole")
+        if s["Action"] == "cloudwatch:PutMetricData"
+    ]
+    assert metrics["Condition"] == {
+        "StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints"}
+    }
+
+
+def test_a_release_keeps_the_instance_counts_the_endpoint_scaled_to(template):
+    """A new config without RetainAllVariantProperties (botocore: "The default is false")
+    resets a scaled-out variant to its initial count, and wakes one scaled to zero."""
+    for endpoint in template.find_resources("AWS::SageMaker::Endpoint").values():
+        assert endpoint["Properties"]["RetainAllVariantProperties"] is True
+        assert "ExcludeRetainedVariantProperties" not in endpoint["Properties"]
 
 
 def test_dlc_pull_rights_name_the_regional_dlc_repository(template):

@@ -38,7 +38,7 @@ def bare(**overrides) -> Template:
         "text_generation": TextGenerationEndpoint(),
         "decision_cpu": DecisionCpuEndpoint(),
         "decision_cpu_image": CPU_IMAGE,
-        "decision_gpu": DecisionGpuEndpoint(),
+        "decision_gpu": DecisionGpuEndpoint(enabled=True),  # off by default; built here too
         "decision_gpu_image": GPU_IMAGE,
     }
     app = cdk.App(context=cdk_json_context())
@@ -184,20 +184,39 @@ def test_every_execution_role_reads_the_one_archive_and_pulls_its_own_image(endp
         "DecisionGpu": ours,
     }.items():
         granted = grants(endpoints, f"{prefix}ExecutionRole")
-        assert granted[("s3:GetObject",)] == [
-            "arn:<AWS::Partition>:s3:::artifacts-bucket/models/3f2a/model.tar.gz"
-        ]
+        archive = "arn:<AWS::Partition>:s3:::artifacts-bucket/models/3f2a/model.tar.gz"
+        batch = "arn:<AWS::Partition>:s3:::artifacts-bucket/batch/*"
+        running = prefix == "DecisionCpu"  # its model also runs batch transform jobs
+        assert granted[("s3:GetObject",)] == ([batch, archive] if running else [archive])
         assert granted[pull] == [repository]
-        # Plus the ECR token and the endpoint's own log group; the CPU decision model also runs
-        # batch transform jobs: it reads batch/* and writes batch/*/output/* (what these
-        # statements allow is evaluated in test_cdk_async_endpoint.py).
-        batch = {
-            actions: objects
-            for actions, objects in granted.items()
-            if any("/batch/" in o for o in objects)
+        # Plus the ECR token, logs and instance metrics (test_iam_scripts_vs_roles.py checks
+        # them against what SageMaker does with the role); the batch model also lists and
+        # writes its prefix (evaluated in test_cdk_async_endpoint.py).
+        expected = {
+            ("ecr:GetAuthorizationToken",),
+            pull,
+            ("s3:GetObject",),
+            (
+                "logs:CreateLogGroup",
+                "logs:CreateLogStream",
+                "logs:DescribeLogStreams",
+                "logs:PutLogEvents",
+            ),
+            ("cloudwatch:PutMetricData",),
         }
-        assert len(granted) - len(batch) == 4
-        assert len(batch) == (2 if prefix == "DecisionCpu" else 0)
+        if running:
+            expected |= {
+                ("s3:ListBucket",),
+                (
+                    "s3:Abort*",
+                    "s3:PutObject",
+                    "s3:PutObjectLegalHold",
+                    "s3:PutObjectRetention",
+                    "s3:PutObjectTagging",
+                    "s3:PutObjectVersionTagging",
+                ),
+            }
+        assert set(granted) == expected
 
 
 def endpoint_of(resource: dict) -> str:

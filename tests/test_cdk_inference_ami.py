@@ -57,7 +57,10 @@ def test_the_default_gpu_endpoints_run_the_cuda_13_dlc():
 @pytest.mark.parametrize(
     "context, field",
     [
-        ({"decisionGpuEndpoint": {"inferenceAmiVersion": OLD_AMI}}, "decisionGpuEndpoint"),
+        (
+            {"decisionGpuEndpoint": {"enabled": True, "inferenceAmiVersion": OLD_AMI}},
+            "decisionGpuEndpoint",
+        ),
         (
             {
                 "textGenerationEndpoint": {
@@ -80,9 +83,10 @@ def test_an_ami_whose_driver_is_too_old_for_cuda_13_fails_at_synth(context, fiel
 
 def test_the_check_follows_the_images_cuda_version():
     with pytest.raises(ValidationError, match="needs CUDA 14"):
-        config(dlc={"cudaMajorVersion": 14})
+        config(dlc={"cudaMajorVersion": 14}, decisionGpuEndpoint={"enabled": True})
     assert config(
-        dlc={"cudaMajorVersion": 12}, decisionGpuEndpoint={"inferenceAmiVersion": OLD_AMI}
+        dlc={"cudaMajorVersion": 12},
+        decisionGpuEndpoint={"enabled": True, "inferenceAmiVersion": OLD_AMI},
     )
 
 

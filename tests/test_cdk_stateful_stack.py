@@ -9,6 +9,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
+from ops.released_images import released_tag
 from stacks.config import (
     DEFAULT_DLC_CPU_DIGEST,
     DEFAULT_DLC_CUDA_DIGEST,
@@ -81,8 +82,8 @@ def test_image_repository_is_immutable_scanned_pruned_and_retained(stateful):
         "EncryptionType": "AES256"
     }
     rules = json.loads(props["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]
-    assert [r["selection"]["tagStatus"] for r in rules] == ["untagged", "any"]
-    assert rules[1]["selection"]["countType"] == "imageCountMoreThan"
+    assert [r["selection"]["tagStatus"] for r in rules] == ["untagged", "tagged", "any"]
+    assert rules[2]["selection"]["countType"] == "imageCountMoreThan"
     assert repository["DeletionPolicy"] == "Retain"
     assert props["EmptyOnDelete"] is False
 
@@ -162,7 +163,8 @@ def test_the_dlc_account_mapping_covers_the_regions(stateful):
     accounts = stateful.to_json()["Mappings"]["DlcRepositoryAccountMap"]
     assert accounts["us-east-1"] == accounts["eu-west-1"] == {"account": "763104351884"}
     assert accounts["ap-northeast-3"] == {"account": "364406365360"}
-    assert len(accounts) == 36
+    assert accounts["me-west-1"] == {"account": "124382933778"}
+    assert len(accounts) == 37
 
 
 def role_prefix_of(stateful: Template, buildspec: str, dockerfile: str | None = None) -> str:
@@ -224,3 +226,43 @@ def test_an_unretained_image_repository_is_emptied_and_deleted_on_destroy():
     _, repository = one(bare(retain_artifacts=False), "AWS::ECR::Repository")
     assert repository["DeletionPolicy"] == "Delete"
     assert repository["Properties"]["EmptyOnDelete"] is True
+
+
+def expired_by_lifecycle(rules: list[dict], images: list[dict]) -> set[str]:
+    """ECR's evaluation of a lifecycle policy, as its documentation states it, for the count
+    rules: rules apply by priority; an image that a rule's tag selection matches is never
+    expired by a rule of lower priority; a count rule expires the oldest matches beyond its
+    count. `images`: {"digest", "tags", "pushed"}."""
+    expired, claimed = set(), set()
+    for rule in sorted(rules, key=lambda r: r["rulePriority"]):
+        selection = rule["selection"]
+        status, prefixes = selection["tagStatus"], selection.get("tagPrefixList", [])
+
+        def selects(image, status=status, prefixes=prefixes) -> bool:
+            if status == "untagged":
+                return not image["tags"]
+            if status == "tagged":
+                return any(t.startswith(p) for t in image["tags"] for p in prefixes)
+            return True
+
+        matched = [i for i in images if i["digest"] not in claimed and selects(i)]
+        if selection["countType"] == "imageCountMoreThan":
+            newest_first = sorted(matched, key=lambda i: -i["pushed"])
+            expired |= {i["digest"] for i in newest_first[selection["countNumber"] :]}
+        claimed |= {i["digest"] for i in matched}
+    return expired
+
+
+def test_a_released_image_outlives_any_number_of_later_builds(stateful):
+    """The image a deployed release names must stay pullable: SageMaker pulls it again to
+    replace or add an instance. `ops mark-released` tags it; the lifecycle rules keep it."""
+    _, repository = one(stateful, "AWS::ECR::Repository")
+    rules = json.loads(repository["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]
+    released = {"digest": "d0", "tags": ["dockerfile-1", released_tag("d0")], "pushed": 0}
+    later = [{"digest": f"d{n}", "tags": [f"dockerfile-{n}"], "pushed": n} for n in range(1, 80)]
+    expired = expired_by_lifecycle(rules, [released, *later])
+    assert "d0" not in expired
+    # The other images are still pruned to the newest 50.
+    assert expired == {f"d{n}" for n in range(1, 30)}
+    # Without the tag the same image would go first.
+    assert "d0" in expired_by_lifecycle(rules, [{**released, "tags": ["dockerfile-1"]}, *later])

@@ -91,7 +91,12 @@ def test_deployment_assumes_a_role_through_oidc_and_stores_no_keys():
     (credentials,) = [
         s for s in deploy["steps"] if s.get("uses", "").startswith("aws-actions/configure-aws")
     ]
-    assert set(credentials["with"]) == {"role-to-assume", "role-session-name", "aws-region"}
+    assert set(credentials["with"]) == {
+        "role-to-assume",
+        "role-session-name",
+        "aws-region",
+        "role-duration-seconds",
+    }
     text = WORKFLOW.read_text()
     assert "aws-access-key-id" not in text and "AWS_SECRET_ACCESS_KEY" not in text
     assert set(deploy["needs"]) == {"test", "synth"}
@@ -141,12 +146,28 @@ def _build_outputs(tmp_path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in github_env.read_text().splitlines())
 
 
-def _make_arguments(tmp_path: Path, env: dict[str, str]) -> list[str]:
-    """The endpoint step, with `make` recording the arguments it was given."""
+def _make_calls(tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
+    """The endpoint step, with `make` recording the arguments of each call."""
     script = step("deploy", "Endpoint stack")
-    recorder = 'make() { printf "%s\\0" "$@"; }\n'
+    recorder = 'make() { printf "%s\\0" "$@"; printf "\\n"; }\n'
     done = _run_step(recorder + script["run"], tmp_path, env)
-    return done.stdout.split("\0")[:-1]
+    return [call.split("\0") for call in done.stdout.split("\0\n")[:-1]]
+
+
+def _make_arguments(tmp_path: Path, env: dict[str, str]) -> list[str]:
+    """The arguments of the step's deploy."""
+    *_, deploy = _make_calls(tmp_path, env)
+    return deploy
+
+
+def test_a_built_release_is_marked_released_before_it_is_deployed(tmp_path):
+    mark, deploy = _make_calls(tmp_path, _build_outputs(tmp_path))
+    assert mark == ["ops", "ARGS=mark-released from-cpu-image from-gpu-image"]
+    args = build_parser().parse_args(mark[1].removeprefix("ARGS=").split())
+    assert args.images == ["from-cpu-image", "from-gpu-image"]
+    assert deploy[0] == "deploy"
+    # Without a build, the release in cdk.json was marked when it was built.
+    assert [call[0] for call in _make_calls(tmp_path, {})] == ["deploy"]
 
 
 def test_the_built_release_reaches_cdk_deploy(tmp_path):
@@ -172,3 +193,30 @@ def test_the_stateful_step_deploys_only_the_stack_the_builds_read():
     run = step("deploy", "Stateful stack")["run"]
     command = cdk_command(*shlex.split(run)[1:])
     assert command[:3] == ["cdk", "deploy", workflow()["env"]["OPS_STATEFUL_STACK"]]
+
+
+def _credentials_step() -> dict:
+    (credentials,) = [
+        s
+        for s in workflow()["jobs"]["deploy"]["steps"]
+        if s.get("uses", "").startswith("aws-actions/configure-aws")
+    ]
+    return credentials
+
+
+def test_the_aws_session_outlasts_the_deploy_job():
+    """With OIDC the action's session lasts one hour unless role-duration-seconds says more:
+    every call after it would fail with ExpiredToken."""
+    timeout_s = workflow()["jobs"]["deploy"]["timeout-minutes"] * 60
+    duration_s = int(_credentials_step()["with"]["role-duration-seconds"])
+    assert duration_s >= timeout_s
+    # IAM caps a role session at 12 hours, and at the role's own MaxSessionDuration.
+    assert duration_s <= 43_200
+
+
+def test_readme_sets_the_roles_max_session_duration_the_workflow_asks_for():
+    duration_s = int(_credentials_step()["with"]["role-duration-seconds"])
+    readme = (ROOT / "README.md").read_text()
+    (documented,) = re.findall(r"--max-session-duration (\d+)", readme)
+    assert int(documented) >= duration_s
+    assert f"`MaxSessionDuration` of at least {duration_s} seconds" in readme

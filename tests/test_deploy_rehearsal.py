@@ -1,13 +1,17 @@
-"""Deploy rehearsal against a moto server, with the pinned CDK CLI as an operator runs it:
-bootstrap, deploy the stateful stack, run the builds against what it created, deploy the
-endpoints with what the builds produced, `ops status`, destroy, and check what is left.
+"""Deploy rehearsal against a moto server: README's deploy steps, run as README writes them
+(`make bootstrap`, `make deploy ...`, `make ops ARGS=...`, `make destroy ...`) from a shell where
+no virtual environment is active and `python3`/`python` are the system's: a step that reached
+for the system interpreter (which lacks aws_cdk) fails here. Between the stack deployments the
+builds run as CodeBuild would run them on the deployed resources; afterwards what is left is
+checked against what the templates retain.
 
 Where moto 5.2.5 differs from AWS, the rehearsal adapts and says so (README, "Rehearsed
-offline"): `--method=direct` (moto's change-set execution drops stack outputs), an explicit
-image repository name (moto rejects the generated one), c5 instance types (moto's SageMaker
-knows no c6i), no GPU endpoint (moto's SageMaker has no InstancePools), endpoints found by the
-stack outputs (moto ignores EndpointName). moto's CloudFormation skips some resource types; the
-test pins that list so a change in either direction is noticed.
+offline"): its checkout's cdk.json carries the rehearsal's context (an explicit image
+repository name, since moto rejects the generated one; c5 instance types, since moto's
+SageMaker knows no c6i; the bundled model's spec); its CDK CLI deploys with `--method=direct`
+(moto's change-set execution drops stack outputs); `ops status` is given the endpoint's name
+from the stack outputs (moto ignores EndpointName). moto's CloudFormation skips some resource
+types; the test pins that list so a change in either direction is noticed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import warnings
@@ -34,6 +39,7 @@ from tests.codebuild_rehearsal import (
     run_build,
 )
 from tests.codebuild_view import build_projects, staged_source
+from tests.readme_steps import block_with, commands, sh_blocks
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.timeout(480)]
 
@@ -47,7 +53,6 @@ REHEARSAL_CONTEXT = {
     "builds": {"modelSpec": "gemma3-270m"},
     "textGenerationEndpoint": {"instanceType": "ml.c5.2xlarge"},
     "decisionCpuEndpoint": {"instanceType": "ml.c5.2xlarge"},
-    "decisionGpuEndpoint": {"enabled": False},
 }
 # Resource types moto's CloudFormation does not implement: created by AWS, skipped by moto.
 SKIPPED_BY_MOTO = {
@@ -58,6 +63,18 @@ SKIPPED_BY_MOTO = {
     "AWS::ApplicationAutoScaling::ScalingPolicy",
     "AWS::CloudWatch::Alarm",
 }
+FIRST_DEPLOYMENT, REMOVING = "First deployment in an account", "Removing it"
+SYSTEM_PYTHON_USED = 97
+# The rehearsal's CDK CLI: the pinned one, each deploy direct (see the docstring).
+CDK_STANDIN = """#!/bin/sh
+if [ "$1" = deploy ]; then set -- "$@" --method=direct; fi
+exec {cdk} "$@"
+"""
+# Stands for the system interpreter: it has no aws_cdk, and no step may reach it.
+NO_SYSTEM_PYTHON = f"""#!/bin/sh
+echo "system python used: $0 $*" >&2
+exit {SYSTEM_PYTHON_USED}
+"""
 
 
 def jsii_package_cache() -> str:
@@ -69,40 +86,79 @@ def jsii_package_cache() -> str:
     return str(Path.home() / ".cache/aws/jsii/package-cache")
 
 
-class Cdk:
-    """The pinned CDK CLI against the moto endpoint, each call with the rehearsal's context."""
+def executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
-    def __init__(self, aws: dict[str, str], outdir: Path) -> None:
-        self.outdir = outdir
-        self.env = {
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-            "HOME": str(outdir),
-            # jsii's unpacked packages stay where the user's are: under the HOME above, the
-            # first synthesis would unpack aws-cdk-lib again (about 10 CPU-seconds).
-            "JSII_RUNTIME_PACKAGE_CACHE_ROOT": jsii_package_cache(),
-            "CDK_DISABLE_CLI_TELEMETRY": "true",
-            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
-            # CDK's built-in template validation costs each synthesis about 11 CPU-seconds (its
-            # engine loads in every new process) and changes nothing deployed; test_cdk_app
-            # runs it on the whole app and asserts it finds nothing.
-            "CDK_VALIDATION": "false",
-            **aws,
-        }
 
-    def __call__(self, *arguments: str, context: dict | None = None, cwd: Path = ROOT) -> str:
-        flags = []
-        for key, value in (context or {}).items():
-            flags += ["-c", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
-        result = subprocess.run(
-            [str(CDK), *arguments, "--no-notices", "-o", str(self.outdir), *flags],
-            cwd=cwd,
-            env=self.env,
+def checkout(tmp_path: Path) -> Path:
+    """The repository as a user's checkout with the rehearsal's cdk.json: every file linked,
+    cdk.out and cdk-outputs.json its own, and the pinned CDK CLI behind the standin above."""
+    work = tmp_path / "checkout"
+    work.mkdir()
+    own = {".git", "cdk.json", "node_modules", "cdk.out", "cdk-outputs.json", "__pycache__"}
+    for entry in ROOT.iterdir():
+        if entry.name not in own:
+            (work / entry.name).symlink_to(entry.resolve())
+    cdk_json = json.loads((ROOT / "cdk.json").read_text())
+    cdk_json["context"] = {**cdk_json["context"], **REHEARSAL_CONTEXT}
+    (work / "cdk.json").write_text(json.dumps(cdk_json, indent=2))
+    bin_dir = work / "node_modules/.bin"
+    bin_dir.mkdir(parents=True)
+    executable(bin_dir / "cdk", CDK_STANDIN.format(cdk=CDK))
+    (work / "node_modules/.package-lock.json").write_text("{}")  # `npm ci` has run
+    return work
+
+
+def shell_environment(tmp_path: Path, aws: dict[str, str]) -> dict[str, str]:
+    """A fresh login's environment: no virtual environment on PATH or active, and `python3`
+    and `python` the system's (standins that fail), plus the moto endpoint and credentials."""
+    system_bin = tmp_path / "system-bin"
+    system_bin.mkdir()
+    for name in ("python", "python3", f"python3.{sys.version_info.minor}"):
+        executable(system_bin / name, NO_SYSTEM_PYTHON)
+    venv_bin = str(Path(sys.executable).parent)
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p and p != venv_bin]
+    path = [p for p in path if ".venv" not in Path(p).parts]
+    return {
+        "PATH": os.pathsep.join([str(system_bin), *path]),
+        "HOME": str(tmp_path / "home"),
+        "LANG": "C.UTF-8",
+        # jsii's unpacked packages stay where the user's are: under the HOME above, the first
+        # synthesis would unpack aws-cdk-lib again (about 10 CPU-seconds).
+        "JSII_RUNTIME_PACKAGE_CACHE_ROOT": jsii_package_cache(),
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+        # CDK's built-in template validation costs each synthesis about 11 CPU-seconds (its
+        # engine loads in every new process) and changes nothing deployed; test_cdk_app runs
+        # it on the whole app and asserts it finds nothing.
+        "CDK_VALIDATION": "false",
+        **aws,
+    }
+
+
+class Shell:
+    """README's commands in bash, in the checkout, with that environment."""
+
+    def __init__(self, work: Path, env: dict[str, str]) -> None:
+        self.work, self.env = work, env
+
+    def run(self, script: str, **variables: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=self.work,
+            env={**self.env, **variables},
             capture_output=True,
             text=True,
             timeout=300,
         )
-        assert result.returncode == 0, f"cdk {arguments[0]}:\n{result.stderr[-4000:]}"
-        return result.stdout + result.stderr
+
+    def __call__(self, script: str, **variables: str) -> str:
+        done = self.run(script, **variables)
+        assert done.returncode == 0, f"{script}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        return done.stdout + done.stderr
+
+    def outputs(self) -> dict:
+        return json.loads((self.work / "cdk-outputs.json").read_text())
 
 
 def physical_ids(cloudformation, stack: str) -> dict[str, str]:
@@ -112,20 +168,6 @@ def physical_ids(cloudformation, stack: str) -> dict[str, str]:
         for r in resources
         if r.get("LogicalResourceId")
     }
-
-
-def deploy(cdk: Cdk, outputs: Path, context: dict) -> dict:
-    cdk(
-        "deploy",
-        "--all",
-        "--require-approval",
-        "never",
-        "--method=direct",
-        "--outputs-file",
-        str(outputs),
-        context=context,
-    )
-    return json.loads(outputs.read_text())
 
 
 def inventory(client) -> dict[str, set[str]]:
@@ -148,7 +190,41 @@ def inventory(client) -> dict[str, set[str]]:
     }
 
 
-def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
+def build(tmp_path: Path, outdir: Path, aws: dict[str, str], cloudformation, client) -> dict:
+    """README's step 2, as CodeBuild would run each buildspec on the deployed resources (moto's
+    CloudFormation creates no CodeBuild project and moto's CodeBuild runs no buildspec);
+    `ops build` itself is tested with botocore's Stubber. What the builds exported."""
+    template = json.loads((outdir / f"{STATEFUL}.template.json").read_text())
+    ids = physical_ids(cloudformation, STATEFUL)
+    (repository_id,) = [
+        logical_id
+        for logical_id, r in template["Resources"].items()
+        if r["Type"] == "AWS::ECR::Repository"
+    ]
+    repository_arn = client("ecr").describe_repositories(repositoryNames=[ids[repository_id]])[
+        "repositories"
+    ][0]["repositoryArn"]
+    resolve = Resolver(template, ids, {(repository_id, "Arn"): repository_arn})
+    produced = {}
+    for project in build_projects(outdir, STATEFUL):
+        if project.environment.get("DOCKERFILE") == "container/Dockerfile.gpu":
+            continue  # the GPU endpoint is off by default; the GPU build is rehearsed elsewhere
+        source = Path(
+            shutil.copytree(staged_source(outdir, STATEFUL, project), tmp_path / project.logical_id)
+        )
+        result = run_build(
+            project.buildspec,
+            source=source,
+            project_variables=project_environment(template, project.logical_id, resolve),
+            extra_environment={**aws, "DOCKER_STANDIN_LOG": str(tmp_path / "docker.jsonl")},
+            path_prefix=[docker_standin_bin(tmp_path / "bin")],
+        )
+        assert result.returncode == 0, result.output[-4000:]
+        produced.update(result.exported)
+    return produced
+
+
+def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_path):
     assert CDK.exists(), "the pinned CDK CLI is missing: run `npm ci` (make test does)"
     with warnings.catch_warnings(record=True) as caught, moto_server() as endpoint:
         warnings.simplefilter("always")
@@ -161,62 +237,45 @@ def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
             return session.client(service, endpoint_url=endpoint)
 
         cloudformation = client("cloudformation")
-        cdk = Cdk(aws, tmp_path / "cdk.out")
+        work = checkout(tmp_path)
+        shell = Shell(work, shell_environment(tmp_path, aws))
 
-        # Bootstrap from outside the app directory: the environment is explicit, nothing to synth.
-        assert "bootstrapped" in cdk("bootstrap", f"aws://{ACCOUNT}/{REGION}", cwd=tmp_path)
+        # The shell really has no interpreter with aws_cdk outside the venv: the old README's
+        # `npx cdk deploy` (cdk.json's `python3 app.py` on this PATH) fails at once.
+        old_way = shell.run(f"npx --no-install cdk synth {STATEFUL} --no-notices")
+        assert old_way.returncode != 0 and "system python used" in old_way.stderr
+
+        # 0. Bootstrap, as README writes it; what exists then is not the app's.
+        assert "bootstrapped" in shell(block_with(FIRST_DEPLOYMENT, "make bootstrap"))
         before = inventory(client)
 
         # 1. The stateful stack (no model yet: the app holds only this stack).
-        stateful = deploy(cdk, tmp_path / "stateful.json", REHEARSAL_CONTEXT)[STATEFUL]
+        shell(block_with(FIRST_DEPLOYMENT, f"STACKS={STATEFUL}"))
+        stateful = shell.outputs()[STATEFUL]
         assert stateful["ImageRepositoryUri"] == (
             f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{REPOSITORY}"
         )
         assert stateful["ModelArtifactsUri"] == f"s3://{stateful['ArtifactBucketName']}/models/"
 
-        # 2. The builds, as CodeBuild would run them on the deployed resources (moto's
-        # CloudFormation creates no CodeBuild project and moto's CodeBuild runs no buildspec).
-        template = json.loads((cdk.outdir / f"{STATEFUL}.template.json").read_text())
-        ids = physical_ids(cloudformation, STATEFUL)
-        (repository_id,) = [
-            logical_id
-            for logical_id, r in template["Resources"].items()
-            if r["Type"] == "AWS::ECR::Repository"
+        # 2. The builds on what it created; README's build commands are `make ops` ones.
+        builds = commands(block_with(FIRST_DEPLOYMENT, "build model"))
+        assert [c for c in builds if "ops" in c] == [
+            "make ops ARGS='build model'",
+            "make ops ARGS='build cpu-image'",
         ]
-        repository_arn = client("ecr").describe_repositories(repositoryNames=[ids[repository_id]])[
-            "repositories"
-        ][0]["repositoryArn"]
-        resolve = Resolver(template, ids, {(repository_id, "Arn"): repository_arn})
-        produced = {}
-        for project in build_projects(cdk.outdir, STATEFUL):
-            if project.environment.get("DOCKERFILE") == "container/Dockerfile.gpu":
-                continue  # no GPU endpoint in moto; the GPU build is rehearsed elsewhere
-            source = Path(
-                shutil.copytree(
-                    staged_source(cdk.outdir, STATEFUL, project), tmp_path / project.logical_id
-                )
-            )
-            result = run_build(
-                project.buildspec,
-                source=source,
-                project_variables=project_environment(template, project.logical_id, resolve),
-                extra_environment={**aws, "DOCKER_STANDIN_LOG": str(tmp_path / "docker.jsonl")},
-                path_prefix=[docker_standin_bin(tmp_path / "bin")],
-            )
-            assert result.returncode == 0, result.output[-4000:]
-            produced.update(result.exported)
+        produced = build(tmp_path, work / "cdk.out", aws, cloudformation, client)
         assert produced["MODEL_URI"].startswith(stateful["ModelArtifactsUri"])
         assert produced["IMAGE_URI"].startswith(stateful["ImageRepositoryUri"] + "@sha256:")
+        release = {"MODEL_URI": produced["MODEL_URI"], "CPU_IMAGE_URI": produced["IMAGE_URI"]}
 
-        # 3. The release: endpoints on what the builds produced.
-        release = {
-            **REHEARSAL_CONTEXT,
-            "modelDataUri": produced["MODEL_URI"],
-            "decisionCpuImage": produced["IMAGE_URI"],
-        }
-        outputs = deploy(cdk, tmp_path / "release.json", release)[ENDPOINTS]
-        sagemaker = client("sagemaker")
+        # 3. The release, step by step as README writes it, with what the builds printed.
+        step = commands(block_with(FIRST_DEPLOYMENT, 'mark-released $CPU_IMAGE_URI"'))
+        mark, deploy, status = step
+        assert "marked released-" in shell(mark, **release)
+        shell(deploy, **release)
+        outputs = shell.outputs()[ENDPOINTS]
         cpu_endpoint = outputs["DecisionCpuEndpointName"]
+        sagemaker = client("sagemaker")
         config = sagemaker.describe_endpoint(EndpointName=cpu_endpoint)["EndpointConfigName"]
         variant = sagemaker.describe_endpoint_config(EndpointConfigName=config)[
             "ProductionVariants"
@@ -224,18 +283,16 @@ def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
         container = sagemaker.describe_model(ModelName=variant["ModelName"])["PrimaryContainer"]
         assert container["Image"] == produced["IMAGE_URI"]
         assert container["ModelDataUrl"] == produced["MODEL_URI"]
+        digest = produced["IMAGE_URI"].rsplit("@sha256:", 1)[1]
+        (image,) = client("ecr").describe_images(
+            repositoryName=REPOSITORY, imageIds=[{"imageDigest": f"sha256:{digest}"}]
+        )["imageDetails"]
+        assert f"released-{digest}" in image["imageTags"]
 
-        status = subprocess.run(
-            [sys.executable, "-m", "ops", "status", "--endpoint", cpu_endpoint],
-            cwd=ROOT,
-            env={**cdk.env, "PYTHONPATH": str(ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert status.returncode == 0, status.stderr
-        assert f"endpoint {cpu_endpoint}: InService" in status.stdout
-        assert "on ml.c5.2xlarge" in status.stdout
+        assert "--endpoint decision-models-decision-cpu" in status
+        printed = shell(status.replace("decision-models-decision-cpu", cpu_endpoint))
+        assert f"endpoint {cpu_endpoint}: InService" in printed
+        assert "on ml.c5.2xlarge" in printed
 
         # Destroy has something to remove: roles, log groups and the release's SageMaker side.
         deployed = {kind: names - before[kind] for kind, names in inventory(client).items()}
@@ -243,13 +300,15 @@ def test_bootstrap_deploy_build_release_status_and_destroy(tmp_path):
         assert len(deployed["models"]) == len(deployed["endpoint configs"]) == 2
         assert deployed["roles"] and deployed["log groups"]
 
-        # 4. Destroy: what is left is what the templates retain, and bootstrap's resources.
+        # 4. Removing it, as README writes it: what is left is what the templates retain.
+        template = json.loads((work / "cdk.out" / f"{STATEFUL}.template.json").read_text())
+        ids = physical_ids(cloudformation, STATEFUL)
         retained = {
             ids[logical_id]
             for logical_id, resource in template["Resources"].items()
             if resource.get("DeletionPolicy") == "Retain" and logical_id in ids
         }
-        cdk("destroy", "--all", "--force", context=release)
+        shell(sh_blocks(REMOVING)[0], **release)
         left = inventory(client)
         stacks = {
             s["StackName"]: s["StackStatus"]

@@ -107,7 +107,7 @@ def test_execution_parameters_default(adapter):
     response = httpx.get(adapter.url + "/execution-parameters")
     assert response.json() == {
         "MaxConcurrentTransforms": 1,
-        "BatchStrategy": "MultiRecord",
+        "BatchStrategy": "MULTI_RECORD",
         "MaxPayloadInMB": 1,
     }
 

@@ -257,7 +257,7 @@ def test_execution_parameters_follow_the_settings(limit, megabytes):
     assert response.status_code == 200
     assert response.json() == {
         "MaxConcurrentTransforms": 1,
-        "BatchStrategy": "MultiRecord",
+        "BatchStrategy": "MULTI_RECORD",
         "MaxPayloadInMB": megabytes,
     }
 

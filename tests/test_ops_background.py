@@ -74,12 +74,17 @@ class Clock:
 
 
 # --- submit ----------------------------------------------------------------------------------
-def queue_invoke(runtime, content_type="application/json"):
+def queue_invoke(runtime, content_type="application/json", invocation_timeout_s=3600):
     client, stubber = runtime
     stubber.add_response(
         "invoke_endpoint_async",
         {"InferenceId": "abc", "OutputLocation": OUTPUT, "FailureLocation": FAILURE},
-        {"EndpointName": ENDPOINT, "InputLocation": ANY, "ContentType": content_type},
+        {
+            "EndpointName": ENDPOINT,
+            "InputLocation": ANY,
+            "ContentType": content_type,
+            "InvocationTimeoutSeconds": invocation_timeout_s,
+        },
     )
     return client
 
@@ -478,21 +483,25 @@ def test_a_failure_object_that_is_not_utf8_is_still_reported(s3, runtime, tmp_pa
 def test_submit_reports_s3_refusing_to_show_or_give_the_answer(runtime, tmp_path, capsys):
     argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT, "--wait"]
     argv += ["--input-location", f"s3://{BUCKET}/async/input"]
-    head = {"Bucket": BUCKET, "Key": "async/output/abc.out"}
+    listing = {"Bucket": BUCKET, "Prefix": "async/output/abc.out", "MaxKeys": 1}
     with stubbed_client("s3") as (s3, stubber):
-        for then in ("head", "get"):
+        for then in ("list", "get"):
             client = queue_invoke(runtime)
             stubber.add_response("put_object", {}, None)
-            if then == "head":
-                stubber.add_client_error("head_object", "403", "Forbidden", 403, None, head)
+            if then == "list":
+                stubber.add_client_error(
+                    "list_objects_v2", "AccessDenied", "Access Denied", 403, None, listing
+                )
             else:
-                stubber.add_response("head_object", {}, head)
+                stubber.add_response(
+                    "list_objects_v2", {"Contents": [{"Key": "async/output/abc.out"}]}, listing
+                )
                 stubber.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
             assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 1
         first, second = capsys.readouterr().err.splitlines()
     assert first == (
-        f"ops: error: cannot look for {OUTPUT}: An error occurred (403) when calling the "
-        "HeadObject operation: Forbidden"
+        f"ops: error: cannot look for {OUTPUT}: An error occurred (AccessDenied) when calling "
+        "the ListObjectsV2 operation: Access Denied"
     )
     assert second == (
         f"ops: error: cannot fetch {OUTPUT}: An error occurred (AccessDenied) when calling the "
@@ -500,12 +509,13 @@ def test_submit_reports_s3_refusing_to_show_or_give_the_answer(runtime, tmp_path
     )
 
 
-@pytest.mark.parametrize("code", ["404", "NoSuchKey", "NotFound"])
-def test_an_answer_not_there_yet_is_each_way_s3_says_so(code):
+def test_an_answer_is_there_only_under_its_own_key(s3):
     location = S3Location.parse(OUTPUT)
-    with stubbed_client("s3") as (s3, stubber):
-        stubber.add_client_error("head_object", code, "not here", 404)
-        assert exists(s3, location) is False
+    assert exists(s3, location) is False
+    put(s3, OUTPUT + ".partial", b"{}")  # a longer key with the answer's key as prefix
+    assert exists(s3, location) is False
+    put(s3, OUTPUT, b"{}")
+    assert exists(s3, location) is True
 
 
 def test_s3_locations_join_names_under_a_prefix():
@@ -567,7 +577,7 @@ def test_batch_sends_counts_as_numbers_and_reports_each_step(s3, sagemaker, tmp_
     ]
 
 
-def queue_model_of_endpoint(stubber, endpoint):
+def queue_model_of_endpoint(stubber, endpoint, variant=None):
     stubber.add_response(
         "describe_endpoint",
         {
@@ -585,7 +595,9 @@ def queue_model_of_endpoint(stubber, endpoint):
         {
             "EndpointConfigName": "config-1",
             "EndpointConfigArn": "arn:aws:sagemaker:eu-west-1:123456789012:endpoint-config/c",
-            "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": "decision-model-1"}],
+            "ProductionVariants": [
+                {"VariantName": "AllTraffic", "ModelName": "decision-model-1", **(variant or {})}
+            ],
             "CreationTime": "2026-01-01T00:00:00Z",
         },
         {"EndpointConfigName": "config-1"},
@@ -638,3 +650,40 @@ def test_batch_reports_a_stopped_job_without_a_reason(s3, sagemaker, capsys):
     assert capsys.readouterr().err.splitlines()[-1] == (
         "ops: error: transform job job-5 stopped: no reason given"
     )
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"InstancePools": [{"InstanceType": "ml.g6e.xlarge", "Priority": 1}]},
+        {"InstanceType": "ml.g5.2xlarge"},
+    ],
+)
+def test_batch_refuses_a_gpu_endpoint_in_one_line_before_uploading(
+    s3, sagemaker, tmp_path, capsys, variant
+):
+    """The CUDA 13 image needs driver 580; batch transform's AMIs have 470 and 535 only."""
+    client, stubber = sagemaker
+    queue_model_of_endpoint(stubber, "decision-models-decision-gpu", variant)
+    argv = ["batch", request_file(tmp_path, "d.jsonl", json.dumps(DECISION) + "\n")]
+    argv += ["--endpoint", "decision-models-decision-gpu", "--location", f"s3://{BUCKET}/batch"]
+    assert main(argv, clients=factory(s3=s3, sagemaker=client)) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("ops: error: endpoint decision-models-decision-gpu runs on GPUs")
+    assert "--endpoint decision-models-decision-cpu" in line
+    stubber.assert_no_pending_responses()  # no transform job was started
+    assert keys(s3, "batch/") == []
+
+
+def test_submit_gives_the_request_up_to_an_hour_unless_told(s3, runtime, tmp_path, capsys):
+    """SageMaker's own default is 900 s: a long body would fail after 15 minutes."""
+    argv = ["submit", request_file(tmp_path), "--endpoint", ENDPOINT]
+    argv += ["--input-location", f"s3://{BUCKET}/async/input"]
+    client = queue_invoke(runtime)
+    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
+    client = queue_invoke(runtime, invocation_timeout_s=600)
+    argv += ["--invocation-timeout-seconds", "600"]
+    assert main(argv, clients=factory(s3=s3, sagemaker_runtime=client)) == 0
+    with pytest.raises(SystemExit):
+        main([*argv[:-1], "3601"])
+    assert "'3601' is not a whole number of seconds, 1-3600" in capsys.readouterr().err

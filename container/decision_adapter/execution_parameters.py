@@ -17,10 +17,12 @@ MIB = 1 << 20
 def preferred(settings: Settings) -> dict[str, Any]:
     """One transform per model slot (a second would wait for it, or get a 503); several lines
     per request (one admission for all of them); payloads in whole MB within the JSON Lines
-    body limit, rounded down (SageMaker's MB may be 10^6 or 2^20 bytes: either fits)."""
+    body limit, rounded down (SageMaker's MB may be 10^6 or 2^20 bytes: either fits).
+    BatchStrategy is written as AWS's documented answer writes it (`MULTI_RECORD`), not as
+    CreateTransformJob's own enum (`MultiRecord`)."""
     return {
         "MaxConcurrentTransforms": MODEL_SLOTS,
-        "BatchStrategy": "MultiRecord",
+        "BatchStrategy": "MULTI_RECORD",
         "MaxPayloadInMB": settings.max_jsonlines_bytes // MIB,
     }
 

@@ -23,6 +23,7 @@ from constructs import Construct, IConstruct
 from stacks.config import AsyncAutoscaling
 from stacks.constructs import nag
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
+from stacks.constructs.prefix_access import grant_read_prefix
 
 # One request at a time per instance: the adapter has one model slot, a second would get a 503.
 MAX_CONCURRENT_INVOCATIONS_PER_INSTANCE = 1
@@ -94,7 +95,7 @@ class AsyncDecisionEndpoint(Construct):
         # The configuration names the topics and paths: SageMaker checks the role's rights to
         # them when it creates the endpoint config, so the config waits for the policy.
         self.endpoint.endpoint_config.node.add_dependency(role.node.find_child("DefaultPolicy"))
-        bucket.grant_read(role, f"{input_prefix}/*")
+        grant_read_prefix(role, bucket, input_prefix)
         bucket.grant_put(role, f"{output_prefix}/*")
         bucket.grant_put(role, f"{failure_prefix}/*")
         self.success_topic.grant_publish(role)
@@ -106,8 +107,8 @@ class AsyncDecisionEndpoint(Construct):
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         """What a caller needs: upload a request, invoke, read its answer or error."""
         self.bucket.grant_put(grantee, f"{self.input_prefix}/*")
-        self.bucket.grant_read(grantee, f"{self.output_prefix}/*")
-        self.bucket.grant_read(grantee, f"{self.failure_prefix}/*")
+        grant_read_prefix(grantee, self.bucket, self.output_prefix)
+        grant_read_prefix(grantee, self.bucket, self.failure_prefix)
         principal = grantee.grant_principal
         if hasattr(principal, "node"):  # a role of this app, or one imported by ARN
             self._acknowledge_prefix_grants(principal)
@@ -133,9 +134,9 @@ class AsyncDecisionEndpoint(Construct):
             )
         nag.acknowledge_wildcard_actions(
             scope,
-            ["s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:Abort*", "kms:GenerateDataKey*"],
-            "CDK's S3 read/put and SNS publish grants: object reads and uploads under the "
-            "endpoint's own prefixes, data keys of the topics' own key.",
+            ["s3:Abort*", "kms:GenerateDataKey*"],
+            "CDK's S3 put and SNS publish grants: uploads under the endpoint's own prefixes, "
+            "data keys of the topics' own key.",
         )
 
     def metric(self, metric_name: str) -> cloudwatch.Metric:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
@@ -21,7 +21,7 @@ from constructs import Construct
 
 from stacks import adapter_metrics
 from stacks.config import Alarms, Autoscaling
-from stacks.constructs import nag
+from stacks.constructs import runtime_grants
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
 
 VARIANT_NAME = "AllTraffic"
@@ -100,7 +100,8 @@ class SageMakerEndpoint(Construct):
         image.grant_pull(self.role)
         if model_archive is not None:  # None: the container fetches its model itself
             model_archive.grant_read(self.role)
-        self._grant_logs(endpoint_name)
+        runtime_grants.grant_logs(self.role, runtime_grants.endpoint_log_group(endpoint_name))
+        runtime_grants.grant_metrics(self.role, runtime_grants.ENDPOINT_METRICS)
 
         self.model = sagemaker.CfnModel(
             self,
@@ -143,11 +144,15 @@ class SageMakerEndpoint(Construct):
             ],
             async_inference_config=async_inference,
         )
+        # A release (a new config) keeps the variant's current instance count and weight:
+        # without this, UpdateEndpoint resets a scaled-out variant to its initial count and
+        # wakes an asynchronous endpoint scaled to zero.
         self.endpoint = sagemaker.CfnEndpoint(
             self,
             "Endpoint",
             endpoint_name=endpoint_name,
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+            retain_all_variant_properties=True,
         )
         self.endpoint_name = self.endpoint.attr_endpoint_name
         self.endpoint_arn = self.endpoint.ref
@@ -180,30 +185,6 @@ class SageMakerEndpoint(Construct):
             dimensions_map={adapter_metrics.ENDPOINT_DIMENSION: self.endpoint_name},
             statistic=statistic,
             period=Duration.minutes(5),
-        )
-
-    def _grant_logs(self, endpoint_name: str) -> None:
-        log_group_arn = Stack.of(self).format_arn(
-            service="logs",
-            resource="log-group",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-            resource_name=f"/aws/sagemaker/Endpoints/{endpoint_name}",
-        )
-        self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=[
-                    "logs:CreateLogGroup",
-                    "logs:CreateLogStream",
-                    "logs:PutLogEvents",
-                    "logs:DescribeLogStreams",
-                ],
-                resources=[log_group_arn, f"{log_group_arn}:*"],
-            )
-        )
-        nag.acknowledge_wildcard_resource(
-            self.role,
-            f"{log_group_arn}:*",
-            "Log streams of this endpoint's own log group; SageMaker names them per instance.",
         )
 
     def _autoscale(self, autoscaling: Autoscaling) -> appscaling.ScalableTarget:

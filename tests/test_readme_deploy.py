@@ -1,0 +1,187 @@
+"""README's deploy steps as written: every command runs in the project's virtual environment
+(through `make` or a `.venv/bin/` path, never the system interpreter or an unpinned CDK), the
+endpoint quotas README lists are those the synthesized templates need, and the GPU step's
+command line switches the GPU endpoint on. The deploy rehearsal (test_deploy_rehearsal.py)
+runs the steps themselves against moto."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from stacks.config import AppConfig
+from tests.cdk_templates import (
+    CPU_IMAGE,
+    ENDPOINTS,
+    GPU_IMAGE,
+    MODEL,
+    RELEASE,
+    RELEASE_WITH_GPU,
+    ROOT,
+    cdk_json_context,
+    synthesize,
+)
+from tests.make_dry_run import cdk_command
+from tests.readme_steps import block_with, commands, section, sh_blocks
+
+FIRST_DEPLOYMENT = "First deployment in an account"
+DEPLOY_SECTIONS = (
+    "Operator CLI",
+    FIRST_DEPLOYMENT,
+    "Integration test (real account)",
+    "Removing it",
+)
+# Programs that would run outside the venv: the system interpreter, pip, an unpinned CDK CLI.
+OUTSIDE_THE_VENV = {"python", "python3", "pip", "pip3", "npx", "cdk"}
+_QUOTA_ROW = re.compile(r"^\s*\|\s*`(ml\.[a-z0-9.]+ for endpoint usage)`\s*\|\s*(\d+)\s*\|", re.M)
+
+
+def programs(command: str) -> list[str]:
+    """The programs a command line starts: the first word of the line and after each `|`,
+    `;`, `&&` or `(`, variable assignments skipped (a substitution inside quotes is not
+    looked into)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    started, at_start = [], True
+    for token in lexer:
+        if set(token) <= set("();<>|&"):
+            at_start = True
+        elif at_start and "=" not in token.split("/")[0]:
+            started.append(token)
+            at_start = False
+    return started
+
+
+@pytest.mark.parametrize("heading", DEPLOY_SECTIONS)
+def test_every_deploy_command_runs_in_the_virtual_environment(heading):
+    blocks = sh_blocks(heading)
+    assert blocks
+    for block in blocks:
+        for command in commands(block):
+            outside = OUTSIDE_THE_VENV.intersection(programs(command))
+            assert not outside, f"{heading}: `{command}` runs {outside} outside .venv"
+
+
+def test_the_check_catches_a_command_outside_the_venv():
+    assert programs("npx cdk deploy X") == ["npx"]
+    assert programs("FOO=1 python -m ops status") == ["python"]
+    assert programs('code=$(aws service-quotas list --query "x")') == ["aws"]
+    assert programs(".venv/bin/python -m ops build model") == [".venv/bin/python"]
+
+
+def test_the_make_targets_use_the_venvs_python_and_the_pinned_cdk():
+    def dry_run(*arguments: str) -> str:
+        return subprocess.run(
+            ["make", "-n", "-B", *arguments],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+
+    assert dry_run("ops", "ARGS=status --endpoint e").splitlines()[-1] == (
+        ".venv/bin/python -m ops status --endpoint e"
+    )
+    for target in ("bootstrap", "deploy", "destroy"):
+        (line,) = [line for line in dry_run(target).splitlines() if "npx --no-install cdk" in line]
+        # cdk.json's `python3 app.py` then finds the venv's interpreter first.
+        assert line.startswith(f'PATH="{ROOT}/.venv/bin:$PATH" ')
+    assert cdk_command("destroy", "STACKS=X")[:4] == ["cdk", "destroy", "X", "--force"]
+    assert cdk_command("bootstrap")[:2] == ["cdk", "bootstrap"]
+
+
+# --- endpoint quotas ---------------------------------------------------------------------------
+def endpoint_quotas(template: dict) -> Counter:
+    """Instances per type "for endpoint usage" at each endpoint's maximum capacity: its
+    scalable target's MaxCapacity, else its initial count; every type of a pool may have to
+    hold all of them (the pool falls back type by type)."""
+    resources = template["Resources"]
+    needed = Counter()
+    for endpoint_id, endpoint in resources.items():
+        if endpoint["Type"] != "AWS::SageMaker::Endpoint":
+            continue
+        config_id = endpoint["Properties"]["EndpointConfigName"]["Fn::GetAtt"][0]
+        (variant,) = resources[config_id]["Properties"]["ProductionVariants"]
+        targets = [
+            r["Properties"]["MaxCapacity"]
+            for r in resources.values()
+            if r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget"
+            and f'"{endpoint_id}"' in json.dumps(r["Properties"]["ResourceId"])
+        ]
+        count = max(targets) if targets else variant["InitialInstanceCount"]
+        pool = [p["InstanceType"] for p in variant.get("InstancePools", [])]
+        for instance_type in pool or [variant["InstanceType"]]:
+            needed[f"{instance_type} for endpoint usage"] += count
+    return needed
+
+
+@pytest.fixture(scope="module")
+def quotas(tmp_path_factory) -> dict[str, Counter]:
+    def of(name: str, context: dict) -> Counter:
+        assembly = synthesize(tmp_path_factory.mktemp(name), **context)
+        return endpoint_quotas(json.loads((assembly / f"{ENDPOINTS}.template.json").read_text()))
+
+    return {"default": of("default", RELEASE), "gpu": of("gpu", RELEASE_WITH_GPU)}
+
+
+def readme_quotas() -> tuple[dict[str, int], dict[str, int]]:
+    """README's two quota tables: the default deploy's, and the GPU step's."""
+    text = section(FIRST_DEPLOYMENT)
+    default, gpu = text.split("**GPU decision endpoint**")
+    as_dict = lambda part: {name: int(n) for name, n in _QUOTA_ROW.findall(part)}  # noqa: E731
+    return as_dict(default), as_dict(gpu)
+
+
+def test_readme_lists_every_endpoint_quota_the_default_deploy_needs(quotas):
+    default, _ = readme_quotas()
+    assert default == dict(quotas["default"])
+    # The check README gives runs get-service-quota for each of them.
+    check = block_with(FIRST_DEPLOYMENT, "get-service-quota")
+    (names,) = re.findall(r"^for quota in (.*); do$", check, re.M)
+    assert shlex.split(names) == sorted(default)
+
+
+def test_readme_lists_the_quotas_the_gpu_step_adds(quotas):
+    _, gpu = readme_quotas()
+    added = quotas["gpu"] - quotas["default"]
+    assert gpu == dict(added)
+    assert set(gpu) == {
+        f"{t} for endpoint usage" for t in AppConfig().decision_gpu_endpoint.instance_pool
+    }
+
+
+def test_the_first_deploy_needs_no_gpu_quota(quotas):
+    assert not [q for q in quotas["default"] if q.startswith(("ml.g", "ml.p"))]
+
+
+def test_the_gpu_step_deploys_the_endpoint_switched_on_with_its_image(tmp_path):
+    """Its quoting survives bash and make: the `-c` values reach cdk as the config reads them."""
+    deploy = next(
+        c for c in commands(block_with(FIRST_DEPLOYMENT, "$GPU_IMAGE_URI")) if "deploy" in c
+    )
+    recorder = 'make() { printf "%s\\0" "$@"; }\n'
+    done = subprocess.run(
+        ["bash", "-c", recorder + deploy],
+        env={"MODEL_URI": MODEL, "CPU_IMAGE_URI": CPU_IMAGE, "GPU_IMAGE_URI": GPU_IMAGE},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    command = cdk_command(*done.stdout.split("\0")[:-1])
+    pairs = dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "-c")
+    config = AppConfig.from_context({**cdk_json_context(), **pairs})
+    assert config.decision_gpu_endpoint.enabled
+    assert (config.model_data_uri, config.decision_gpu_image) == (MODEL, GPU_IMAGE)
+
+
+def test_readme_says_where_the_operator_cli_runs():
+    assert "make ops ARGS=" in section(FIRST_DEPLOYMENT)
+    assert Path(ROOT / "Makefile").read_text().count("\nops:") == 1
