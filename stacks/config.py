@@ -519,10 +519,8 @@ class AppConfig(_Config):
         """A release's decision endpoint takes what its config leaves open from the measurement
         of the release's model on its instance types, or is refused without one."""
         missing = endpoint.unmeasured()
-        builds = info.data.get("builds")
-        if not missing or not endpoint.enabled or info.data.get("model_data_uri") is None:
-            return endpoint
-        if builds is None:  # invalid, and reported as such
+        builds = info.data.get("builds")  # absent when invalid, and reported as such
+        if not (missing and endpoint.enabled and info.data.get("model_data_uri") and builds):
             return endpoint
         try:
             derived = capacity.for_release(builds.model, endpoint.instance_types)

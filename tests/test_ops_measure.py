@@ -4,12 +4,15 @@ adapter is tests/test_ops_measure_rehearsal.py."""
 
 import json
 import random
+import time
 
 import pytest
 
 from bench.workloads import load_decision
 from ops.cli import main
+from ops.load import run_level
 from ops.measure import Limits
+from ops.retry import Backoff, Retryable
 from stacks import capacity
 from tests.aws_stubs import stubbed_client
 from tests.fake_service import overload_bodies
@@ -289,3 +292,39 @@ def test_the_defaults_bound_a_run_to_400_requests_and_10_minutes():
         None,
     )
     assert Limits().levels() == [1, 2, 4, 8]
+
+
+def test_a_level_sends_nothing_after_its_end():
+    calls = []
+    level = run_level(lambda: calls.append(1), 4, 10, until=time.perf_counter() - 1)
+    assert calls == [] and level.answered == [] and level.refused == 0
+
+
+def test_refusals_in_a_row_back_off_and_the_hint_is_a_floor():
+    outcomes = [Retryable("busy"), Retryable("busy"), Retryable("busy", 2.0), None, Retryable("b")]
+
+    def send():
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    sleeps = []
+    level = run_level(send, 1, 5, sleep=sleeps.append, backoff=Backoff(), rng=random.Random(7))
+    assert (len(level.answered), level.refused) == (1, 4)
+    same = random.Random(7)
+    # Each refusal in a row doubles the ceiling of the jittered delay; an answer starts again.
+    expected = [Backoff().delay(n, hint, same) for n, hint in ((0, None), (1, None), (2, 2.0))]
+    expected.append(Backoff().delay(0, None, same))
+    assert sleeps == expected
+    assert sleeps[2] >= 2.0
+
+
+def test_a_pause_ends_with_its_level():
+    sleeps = []
+
+    def refused():
+        raise Retryable("busy", 30.0)
+
+    until = time.perf_counter() + 0.5
+    run_level(refused, 1, 1, sleep=sleeps.append, until=until, backoff=Backoff())
+    assert len(sleeps) == 1 and 0 <= sleeps[0] <= 0.5
