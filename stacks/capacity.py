@@ -138,6 +138,8 @@ def for_release(model: str, instance_types: Sequence[str]) -> Capacity:
 
 
 if __name__ == "__main__":
+    if not list(MEASUREMENTS.glob("*/*.json")):
+        print(f"no measurement under {shown(MEASUREMENTS)}/ (python -m ops measure writes one)")
     for path in sorted(MEASUREMENTS.glob("*/*.json")):
         model, instance_type = path.parent.name, path.stem
         measured = Measurement.read(path, model=model, instance_type=instance_type)
