@@ -23,7 +23,14 @@ from bench import metrics
 from bench.concurrency import run_load
 from bench.floor import Floor
 from bench.timing import REQUEST_TIMEOUT_S, Budget, Caller, median_ms, ms, samples_ms
-from bench.workloads import QUESTIONS, SHORT_STATE, chat_prompt, decision, parse_letter
+from bench.workloads import (
+    QUESTIONS,
+    SHORT_STATE,
+    chat_prompt,
+    decision,
+    load_decision,
+    parse_letter,
+)
 
 OVERHEAD_TARGET = 1.15
 SHARING_TARGET = 4.0
@@ -253,7 +260,7 @@ def prompt_length(
 def concurrency_run(
     url: str, plan: Plan, seconds: float, max_queue: int, admission_wait_s: float
 ) -> dict[str, Any]:
-    body = {"decision": decision(SHORT_STATE, QUESTIONS[0])}
+    body = load_decision()
     with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         caller = Caller(client)
         for _ in range(3):

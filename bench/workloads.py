@@ -55,6 +55,11 @@ def decision(
     return {"id": f"d{index}", "state": state, "question": question, "options": options or OPTIONS}
 
 
+def load_decision() -> dict[str, Any]:
+    """The request of the concurrency runs: `make bench` (d) and `python -m ops measure`."""
+    return {"decision": decision(SHORT_STATE, QUESTIONS[0])}
+
+
 def long_state(tokens_wanted: int, renderer) -> str:
     """A state of at least `tokens_wanted` tokens (the shared-state experiment's 1,000)."""
     sentence = "The customer wrote again about the failed reset and the locked account. "

@@ -65,6 +65,7 @@ def release_config() -> AppConfig:
             "stackPrefix": "DecisionModelsInteg",
             "modelDataUri": os.environ.get("INTEG_MODEL_DATA_URI", PLACEHOLDER_MODEL),
             "decisionCpuImage": os.environ.get("INTEG_DECISION_CPU_IMAGE", PLACEHOLDER_IMAGE),
+            "builds": {"modelSpec": "gemma3-270m"},
             "textGenerationEndpoint": {"enabled": False},
             "decisionGpuEndpoint": {"enabled": False},
             # The smallest current CPU type: 2 vCPUs, 4 GiB, ample for a 250 MB model.
@@ -73,6 +74,12 @@ def release_config() -> AppConfig:
                 "instanceType": "ml.c6i.large",
                 "nThreads": 2,
                 "nCtx": 2048,
+                # This pair has no measurement (stacks/measurements/): the test's few requests
+                # one at a time need no queue, and its alarms watch nothing.
+                "maxQueue": 2,
+                "admissionWaitS": 10,
+                "autoscaling": {"invocationsPerInstance": 60},
+                "alarms": {"modelLatencyP90Ms": 10000},
             },
         }
     )

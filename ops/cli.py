@@ -1,5 +1,5 @@
-"""python -m ops {build,invoke,status,load,submit,batch,mark-released}: the operator's view
-of builds and endpoints."""
+"""python -m ops {build,invoke,status,load,measure,submit,batch,mark-released}: the
+operator's view of builds and endpoints."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -143,6 +144,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the figures JSON here (default: stdout)",  # pragma: no mutate
     )
 
+    measure = commands.add_parser(
+        "measure",
+        help="measure a decision endpoint at rising concurrency and write the"  # pragma: no mutate
+        " file synthesis derives its capacity defaults from",  # pragma: no mutate
+    )
+    _endpoint_option(measure)
+    measure.add_argument(
+        "--max-clients",
+        type=int,
+        default=8,
+        help="the last concurrency level; levels double from 1 (default: 8)",  # pragma: no mutate
+    )
+    measure.add_argument(
+        "--max-requests",
+        type=int,
+        default=400,
+        help="requests of the whole run, shared by the levels (default: 400)",  # pragma: no mutate
+    )
+    measure.add_argument(
+        "--max-minutes",
+        type=float,
+        default=10.0,
+        help="duration of the whole run, shared by the levels (default: 10)",  # pragma: no mutate
+    )
+    measure.add_argument(
+        "--output",
+        type=Path,
+        help="write the measurement here (default: stacks/measurements/"  # pragma: no mutate
+        "<model>/<instance type>.json, where synthesis reads it)",  # pragma: no mutate
+    )
+
     from ops.background import add_commands
 
     add_commands(commands)
@@ -211,6 +243,8 @@ def main(
             return _invoke(args, make_client, sleep, rng)
         if args.command == "load":
             return _load(args, make_client, sleep)
+        if args.command == "measure":
+            return _measure(args, make_client, sleep, rng)
         if args.command in ("submit", "batch"):
             from ops import background
 
@@ -379,6 +413,40 @@ def _load(args, make_client: ClientFactory, sleep) -> int:
             out.write(text + "\n")
     else:
         print(text)
+    return 0
+
+
+def _measure(args, make_client: ClientFactory, sleep, rng) -> int:
+    from ops.measure import CannotMeasure, Limits, measure, write
+    from ops.retry import RetriesExhausted
+    from ops.transports import InvokeFailed, SageMakerTransport
+
+    endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
+    if not endpoint:
+        raise UsageError("pass --endpoint NAME or set OPS_ENDPOINT_NAME")
+    try:
+        limits = Limits(args.max_clients, args.max_requests, args.max_minutes * 60)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    transport = SageMakerTransport(make_client("sagemaker-runtime"), endpoint)
+    try:
+        measured = measure(
+            make_client("sagemaker"),
+            lambda body: transport.send(body).body,
+            endpoint,
+            limits,
+            sleep=sleep,
+            rng=rng,
+            report=_info,
+        )
+    except (CannotMeasure, RetriesExhausted) as exc:
+        _error(str(exc))
+        return EXIT_FAILED
+    except InvokeFailed as exc:
+        _error(str(exc) + (f": {exc.body}" if exc.body else ""))
+        return EXIT_FAILED
+    path = write(measured, args.output)
+    print(f"MEASUREMENT={path}")
     return 0
 
 

@@ -11,13 +11,14 @@ waited for nothing.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ops.retry import Retryable
+from ops.retry import Backoff, Retryable
 
 
 @dataclass
@@ -52,15 +53,22 @@ def run_level(
     requests_per_client: int,
     *,
     sleep: Callable[[float], None] = time.sleep,
+    until: float | None = None,
+    backoff: Backoff | None = None,
+    rng: random.Random | None = None,
 ) -> Level:
-    """Any failure other than backpressure stops every client and is raised here."""
+    """Any failure other than backpressure stops every client and is raised here. No client
+    sends after `until` (a time.perf_counter() value). After a refusal a client waits the retry
+    hint, or with `backoff` its delay for that many refusals in a row (which honours the hint)."""
     level = Level(clients)
     lock = threading.Lock()
     failures: list[Exception] = []
+    rng = rng if rng is not None else random.Random()
 
     def client() -> None:
+        refused_in_a_row = 0
         for _ in range(requests_per_client):
-            if failures:
+            if failures or (until is not None and time.perf_counter() >= until):
                 return
             started = time.perf_counter()
             try:
@@ -68,11 +76,20 @@ def run_level(
             except Retryable as refusal:
                 with lock:
                     level.refused += 1
-                sleep(refusal.retry_after or 1.0)
+                    delay = (
+                        backoff.delay(refused_in_a_row, refusal.retry_after, rng)
+                        if backoff is not None
+                        else refusal.retry_after or 1.0
+                    )
+                refused_in_a_row += 1
+                if until is not None:  # a pause past the end would only lengthen the level
+                    delay = max(0.0, min(delay, until - time.perf_counter()))
+                sleep(delay)
                 continue
             except Exception as failure:  # noqa: BLE001 - handed to the caller's thread
                 failures.append(failure)
                 return
+            refused_in_a_row = 0
             with lock:
                 level.answered.append(time.perf_counter() - started)
 

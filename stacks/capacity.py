@@ -13,72 +13,76 @@ per second with the slot always busy. From that rate and the latency of one unqu
   request under load, with a margin; p90 above it means instances are slower than measured,
   not busier (being busier shows as backpressure).
 
-The measurement per endpoint is a committed JSON file (MEASUREMENTS): the concurrency section
-of `make bench` results (bench/concurrency.py), or a figures file
-`{measured, throughput_rps, service_p95_ms, ...}`. The bench reports p95, not p90: the p95 of
-one unqueued decision stands in for it (it is the higher of the two).
+A rate belongs to one model on one instance type, so measurements are keyed by both: the file
+`MEASUREMENTS/<model spec>/<instance type>.json` that `python -m ops measure` writes from the
+endpoint deployed with them (`{measured, model, instance_type, throughput_rps, service_p95_ms,
+...}`). The p95 of one unqueued decision stands in for its p90 (it is the higher of the two).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The CPU figure: this machine's `make bench` (2 CPUs, Gemma 3 270M), copied here; a stand-in
-# until the bench runs on the endpoint's instance type with the deployed model. The GPU file
-# holds a documented conservative figure, not a measurement.
-MEASUREMENTS = {
-    "decision-cpu": ROOT / "stacks" / "measurements" / "decision-cpu.json",
-    "decision-gpu": ROOT / "stacks" / "measurements" / "decision-gpu.json",
-}
+MEASUREMENTS = ROOT / "stacks" / "measurements"
 UTILISATION = 0.7
 WAIT_SERVICE_TIMES = 4
 LATENCY_MARGIN = 1.5
+
+
+def measurement_path(model: str, instance_type: str) -> Path:
+    """Where the measurement of `model` (a model spec name) on `instance_type` is committed."""
+    return MEASUREMENTS / model / f"{instance_type}.json"
+
+
+def shown(path: Path) -> str:
+    """A path as an operator finds it: relative to the repository when inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 @dataclass(frozen=True)
 class Measurement:
     throughput_rps: float  # decisions per second of one instance, its model slot always busy
     service_p95_ms: float  # one decision with nothing queued ahead of it
-    measured: bool
     source: str
 
     @classmethod
-    def read(cls, path: Path) -> Measurement:
+    def read(
+        cls, path: Path, *, model: str | None = None, instance_type: str | None = None
+    ) -> Measurement:
+        """The file's figures; it must say it is a measurement, and of the pair it is filed
+        under when `model` and `instance_type` are given."""
         data = json.loads(path.read_text())
-        if "concurrency" in data:
-            return cls.from_bench(data, source=str(path))
+        if data.get("measured") is not True:
+            raise ValueError(f"{shown(path)} is not a measurement (its 'measured' is not true)")
+        for key, expected in (("model", model), ("instance_type", instance_type)):
+            if expected is not None and data.get(key) != expected:
+                raise ValueError(
+                    f"{shown(path)} measured {key} {data.get(key)!r}, not {expected!r}: a "
+                    "measurement is filed under the model and instance type it measured"
+                )
         return cls(
             throughput_rps=float(data["throughput_rps"]),
             service_p95_ms=float(data["service_p95_ms"]),
-            measured=bool(data["measured"]),
-            source=str(path),
+            source=shown(path),
         )
 
-    @classmethod
-    def from_bench(cls, data: dict, *, source: str) -> Measurement:
-        """From the bench's closed-loop runs with a queue: no request refused, so each level
-        measures the instance's rate (the median over levels), and the one-client level the
-        latency of a decision that waited for nothing."""
-        rows = [
-            row
-            for run in data["concurrency"]["runs"]
-            if run["max_queue"] > 0
-            for row in run["rows"]
-            if row["answered"] and not row["errors"]
-        ]
-        single = [row["latency"]["p95_ms"] for row in rows if row["clients"] == 1]
-        if not rows or not single:
-            raise ValueError(f"{source}: no queued concurrency run with a one-client level")
-        return cls(
-            throughput_rps=statistics.median(row["throughput_rps"] for row in rows),
-            service_p95_ms=max(single),
-            measured=True,
-            source=source,
+
+class MissingMeasurement(ValueError):
+    """No committed measurement for some (model, instance type) pairs of a release."""
+
+    def __init__(self, model: str, instance_types: Sequence[str]) -> None:
+        self.model = model
+        self.instance_types = list(instance_types)
+        self.paths = [measurement_path(model, t) for t in instance_types]
+        files = ", ".join(shown(path) for path in self.paths)
+        super().__init__(
+            f"no measurement of model {model!r} on {', '.join(self.instance_types)}: {files} "
+            + ("does not exist" if len(self.paths) == 1 else "do not exist")
         )
 
 
@@ -105,11 +109,38 @@ def derive(measurement: Measurement) -> Capacity:
     )
 
 
-def for_endpoint(kind: str) -> Capacity:
-    """The derivation for `decision-cpu` or `decision-gpu` from its committed measurement."""
-    return derive(Measurement.read(MEASUREMENTS[kind]))
+def slowest(measurements: Sequence[Measurement]) -> Measurement:
+    """One figure for instances of several types (a GPU pool, whichever type SageMaker placed):
+    the lowest rate and the highest latency among them."""
+    if len(measurements) == 1:
+        return measurements[0]
+    return Measurement(
+        throughput_rps=min(m.throughput_rps for m in measurements),
+        service_p95_ms=max(m.service_p95_ms for m in measurements),
+        source="slowest of " + ", ".join(m.source for m in measurements),
+    )
+
+
+def for_release(model: str, instance_types: Sequence[str]) -> Capacity:
+    """The derivation for `model` served on any of `instance_types`, from each pair's committed
+    measurement; MissingMeasurement names the pairs that have none."""
+    missing = [t for t in instance_types if not measurement_path(model, t).is_file()]
+    if missing:
+        raise MissingMeasurement(model, missing)
+    return derive(
+        slowest(
+            [
+                Measurement.read(measurement_path(model, t), model=model, instance_type=t)
+                for t in instance_types
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":
-    for kind in MEASUREMENTS:
-        print(kind, for_endpoint(kind))
+    if not list(MEASUREMENTS.glob("*/*.json")):
+        print(f"no measurement under {shown(MEASUREMENTS)}/ (python -m ops measure writes one)")
+    for path in sorted(MEASUREMENTS.glob("*/*.json")):
+        model, instance_type = path.parent.name, path.stem
+        measured = Measurement.read(path, model=model, instance_type=instance_type)
+        print(model, instance_type, derive(measured))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -23,6 +23,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from model_packaging.catalog import BUILTIN_SPECS
+from model_packaging.errors import SpecError
+from model_packaging.spec import load_spec
 from stacks import capacity
 from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
 from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
@@ -149,6 +152,18 @@ class Builds(_Config):
     timeout_minutes: int = Field(180, ge=5, le=2160)
     log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365] = 30
 
+    @property
+    def model(self) -> str:
+        """The model the build packages as its manifest names it (`spec`): a built-in spec's
+        name, or the `name` inside a spec file of the repository."""
+        spec_file = capacity.ROOT / self.model_spec
+        if self.model_spec in BUILTIN_SPECS or not spec_file.is_file():
+            return self.model_spec
+        try:
+            return load_spec(str(spec_file)).name
+        except SpecError as error:
+            raise ValueError(f"builds.modelSpec: {error}") from None
+
 
 class _Capacity(_Config):
     """The instance count's bounds: each kind of scaling sets their defaults and limits."""
@@ -266,52 +281,53 @@ class TextGenerationEndpoint(EndpointSettings):
         return self
 
 
+class MeasuredAutoscaling(Autoscaling):
+    invocations_per_instance: int | None = Field(
+        None, ge=1, description="per minute, target tracking; None: from measurement"
+    )
+
+
+class MeasuredAlarms(Alarms):
+    model_latency_p90_ms: int | None = Field(None, ge=1, le=3_600_000)  # None: from measurement
+
+
 class _MeasuredDecisionEndpoint(EndpointSettings):
     """A decision endpoint whose admission queue and wait, autoscaling target and latency
-    threshold default to the derivation from its measured throughput (stacks/capacity.py);
-    a value given in the config wins."""
+    threshold default to the derivation from the measurement of the release's model on its
+    instance type (stacks/capacity.py); a value given in the config wins. AppConfig fills in
+    what is not given (`with_capacity`) or refuses the release."""
 
-    measurement: ClassVar[str]
-    max_queue: int = Field(ge=0, le=1024)  # DECISION_MAX_QUEUE
-    admission_wait_s: float = Field(ge=0.0, le=60.0)  # DECISION_ADMISSION_WAIT_S
+    max_queue: int | None = Field(None, ge=0, le=1024)  # DECISION_MAX_QUEUE
+    admission_wait_s: float | None = Field(None, ge=0.0, le=60.0)  # DECISION_ADMISSION_WAIT_S
+    autoscaling: MeasuredAutoscaling = MeasuredAutoscaling()
+    alarms: MeasuredAlarms = MeasuredAlarms()
 
-    @model_validator(mode="before")
-    @classmethod
-    def _measured_defaults(cls, data: Any) -> Any:
-        if not isinstance(data, Mapping):
-            return data
-        derived = capacity.for_endpoint(cls.measurement)
-        data = _with_default(data, "max_queue", derived.max_queue)
-        data = _with_default(data, "admission_wait_s", derived.admission_wait_s)
-        for key, field, value in (
-            ("autoscaling", "invocations_per_instance", derived.invocations_per_instance),
-            ("alarms", "model_latency_p90_ms", derived.model_latency_p90_ms),
+    def unmeasured(self) -> list[str]:
+        """The context keys of the derived settings that the config leaves to measurement."""
+        values = {
+            "maxQueue": self.max_queue,
+            "admissionWaitS": self.admission_wait_s,
+            "autoscaling.invocationsPerInstance": self.autoscaling.invocations_per_instance,
+            "alarms.modelLatencyP90Ms": self.alarms.model_latency_p90_ms,
+        }
+        return [key for key, value in values.items() if value is None]
+
+    def with_capacity(self, derived: capacity.Capacity) -> Self:
+        """These settings with what the config left open taken from `derived` (validated)."""
+        data = self.model_dump()
+        for holder, field, value in (
+            (data, "max_queue", derived.max_queue),
+            (data, "admission_wait_s", derived.admission_wait_s),
+            (data["autoscaling"], "invocations_per_instance", derived.invocations_per_instance),
+            (data["alarms"], "model_latency_p90_ms", derived.model_latency_p90_ms),
         ):
-            nested = _given(data, key)
-            if nested is None or isinstance(nested, Mapping):
-                data = {**_without(data, key), key: _with_default(nested or {}, field, value)}
-        return data
-
-
-def _given(data: Mapping[str, Any], field: str) -> Any:
-    return data.get(field, data.get(to_camel(field)))
-
-
-def _without(data: Mapping[str, Any], field: str) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k not in (field, to_camel(field))}
-
-
-def _with_default(data: Mapping[str, Any], field: str, value: Any) -> dict[str, Any]:
-    """`data` with `field` set to `value` unless given (snake_case or camelCase)."""
-    if _given(data, field) is not None:
-        return dict(data)
-    return {**data, field: value}
+            if holder[field] is None:
+                holder[field] = value
+        return self.model_validate(data)
 
 
 class DecisionCpuEndpoint(_MeasuredDecisionEndpoint):
     """The decision endpoint on one fixed CPU instance type."""
-
-    measurement = "decision-cpu"
 
     endpoint_name: EndpointName = "decision-models-decision-cpu"
     instance_type: InstanceType = "ml.c6i.2xlarge"
@@ -321,6 +337,10 @@ class DecisionCpuEndpoint(_MeasuredDecisionEndpoint):
     # <prefix>/<job>/input/ and write <prefix>/<job>/output/ of the artifact bucket with its
     # role; None: no such rights.
     batch_prefix: S3Prefix | None = "batch"
+
+    @property
+    def instance_types(self) -> list[str]:
+        return [self.instance_type]
 
     @model_validator(mode="after")
     def _cpu_instance(self) -> DecisionCpuEndpoint:
@@ -333,8 +353,6 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
     """The decision endpoint on an ordered pool of GPU types (first available wins). Off by
     default: a new account has no endpoint quota for most GPU types, and a quota refusal is
     no capacity shortage a pool falls back from, so it fails (and rolls back) the deploy."""
-
-    measurement = "decision-gpu"
 
     enabled: bool = False
     endpoint_name: EndpointName = "decision-models-decision-gpu"
@@ -355,6 +373,10 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
     n_threads: int = Field(4, ge=1, le=192)
     n_ctx: int = Field(4096, ge=256, le=262_144)
     n_gpu_layers: int = Field(-1, ge=-1, description="-1 offloads every layer")
+
+    @property
+    def instance_types(self) -> list[str]:
+        return list(self.instance_pool)
 
     @model_validator(mode="after")
     def _gpu_pool(self) -> DecisionGpuEndpoint:
@@ -456,8 +478,13 @@ class AppConfig(_Config):
     decision_cpu_image: EcrImage | None = None
     decision_gpu_image: EcrImage | None = None
     text_generation_endpoint: TextGenerationEndpoint = TextGenerationEndpoint()
-    decision_cpu_endpoint: DecisionCpuEndpoint = DecisionCpuEndpoint()
-    decision_gpu_endpoint: DecisionGpuEndpoint = DecisionGpuEndpoint()
+    # Validated also when absent: a release fills in their measured capacity.
+    decision_cpu_endpoint: DecisionCpuEndpoint = Field(
+        default_factory=DecisionCpuEndpoint, validate_default=True
+    )
+    decision_gpu_endpoint: DecisionGpuEndpoint = Field(
+        default_factory=DecisionGpuEndpoint, validate_default=True
+    )
     decision_async_endpoint: DecisionAsyncEndpoint = DecisionAsyncEndpoint()
     invoker_role_arns: list[
         Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$")]
@@ -486,6 +513,31 @@ class AppConfig(_Config):
         if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
             return json.loads(value)
         return value
+
+    @field_validator("decision_cpu_endpoint", "decision_gpu_endpoint")
+    @classmethod
+    def _measured_capacity(
+        cls, endpoint: DecisionCpuEndpoint | DecisionGpuEndpoint, info: ValidationInfo
+    ) -> DecisionCpuEndpoint | DecisionGpuEndpoint:
+        """A release's decision endpoint takes what its config leaves open from the measurement
+        of the release's model on its instance types, or is refused without one."""
+        missing = endpoint.unmeasured()
+        builds = info.data.get("builds")  # absent when invalid, and reported as such
+        if not (missing and endpoint.enabled and info.data.get("model_data_uri") and builds):
+            return endpoint
+        try:
+            derived = capacity.for_release(builds.model, endpoint.instance_types)
+        except capacity.MissingMeasurement as absent:
+            section = to_camel(info.field_name)
+            keys = [f"{section}.{key}" for key in missing]
+            raise ValueError(
+                f"{absent} (the model is builds.modelSpec). Until it is measured, give "
+                f"{', '.join(keys[:-1])}{' and ' if len(keys) > 1 else ''}{keys[-1]}; then "
+                f"`python -m ops measure --endpoint {endpoint.endpoint_name}` on the deployed "
+                "endpoint writes the file of the instance type it runs on (commit it, and drop "
+                "the values given)"
+            ) from None
+        return endpoint.with_capacity(derived)
 
     @model_validator(mode="after")
     def _release_complete(self) -> AppConfig:

@@ -159,6 +159,8 @@ class EndpointStack(Stack):
     ) -> None:
         """A decision endpoint: our image, configured through the adapter's variables."""
         assert image_uri is not None  # the config requires it for an enabled endpoint
+        if settings.unmeasured():  # AppConfig fills them in from measurement, or refuses
+            raise ValueError(f"{construct_id}: {', '.join(settings.unmeasured())} not set")
         self._add(
             construct_id,
             settings,

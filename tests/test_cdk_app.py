@@ -16,6 +16,7 @@ from tests.cdk_templates import (
     CPU_IMAGE,
     ENDPOINTS,
     ENV,
+    GIVEN_CAPACITY,
     MODEL,
     RELEASE,
     RELEASE_WITH_GPU,
@@ -46,6 +47,7 @@ def disposable(tmp_path_factory) -> Path:
         retainArtifacts=False,
         modelDataUri=MODEL,
         decisionCpuImage=CPU_IMAGE,
+        decisionCpuEndpoint=GIVEN_CAPACITY,
         textGenerationEndpoint={
             "huggingFace": {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
         },

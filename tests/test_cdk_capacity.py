@@ -1,84 +1,99 @@
-"""Decision endpoint defaults come from the committed measurements (stacks/capacity.py)."""
+"""Decision endpoint defaults come from the measurement of the release's model on its instance
+type (stacks/capacity.py), or are given; without either, synthesis refuses the release."""
 
 from __future__ import annotations
 
 import json
-import math
+import re
 from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
+from pydantic import ValidationError
 
+from model_packaging.catalog import GEMMA3_270M
+from ops.measure import Limits
 from stacks import capacity
+from stacks.app import endpoint_stack
 from stacks.config import (
+    AppConfig,
     DecisionCpuEndpoint,
     DecisionGpuEndpoint,
     DlcImages,
     TextGenerationEndpoint,
 )
 from stacks.endpoint_stack import EndpointStack
-from tests.cdk_templates import CPU_IMAGE, MODEL, cdk_json_context, one
+from tests.cdk_templates import (
+    CPU_IMAGE,
+    GIVEN_CAPACITY,
+    GPU_IMAGE,
+    MODEL,
+    RELEASE,
+    cdk_json_context,
+    first_deployment_capacity,
+    one,
+    run_app,
+)
 
-# The concurrency section of the idle `make bench` run the CPU figures were taken from.
-BENCH = Path(__file__).with_name("data") / "bench_concurrency.json"
-CPU = capacity.MEASUREMENTS["decision-cpu"]
-
-
-def test_the_cpu_figures_are_the_benchs_queued_concurrency_run():
-    """Read here independently of the module: the median rate of the queued levels and the
-    one-client p95 of the bench results; the committed figures file holds them."""
-    runs = json.loads(BENCH.read_text())["concurrency"]["runs"]
-    (queued,) = [run for run in runs if run["max_queue"] > 0]
-    rates = sorted(row["throughput_rps"] for row in queued["rows"])
-    (single,) = [row for row in queued["rows"] if row["clients"] == 1]
-    measured = capacity.Measurement.read(BENCH)
-    assert measured.throughput_rps == rates[len(rates) // 2]
-    assert measured.service_p95_ms == single["latency"]["p95_ms"]
-    assert measured.measured
-    committed = capacity.Measurement.read(CPU)
-    assert committed.measured
-    assert committed.throughput_rps == pytest.approx(measured.throughput_rps, abs=5e-4)
-    assert committed.service_p95_ms == pytest.approx(measured.service_p95_ms, abs=0.05)
-
-
-def test_the_derivation_from_a_measurement():
-    derived = capacity.derive(
-        capacity.Measurement(throughput_rps=5.0, service_p95_ms=250.0, measured=True, source="x")
-    )
-    assert derived.invocations_per_instance == 210  # 0.7 x 5/s x 60 s
-    assert derived.admission_wait_s == 1.0  # four decisions of 250 ms
-    assert derived.max_queue == 5  # what 5/s drains in 1 s
-    assert derived.model_latency_p90_ms == 1875  # (1 s + 0.25 s) x 1.5
+SMALL = "gemma3-270m"
+TYPE = "ml.c6i.large"
+# A release of the small model on one CPU decision endpoint: the text-generation endpoint off
+# (one scaling policy and one latency alarm in the template), the GPU one off.
+SMALL_RELEASE = {
+    "modelDataUri": MODEL,
+    "decisionCpuImage": CPU_IMAGE,
+    "builds": {"modelSpec": SMALL},
+    "textGenerationEndpoint": {"enabled": False},
+    "decisionCpuEndpoint": {"instanceType": TYPE},
+    "decisionGpuEndpoint": {"enabled": False},
+}
+KEYS = (
+    "decisionCpuEndpoint.maxQueue, decisionCpuEndpoint.admissionWaitS, "
+    "decisionCpuEndpoint.autoscaling.invocationsPerInstance and "
+    "decisionCpuEndpoint.alarms.modelLatencyP90Ms"
+)
 
 
-def test_the_gpu_figure_is_marked_as_no_measurement():
-    data = json.loads(capacity.MEASUREMENTS["decision-gpu"].read_text())
-    assert data["measured"] is False
-    assert "NOT A MEASUREMENT" in data["note"]
-    # Conservative: no faster than the CPU stand-in.
-    assert data["throughput_rps"] <= capacity.Measurement.read(BENCH).throughput_rps
+@pytest.fixture(autouse=True)
+def measurements(tmp_path, monkeypatch):
+    """An empty measurements directory of this test's own."""
+    monkeypatch.setattr(capacity, "MEASUREMENTS", tmp_path / "measurements")
+    return tmp_path / "measurements"
 
 
-def synthesized_cpu(settings: DecisionCpuEndpoint) -> tuple[dict, float, float]:
-    """(environment, scaling target, latency threshold in ms) of the decision CPU endpoint."""
-    stack = EndpointStack(
-        cdk.App(context=cdk_json_context()),
-        "Endpoints",
-        model_data_uri=MODEL,
-        dlc=DlcImages(),
-        text_generation=TextGenerationEndpoint(enabled=False),
-        decision_cpu=settings,
-        decision_cpu_image=CPU_IMAGE,
-        decision_gpu=DecisionGpuEndpoint(enabled=False),
-        decision_gpu_image=None,
-    )
+def filed(model: str, instance_type: str, rps: float, p95_ms: float, **fields) -> Path:
+    """A measurement file as `python -m ops measure` writes it, where synthesis reads it."""
+    path = capacity.measurement_path(model, instance_type)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pair = {"measured": True, "model": model, "instance_type": instance_type}
+    figures = {"throughput_rps": rps, "service_p95_ms": p95_ms}
+    path.write_text(json.dumps({**pair, **figures, **fields}))
+    return path
+
+
+def config(**context) -> AppConfig:
+    return AppConfig.from_context({**cdk_json_context(), **context})
+
+
+def refusal(**context) -> list[dict]:
+    with pytest.raises(ValidationError) as raised:
+        config(**context)
+    return raised.value.errors()
+
+
+def decision_cpu_capacity(release: AppConfig) -> tuple[str, str, float, float]:
+    """(DECISION_MAX_QUEUE, DECISION_ADMISSION_WAIT_S, scaling target, latency threshold in ms)
+    of the CPU decision endpoint in the release's synthesized template."""
+    stack = endpoint_stack(cdk.App(context=cdk_json_context()), "Endpoints", config=release)
     template = Template.from_stack(stack)
     _, model = one(template, "AWS::SageMaker::Model")
     _, policy = one(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
     _, latency = one(template, "AWS::CloudWatch::Alarm", {"MetricName": "ModelLatency"})
+    environment = model["Properties"]["PrimaryContainer"]["Environment"]
     return (
-        model["Properties"]["PrimaryContainer"]["Environment"],
+        environment["DECISION_MAX_QUEUE"],
+        environment["DECISION_ADMISSION_WAIT_S"],
         policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]["TargetValue"],
         latency["Properties"]["Threshold"] / 1000,
     )
@@ -93,65 +108,195 @@ def expect(derived: capacity.Capacity) -> tuple[str, str, float, float]:
     )
 
 
-def observed(synthesized: tuple[dict, float, float]) -> tuple[str, str, float, float]:
-    environment, target, latency_ms = synthesized
-    return (
-        environment["DECISION_MAX_QUEUE"],
-        environment["DECISION_ADMISSION_WAIT_S"],
-        target,
-        latency_ms,
+def test_measurements_are_filed_by_model_and_instance_type(measurements):
+    assert capacity.measurement_path(SMALL, TYPE) == measurements / SMALL / f"{TYPE}.json"
+    assert capacity.measurement_path("qwen3.5-4b-q4_k_m", "ml.g6e.xlarge").parts[-2:] == (
+        "qwen3.5-4b-q4_k_m",
+        "ml.g6e.xlarge.json",
     )
 
 
-def test_synthesized_defaults_follow_the_committed_file_and_change_with_it(tmp_path, monkeypatch):
-    committed = observed(synthesized_cpu(DecisionCpuEndpoint()))
-    assert committed == expect(capacity.derive(capacity.Measurement.read(CPU)))
+def test_the_synthesized_defaults_follow_the_pairs_file_and_change_with_it():
+    path = filed(SMALL, TYPE, rps=2.5, p95_ms=410.0)
+    measured = decision_cpu_capacity(config(**SMALL_RELEASE))
+    assert measured == expect(capacity.derive(_measured(2.5, 410.0)))
 
-    # The same figures for an instance twice as fast and half as slow per decision.
-    data = json.loads(CPU.read_text())
-    data["throughput_rps"] *= 2
-    data["service_p95_ms"] /= 2
-    faster = tmp_path / "faster.json"
-    faster.write_text(json.dumps(data))
-    monkeypatch.setitem(capacity.MEASUREMENTS, "decision-cpu", faster)
-    remeasured = observed(synthesized_cpu(DecisionCpuEndpoint()))
-    assert remeasured == expect(capacity.derive(capacity.Measurement.read(faster)))
-    assert remeasured[2] > committed[2] and remeasured[3] < committed[3]
+    # Remeasured twice as fast: the next synthesis carries the new values.
+    filed(SMALL, TYPE, rps=5.0, p95_ms=205.0)
+    remeasured = decision_cpu_capacity(config(**SMALL_RELEASE))
+    assert remeasured == expect(capacity.derive(capacity.Measurement.read(path)))
+    assert remeasured[2] > measured[2] and remeasured[3] < measured[3]
 
 
-def test_a_value_in_the_config_wins_over_the_derivation():
-    settings = DecisionCpuEndpoint.model_validate(
-        {"maxQueue": 0, "autoscaling": {"maxCapacity": 4}, "alarms": {"modelLatencyP90Ms": 900}}
+def test_a_release_without_a_measurement_is_refused_naming_pair_file_and_keys():
+    (error,) = refusal(**SMALL_RELEASE)
+    assert error["loc"] == ("decisionCpuEndpoint",)
+    assert error["msg"] == (
+        f"Value error, no measurement of model '{SMALL}' on {TYPE}: "
+        f"{capacity.shown(capacity.measurement_path(SMALL, TYPE))} does not exist (the model is "
+        f"builds.modelSpec). Until it is measured, give {KEYS}; then `python -m ops measure "
+        "--endpoint decision-models-decision-cpu` on the deployed endpoint writes the file of "
+        "the instance type it runs on (commit it, and drop the values given)"
     )
-    derived = capacity.for_endpoint("decision-cpu")
-    assert settings.max_queue == 0
-    assert settings.admission_wait_s == derived.admission_wait_s
-    assert settings.autoscaling.max_capacity == 4
-    assert settings.autoscaling.invocations_per_instance == derived.invocations_per_instance
-    assert settings.alarms.model_latency_p90_ms == 900
-    # snake_case names win as well as camelCase ones.
-    assert DecisionCpuEndpoint.model_validate({"max_queue": 0}).max_queue == 0
 
 
-def test_a_bench_file_without_a_queued_run_is_refused(tmp_path):
-    data = json.loads(BENCH.read_text())
-    data["concurrency"]["runs"] = [r for r in data["concurrency"]["runs"] if not r["max_queue"]]
-    path = tmp_path / "unqueued.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="no queued concurrency run"):
-        capacity.Measurement.read(path)
-
-
-def test_the_gpu_endpoint_derives_from_its_file():
-    figures = json.loads(capacity.MEASUREMENTS["decision-gpu"].read_text())
-    settings = DecisionGpuEndpoint()
-    assert settings.autoscaling.invocations_per_instance == math.floor(
-        capacity.UTILISATION * figures["throughput_rps"] * 60
+def test_the_default_release_has_no_measurement_so_synthesis_stops(tmp_path):
+    """Qwen3.5-4B on ml.c6i.2xlarge has never been measured: `cdk synth` says so and stops,
+    before any template is written (the real directory of measurements, read by app.py)."""
+    release = {k: v for k, v in RELEASE.items() if k not in ("decisionCpuEndpoint",)}
+    result = run_app(tmp_path, **release)
+    assert result.returncode == 1
+    assert "Invalid configuration (cdk.json context or -c):" in result.stderr
+    assert (
+        "no measurement of model 'qwen3.5-4b-q4_k_m' on ml.c6i.2xlarge: stacks/measurements/"
+        "qwen3.5-4b-q4_k_m/ml.c6i.2xlarge.json does not exist" in result.stderr
     )
+    assert KEYS in result.stderr
+    assert not list(tmp_path.glob("*.template.json"))
+
+
+def test_given_values_need_no_measurement():
+    parsed = config(**{**SMALL_RELEASE, "decisionCpuEndpoint": {**GIVEN_CAPACITY}})
+    cpu = parsed.decision_cpu_endpoint
+    assert (cpu.max_queue, cpu.admission_wait_s) == (4, 8.0)
+    assert cpu.autoscaling.invocations_per_instance == 20
+    assert cpu.alarms.model_latency_p90_ms == 15000
+    assert decision_cpu_capacity(parsed) == ("4", "8.0", 20, 15000)
+
+
+def test_a_given_value_wins_and_the_measurement_fills_the_rest():
+    filed(SMALL, TYPE, rps=2.5, p95_ms=410.0)
+    given = {"instanceType": TYPE, "maxQueue": 0, "alarms": {"modelLatencyP90Ms": 900}}
+    parsed = config(**{**SMALL_RELEASE, "decisionCpuEndpoint": given})
+    derived = capacity.derive(_measured(2.5, 410.0))
+    assert decision_cpu_capacity(parsed) == (
+        "0",
+        str(derived.admission_wait_s),
+        derived.invocations_per_instance,
+        900,
+    )
+    # snake_case names count as given as well as camelCase ones.
+    given = {"instance_type": TYPE, "max_queue": 0}
+    assert (
+        config(**{**SMALL_RELEASE, "decisionCpuEndpoint": given}).decision_cpu_endpoint.max_queue
+        == 0
+    )
+
+
+def test_without_a_measurement_only_the_values_not_given_are_asked_for():
+    given = {"instanceType": TYPE, "maxQueue": 0, "admissionWaitS": 2}
+    (error,) = refusal(**{**SMALL_RELEASE, "decisionCpuEndpoint": given})
+    assert (
+        "give decisionCpuEndpoint.autoscaling.invocationsPerInstance and "
+        "decisionCpuEndpoint.alarms.modelLatencyP90Ms; then" in error["msg"]
+    )
+    assert "maxQueue" not in error["msg"] and "admissionWaitS" not in error["msg"]
+
+
+def test_the_stateful_stack_alone_and_disabled_endpoints_need_no_measurement():
+    """Before a release (no modelDataUri) nothing is derived; an endpoint switched off is not
+    deployed, so it needs neither a measurement nor values."""
+    before = config()
+    assert not before.deploys_endpoints
+    assert before.decision_cpu_endpoint.unmeasured() == [
+        "maxQueue",
+        "admissionWaitS",
+        "autoscaling.invocationsPerInstance",
+        "alarms.modelLatencyP90Ms",
+    ]
+    released = config(**{**SMALL_RELEASE, "decisionCpuEndpoint": {"enabled": False}})
+    assert released.deploys_endpoints
+    assert released.decision_cpu_endpoint.max_queue is None
+
+
+def test_a_gpu_pool_derives_from_its_slowest_measured_type():
+    pool = ["ml.g6e.xlarge", "ml.g5.2xlarge"]
+    release = {
+        **SMALL_RELEASE,
+        "decisionCpuEndpoint": {"enabled": False},
+        "decisionGpuImage": GPU_IMAGE,
+        "decisionGpuEndpoint": {"instancePool": pool},
+    }
+    filed(SMALL, "ml.g6e.xlarge", rps=20.0, p95_ms=60.0)
+    (error,) = refusal(**release)
+    assert error["loc"] == ("decisionGpuEndpoint",)
+    assert f"no measurement of model '{SMALL}' on ml.g5.2xlarge: " in error["msg"]
+    assert "ml.g6e.xlarge" not in error["msg"].split("(the model")[0]
+
+    filed(SMALL, "ml.g5.2xlarge", rps=8.0, p95_ms=150.0)
+    gpu = config(**release).decision_gpu_endpoint
+    slowest = capacity.derive(_measured(8.0, 150.0))
+    assert (gpu.max_queue, gpu.admission_wait_s) == (slowest.max_queue, slowest.admission_wait_s)
+    assert gpu.autoscaling.invocations_per_instance == slowest.invocations_per_instance
+    assert gpu.alarms.model_latency_p90_ms == slowest.model_latency_p90_ms
+    # The fastest rate and the slowest latency of two types: the rate from one, the wait from
+    # the other.
+    mixed = capacity.slowest(
+        [capacity.Measurement(8.0, 60.0, "a"), capacity.Measurement(20.0, 150.0, "b")]
+    )
+    assert (mixed.throughput_rps, mixed.service_p95_ms, mixed.source) == (
+        8.0,
+        150.0,
+        "slowest of a, b",
+    )
+
+
+def test_a_file_that_is_no_measurement_of_its_pair_is_refused():
+    filed(SMALL, TYPE, rps=2.5, p95_ms=410.0, measured=False)
+    (error,) = refusal(**SMALL_RELEASE)
+    assert "is not a measurement (its 'measured' is not true)" in error["msg"]
+
+    path = capacity.measurement_path(SMALL, TYPE)
+    data = {"measured": True, "model": "qwen3.5-4b-q4_k_m", "instance_type": TYPE}
+    path.write_text(json.dumps({**data, "throughput_rps": 1.0, "service_p95_ms": 900.0}))
+    (error,) = refusal(**SMALL_RELEASE)
+    assert (
+        f"measured model 'qwen3.5-4b-q4_k_m', not '{SMALL}': a measurement is filed under the "
+        "model and instance type it measured" in error["msg"]
+    )
+
+
+def test_the_model_of_a_spec_file_is_the_name_inside_it(tmp_path, monkeypatch):
+    """The build takes a built-in spec's name or a spec file of the repository; its manifest,
+    and so the measurement, names the spec's `name`."""
+    monkeypatch.setattr(capacity, "ROOT", tmp_path)
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "mine.json").write_text(
+        GEMMA3_270M.model_copy(update={"name": "mine-270m"}).to_json()
+    )
+    assert config(builds={"modelSpec": "specs/mine.json"}).builds.model == "mine-270m"
+    assert config(builds={"modelSpec": SMALL}).builds.model == SMALL
+    filed("mine-270m", TYPE, rps=2.5, p95_ms=410.0)
+    release = {**SMALL_RELEASE, "builds": {"modelSpec": "specs/mine.json"}}
+    derived = capacity.derive(_measured(2.5, 410.0))
+    assert config(**release).decision_cpu_endpoint.max_queue == derived.max_queue
+
+
+def test_the_endpoint_stack_refuses_settings_left_to_a_measurement():
+    with pytest.raises(ValueError, match="^DecisionCpu: maxQueue, admissionWaitS, "):
+        EndpointStack(
+            cdk.App(context=cdk_json_context()),
+            "Endpoints",
+            model_data_uri=MODEL,
+            dlc=DlcImages(),
+            text_generation=TextGenerationEndpoint(enabled=False),
+            decision_cpu=DecisionCpuEndpoint(),
+            decision_cpu_image=CPU_IMAGE,
+            decision_gpu=DecisionGpuEndpoint(enabled=False),
+            decision_gpu_image=None,
+        )
 
 
 def _measured(throughput_rps: float, service_p95_ms: float) -> capacity.Measurement:
-    return capacity.Measurement(throughput_rps, service_p95_ms, measured=True, source="test")
+    return capacity.Measurement(throughput_rps, service_p95_ms, source="test")
+
+
+def test_the_derivation_from_a_measurement():
+    derived = capacity.derive(_measured(5.0, 250.0))
+    assert derived.invocations_per_instance == 210  # 0.7 x 5/s x 60 s
+    assert derived.admission_wait_s == 1.0  # four decisions of 250 ms
+    assert derived.max_queue == 5  # what 5/s drains in 1 s
+    assert derived.model_latency_p90_ms == 1875  # (1 s + 0.25 s) x 1.5
 
 
 def test_the_wait_is_rounded_to_a_tenth_and_the_queue_is_what_the_rate_drains_in_it():
@@ -170,29 +315,23 @@ def test_a_very_slow_instance_still_scales_at_one_invocation_per_minute():
     assert capacity.derive(_measured(0.01, 200.0)).invocations_per_instance == 1
 
 
-def _bench(rows: list[dict], max_queue: int = 1) -> dict:
-    return {"concurrency": {"runs": [{"max_queue": max_queue, "rows": rows}]}}
-
-
-def _row(clients: int, rps: float, p95_ms: float = 300.0, errors: int = 0) -> dict:
-    return {
-        "clients": clients,
-        "answered": 10,
-        "errors": errors,
-        "throughput_rps": rps,
-        "latency": {"p95_ms": p95_ms},
-    }
-
-
-def test_a_bench_level_with_errors_does_not_count_and_any_queue_does():
-    rows = [_row(1, 2.0, 300.0), _row(2, 4.0, 500.0), _row(4, 100.0, errors=3)]
-    measured = capacity.Measurement.from_bench(_bench(rows, max_queue=1), source="b.json")
-    assert (measured.throughput_rps, measured.service_p95_ms) == (3.0, 300.0)
-    assert measured.source == "b.json"
-    with pytest.raises(ValueError, match="b.json: no queued concurrency run"):
-        capacity.Measurement.from_bench(_bench([_row(2, 4.0)]), source="b.json")
-
-
-def test_a_measurement_names_the_file_it_was_read_from(tmp_path):
-    assert capacity.Measurement.read(CPU).source == str(CPU)
-    assert capacity.Measurement.read(BENCH).source == str(BENCH)
+def test_readmes_first_deployment_measures_then_deploys_again():
+    """README's deploy steps: the values a first deployment gives make the default release (no
+    measurement) deployable, hold one instance and admit every measuring client; then measure,
+    commit the file, deploy again."""
+    given = first_deployment_capacity()
+    cpu = config(**{**RELEASE, "decisionCpuEndpoint": given}).decision_cpu_endpoint
+    assert cpu.unmeasured() == []
+    assert cpu.autoscaling.min_capacity == cpu.autoscaling.max_capacity == 1
+    assert cpu.max_queue >= Limits().max_clients - 1
+    assert cpu.alarms.model_latency_p90_ms == 60_000  # InvokeEndpoint's limit
+    readme = (capacity.ROOT / "README.md").read_text()
+    first = readme[readme.index("### First deployment") : readme.index("**In CI**")]
+    steps = re.findall(r"^\d+\. \*\*(.+?)\*\*", first, flags=re.MULTILINE)
+    assert steps[-1] == "Measure, then deploy again."
+    measuring = first[first.index(steps[-1]) :]
+    lines = [line.strip() for line in measuring.splitlines() if line.startswith("   ")]
+    measure = next(i for i, line in enumerate(lines) if "ops ARGS='measure " in line)
+    commit = next(i for i, line in enumerate(lines) if line.startswith("git add stacks/measure"))
+    deploys = [i for i, line in enumerate(lines) if " deploy " in line]
+    assert deploys[0] < measure < commit < deploys[-1]

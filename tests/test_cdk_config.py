@@ -19,7 +19,16 @@ from stacks.config import (
     DEFAULT_DLC_CUDA_DIGEST,
     AppConfig,
 )
-from tests.cdk_templates import CPU_IMAGE, GPU_IMAGE, MODEL, RELEASE, ROOT, cdk_json_context
+from tests.cdk_templates import (
+    CPU_IMAGE,
+    GIVEN_CAPACITY,
+    GPU_IMAGE,
+    MODEL,
+    RELEASE,
+    RELEASE_WITH_GPU,
+    ROOT,
+    cdk_json_context,
+)
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -112,7 +121,9 @@ def test_release_values_make_the_endpoints_deployable():
 
 
 def test_command_line_json_replaces_a_section_and_defaults_fill_the_rest():
-    parsed = config(**RELEASE, decisionGpuEndpoint='{"enabled": false}', invokerRoleArns="[]")
+    parsed = config(
+        **{**RELEASE, "decisionGpuEndpoint": '{"enabled": false}'}, invokerRoleArns="[]"
+    )
     assert parsed.decision_gpu_endpoint.enabled is False
     assert parsed.decision_gpu_endpoint.instance_pool[0] == "ml.g6e.xlarge"
     # `-c` gives strings; booleans and numbers in plain values still parse.
@@ -229,13 +240,16 @@ def test_model_data_must_be_an_s3_tar_gz_uri(uri):
 
 def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
     message = rejected(
-        modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE, decisionGpuEndpoint={"enabled": True}
+        **{key: value for key, value in RELEASE_WITH_GPU.items() if key != "decisionGpuImage"}
     )
     assert "decisionGpuImage is required" in message
     assert "python -m ops build gpu-image" in message
     # Switching the endpoint off is the other way out.
     assert config(
-        modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE, decisionGpuEndpoint={"enabled": False}
+        modelDataUri=MODEL,
+        decisionCpuImage=CPU_IMAGE,
+        decisionCpuEndpoint=GIVEN_CAPACITY,
+        decisionGpuEndpoint={"enabled": False},
     ).deploys_endpoints
 
 
@@ -264,17 +278,15 @@ def test_images_without_a_model_archive_fail_instead_of_deploying_nothing():
     ],
 )
 def test_instance_pools_hold_one_to_five_distinct_gpu_types(pool, complaint):
-    assert complaint in rejected(**RELEASE, decisionGpuEndpoint={"instancePool": pool})
+    assert complaint in rejected(**{**RELEASE, "decisionGpuEndpoint": {"instancePool": pool}})
 
 
 def test_a_pool_of_five_distinct_types_is_accepted():
     pool = ["ml.g6e.xlarge", "ml.g6.2xlarge", "ml.g5.2xlarge", "ml.g4dn.2xlarge", "ml.p4d.24xlarge"]
-    assert (
-        config(
-            **RELEASE, decisionGpuEndpoint={"instancePool": pool}
-        ).decision_gpu_endpoint.instance_pool
-        == pool
-    )
+    given = {**GIVEN_CAPACITY, "instancePool": pool}
+    assert config(
+        **{**RELEASE, "decisionGpuEndpoint": given}
+    ).decision_gpu_endpoint.instance_pool == (pool)
 
 
 @pytest.mark.parametrize(
@@ -289,7 +301,7 @@ def test_a_pool_of_five_distinct_types_is_accepted():
     ],
 )
 def test_timeouts_outside_the_api_ranges_fail(section, field, value):
-    message = rejected(**RELEASE, **{section: {field: value}})
+    message = rejected(**{**RELEASE, section: {**GIVEN_CAPACITY, field: value}})
     assert f"{section}.{field}" in message
 
 
@@ -300,12 +312,15 @@ def test_build_timeouts_outside_codebuilds_range_fail(minutes):
 
 def test_boundary_timeouts_are_accepted():
     parsed = config(
-        **RELEASE,
-        decisionGpuEndpoint={
-            "provisionTimeoutSeconds": 300,
-            "containerStartupTimeoutSeconds": 3600,
-        },
-        builds={"timeoutMinutes": 2160},
+        **{
+            **RELEASE,
+            "decisionGpuEndpoint": {
+                **GIVEN_CAPACITY,
+                "provisionTimeoutSeconds": 300,
+                "containerStartupTimeoutSeconds": 3600,
+            },
+            "builds": {"timeoutMinutes": 2160},
+        }
     )
     assert parsed.decision_gpu_endpoint.provision_timeout_seconds == 300
 

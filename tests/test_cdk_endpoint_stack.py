@@ -9,7 +9,6 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from stacks.capacity import for_endpoint
 from stacks.config import (
     DEFAULT_DLC_CPU_DIGEST,
     DecisionCpuEndpoint,
@@ -21,6 +20,7 @@ from stacks.endpoint_stack import EndpointStack
 from tests.cdk_templates import (
     CPU_IMAGE,
     ENDPOINTS,
+    GIVEN_CAPACITY,
     GPU_IMAGE,
     MODEL,
     cdk_json_context,
@@ -36,9 +36,9 @@ def bare(**overrides) -> Template:
         "model_data_uri": MODEL,
         "dlc": DlcImages(),
         "text_generation": TextGenerationEndpoint(),
-        "decision_cpu": DecisionCpuEndpoint(),
+        "decision_cpu": DecisionCpuEndpoint.model_validate(GIVEN_CAPACITY),
         "decision_cpu_image": CPU_IMAGE,
-        "decision_gpu": DecisionGpuEndpoint(enabled=True),  # off by default; built here too
+        "decision_gpu": DecisionGpuEndpoint.model_validate({**GIVEN_CAPACITY, "enabled": True}),
         "decision_gpu_image": GPU_IMAGE,
     }
     app = cdk.App(context=cdk_json_context())
@@ -143,8 +143,8 @@ def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
         "DECISION_N_THREADS": "8",
         "DECISION_N_CTX": "4096",
         "DECISION_N_GPU_LAYERS": "0",
-        "DECISION_MAX_QUEUE": str(for_endpoint("decision-cpu").max_queue),
-        "DECISION_ADMISSION_WAIT_S": str(for_endpoint("decision-cpu").admission_wait_s),
+        "DECISION_MAX_QUEUE": str(GIVEN_CAPACITY["maxQueue"]),
+        "DECISION_ADMISSION_WAIT_S": str(GIVEN_CAPACITY["admissionWaitS"]),
     }
     assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
     assert "InstancePools" not in built["variant"]
@@ -229,22 +229,20 @@ def endpoint_of(resource: dict) -> str:
 
 
 def test_default_scaling_and_alarm_settings(endpoints):
-    """The DLC endpoint keeps the fixed defaults; the decision endpoints get the derivation
-    from their committed measurements (stacks/capacity.py)."""
+    """The DLC endpoint keeps the fixed defaults; the decision endpoints get what their
+    settings say (given here; otherwise derived from measurement, tests/test_cdk_capacity.py)."""
     names = {
         logical_id: r["Properties"]["EndpointName"]
         for logical_id, r in resources(endpoints, "AWS::SageMaker::Endpoint").items()
     }
+    given = (
+        GIVEN_CAPACITY["autoscaling"]["invocationsPerInstance"],
+        GIVEN_CAPACITY["alarms"]["modelLatencyP90Ms"],
+    )
     expected = {
         "decision-models-text-generation": (60, 10_000),
-        "decision-models-decision-cpu": (
-            for_endpoint("decision-cpu").invocations_per_instance,
-            for_endpoint("decision-cpu").model_latency_p90_ms,
-        ),
-        "decision-models-decision-gpu": (
-            for_endpoint("decision-gpu").invocations_per_instance,
-            for_endpoint("decision-gpu").model_latency_p90_ms,
-        ),
+        "decision-models-decision-cpu": given,
+        "decision-models-decision-gpu": given,
     }
     for target in resources(endpoints, "AWS::ApplicationAutoScaling::ScalableTarget").values():
         assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (1, 2)

@@ -28,6 +28,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from tests.cdk_templates import first_deployment_capacity
 from tests.codebuild_rehearsal import (
     ACCOUNT,
     REGION,
@@ -52,7 +53,10 @@ REHEARSAL_CONTEXT = {
     "imageRepositoryName": REPOSITORY,
     "builds": {"modelSpec": "gemma3-270m"},
     "textGenerationEndpoint": {"instanceType": "ml.c5.2xlarge"},
-    "decisionCpuEndpoint": {"instanceType": "ml.c5.2xlarge"},
+    # No measurement of the small model on it (stacks/measurements/): a first deployment's
+    # values, as README's "First deployment" gives them.
+    "decisionCpuEndpoint": {"instanceType": "ml.c5.2xlarge", **first_deployment_capacity()},
+    "decisionGpuEndpoint": {"enabled": False},
 }
 # Resource types moto's CloudFormation does not implement: created by AWS, skipped by moto.
 SKIPPED_BY_MOTO = {

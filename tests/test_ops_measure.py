@@ -1,0 +1,330 @@
+"""ops measure: the endpoint's placement (sagemaker) and its answers (sagemaker-runtime) through
+botocore's Stubber; the file it writes is what synthesis reads. The run against the real
+adapter is tests/test_ops_measure_rehearsal.py."""
+
+import json
+import random
+import time
+
+import pytest
+
+from bench.workloads import load_decision
+from ops.cli import main
+from ops.load import run_level
+from ops.measure import Limits
+from ops.retry import Backoff, Retryable
+from stacks import capacity
+from tests.aws_stubs import stubbed_client
+from tests.fake_service import overload_bodies
+from tests.test_ops_invoke import streaming
+from tests.test_ops_status import config, endpoint, pool_config, pool_variant
+
+ENDPOINT = "decisions"
+INVOKE = {
+    "EndpointName": ENDPOINT,
+    "Body": json.dumps(load_decision()).encode(),  # the bench's decision, nothing else
+    "ContentType": "application/json",
+    "Accept": "application/json",
+}
+
+
+def answer(spec: str | None = "gemma3-270m") -> dict:
+    """A decision answer as the adapter writes it, its model's manifest naming `spec`."""
+    manifest = {"spec": spec, "manifest_version": 1} if spec else None
+    model = {"name": "Gemma-3-270M-Q4_K_M", "gguf_sha256": "ab" * 32, "manifest": manifest}
+    return {"result": {"id": "d0", "option_ids": ["a", "b"], "model": model}}
+
+
+def placed(
+    stubber, instance_type="ml.c6i.2xlarge", instances=1, status="InService", name=ENDPOINT
+) -> None:
+    """describe_endpoint and describe_endpoint_config of a fixed-type variant."""
+    variant = {"VariantName": "AllTraffic", "CurrentInstanceCount": instances}
+    stubber.add_response(
+        "describe_endpoint",
+        {**endpoint(status, [variant]), "EndpointName": name},
+        expected_params={"EndpointName": name},
+    )
+    configured = {"VariantName": "AllTraffic", "ModelName": "m", "InstanceType": instance_type}
+    stubber.add_response(
+        "describe_endpoint_config",
+        config([configured]),
+        expected_params={"EndpointConfigName": "config-1"},
+    )
+
+
+def answers(stubber, count: int, spec: str | None = "gemma3-270m") -> None:
+    for _ in range(count):
+        stubber.add_response(
+            "invoke_endpoint", {"Body": streaming(answer(spec))}, expected_params=INVOKE
+        )
+
+
+def overloaded(stubber, retry_after_s: int) -> None:
+    """The adapter's 503 as InvokeEndpoint raises it: the hint only in OriginalMessage."""
+    stubber.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelError",
+        http_status_code=424,
+        modeled_fields={
+            "OriginalStatusCode": 503,
+            "OriginalMessage": overload_bodies(retry_after_s)["decision"],
+        },
+        expected_params=INVOKE,
+    )
+
+
+@pytest.fixture
+def clients():
+    with stubbed_client("sagemaker") as sagemaker, stubbed_client("sagemaker-runtime") as runtime:
+        yield sagemaker, runtime
+
+
+@pytest.fixture
+def measurements(tmp_path, monkeypatch):
+    """Where synthesis reads measurements, for this test only."""
+    monkeypatch.setattr(capacity, "MEASUREMENTS", tmp_path / "measurements")
+    return tmp_path / "measurements"
+
+
+def run(argv, clients, sleeps) -> int:
+    (sagemaker, _), (runtime, _) = clients
+    by_service = {"sagemaker": sagemaker, "sagemaker-runtime": runtime}
+    return main(
+        ["measure", "--endpoint", ENDPOINT, *argv],
+        clients=by_service.__getitem__,
+        sleep=sleeps.append,
+        rng=random.Random(5),
+    )
+
+
+SMALL = ["--max-clients", "2", "--max-requests", "4"]
+
+
+def test_measure_writes_the_pair_it_measured_where_synthesis_reads_it(
+    clients, measurements, capsys
+):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker)
+    # A warm-up; then 1 client x 2 requests and 2 clients x 1, one of them refused for 3 s.
+    answers(runtime, 4)
+    overloaded(runtime, retry_after_s=3)
+    placed(sagemaker)
+    sleeps = []
+    assert run(SMALL, clients, sleeps) == 0
+    assert sleeps == [3.0]  # the adapter's hint, from the 503's body
+    written = measurements / "gemma3-270m" / "ml.c6i.2xlarge.json"
+    out, err = capsys.readouterr()
+    assert out == f"MEASUREMENT={written}\n"
+    assert err.splitlines() == [
+        "1 client(s): 2 answered, 0 refused",
+        "2 client(s): 1 answered, 1 refused",
+    ]
+    text = written.read_text(encoding="utf-8")
+    measured = json.loads(text)
+    assert text == json.dumps(measured, indent=2) + "\n"
+    assert (measured["measured"], measured["model"], measured["instance_type"]) == (
+        True,
+        "gemma3-270m",
+        "ml.c6i.2xlarge",
+    )
+    assert measured["source"].startswith(f"python -m ops measure --endpoint {ENDPOINT} (1 ")
+    assert [(lv["clients"], lv["answered"], lv["refused_503"]) for lv in measured["levels"]] == [
+        (1, 2, 0),
+        (2, 1, 1),
+    ]
+    derived = capacity.for_release("gemma3-270m", ["ml.c6i.2xlarge"])
+    assert derived.measurement.throughput_rps == measured["throughput_rps"]
+    assert derived.measurement.service_p95_ms == measured["service_p95_ms"]
+
+
+def test_measure_writes_to_output_when_given(clients, measurements, tmp_path, capsys):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker, "ml.c7i.xlarge", instances=2)
+    answers(runtime, 2)
+    placed(sagemaker, "ml.c7i.xlarge", instances=2)
+    output = tmp_path / "review" / "m.json"
+    argv = ["--max-clients", "1", "--max-requests", "1", "--output", str(output)]
+    assert run(argv, clients, []) == 0
+    assert capsys.readouterr().out == f"MEASUREMENT={output}\n"
+    assert json.loads(output.read_text())["instance_type"] == "ml.c7i.xlarge"
+    assert "(2 instance(s)" in json.loads(output.read_text())["source"]
+    assert not measurements.exists()
+
+
+def test_measure_refuses_an_endpoint_whose_capacity_changed_while_measured(
+    clients, measurements, capsys
+):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker)
+    answers(runtime, 2)
+    placed(sagemaker, instances=2)
+    assert run(["--max-clients", "1", "--max-requests", "1"], clients, []) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"ops: error: endpoint {ENDPOINT} went from 1 instance(s) of ml.c6i.2xlarge to 2 of "
+        "ml.c6i.2xlarge while measured: hold its capacity (autoscaling minCapacity = "
+        "maxCapacity) and measure again"
+    )
+    assert not measurements.exists()
+
+
+def test_measure_refuses_a_pool_that_runs_on_two_types(clients, capsys):
+    (_, sagemaker), _ = clients
+    sagemaker.add_response(
+        "describe_endpoint",
+        endpoint("InService", [pool_variant("gpu", {"ml.g6e.xlarge": 1, "ml.g5.xlarge": 1})]),
+    )
+    sagemaker.add_response(
+        "describe_endpoint_config", config([pool_config("gpu", ["ml.g6e.xlarge", "ml.g5.xlarge"])])
+    )
+    assert run([], clients, []) == 1
+    assert capsys.readouterr().err == (
+        f"ops: error: endpoint {ENDPOINT} runs on ml.g6e.xlarge, ml.g5.xlarge: a measurement "
+        "is of one instance type (deploy a pool of one type to measure it)\n"
+    )
+
+
+def test_measure_takes_a_pools_one_running_type(clients, measurements):
+    (_, sagemaker), (_, runtime) = clients
+    for _ in range(2):
+        sagemaker.add_response(
+            "describe_endpoint",
+            endpoint("InService", [pool_variant("gpu", {"ml.g6e.xlarge": 0, "ml.g5.xlarge": 1})]),
+        )
+        sagemaker.add_response(
+            "describe_endpoint_config",
+            config([pool_config("gpu", ["ml.g6e.xlarge", "ml.g5.xlarge"])]),
+        )
+    answers(runtime, 2, spec="qwen3.5-4b-q4_k_m")
+    assert run(["--max-clients", "1", "--max-requests", "1"], clients, []) == 0
+    assert (measurements / "qwen3.5-4b-q4_k_m" / "ml.g5.xlarge.json").is_file()
+
+
+def test_measure_refuses_an_endpoint_not_in_service(clients, capsys):
+    (_, sagemaker), _ = clients
+    placed(sagemaker, status="Updating")
+    assert run([], clients, []) == 1
+    assert capsys.readouterr().err == (
+        f"ops: error: endpoint {ENDPOINT} is Updating, not InService\n"
+    )
+
+
+def test_measure_refuses_a_model_without_a_manifest(clients, measurements, capsys):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker)
+    answers(runtime, 1, spec=None)
+    assert run([], clients, []) == 1
+    assert capsys.readouterr().err == (
+        "ops: error: the answer names no packaged model (model.manifest.spec): the endpoint "
+        "does not serve a model archive built by `python -m ops build model`\n"
+    )
+    assert not measurements.exists()
+
+
+def test_measure_stops_at_a_failure_that_is_not_backpressure(clients, measurements, capsys):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker)
+    answers(runtime, 1)
+    runtime.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelError",
+        http_status_code=424,
+        modeled_fields={"OriginalStatusCode": 500, "OriginalMessage": '{"error": "boom"}'},
+    )
+    assert run(["--max-clients", "1", "--max-requests", "1"], clients, []) == 1
+    assert capsys.readouterr().err == ('ops: error: container answered 500: {"error": "boom"}\n')
+    assert not measurements.exists()
+
+
+def test_measure_gives_up_when_the_warm_up_is_refused_every_time(clients, capsys):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker)
+    for _ in range(6):  # Backoff's attempts
+        overloaded(runtime, retry_after_s=1)
+    sleeps = []
+    assert run([], clients, sleeps) == 1
+    assert len(sleeps) == 5 and min(sleeps) >= 1.0
+    assert capsys.readouterr().err == (
+        "ops: error: gave up after 6 attempts: container answered 503\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (["--max-clients", "0"], "--max-clients must be at least 1 and --max-minutes above 0"),
+        (["--max-minutes", "0"], "--max-clients must be at least 1 and --max-minutes above 0"),
+        (
+            ["--max-clients", "8", "--max-requests", "31"],
+            "--max-requests must give each of the 4 levels a request per client: at least 32",
+        ),
+    ],
+)
+def test_measure_refuses_limits_that_measure_nothing(clients, capsys, argv, complaint):
+    assert run(argv, clients, []) == 2
+    assert capsys.readouterr().err == f"ops: error: {complaint}\n"
+
+
+def test_measure_needs_an_endpoint(monkeypatch, capsys):
+    monkeypatch.delenv("OPS_ENDPOINT_NAME", raising=False)
+    assert main(["measure"], clients={}.__getitem__) == 2
+    assert capsys.readouterr().err == (
+        "ops: error: pass --endpoint NAME or set OPS_ENDPOINT_NAME\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("max_clients", "levels"),
+    [(1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]), (9, [1, 2, 4, 8, 9])],
+)
+def test_levels_double_from_one_and_end_at_the_most_clients(max_clients, levels):
+    assert Limits(max_clients=max_clients, max_requests=1000).levels() == levels
+
+
+def test_the_defaults_bound_a_run_to_400_requests_and_10_minutes():
+    from ops.cli import build_parser
+
+    args = build_parser().parse_args(["measure"])
+    assert (args.max_clients, args.max_requests, args.max_minutes, args.output) == (
+        8,
+        400,
+        10.0,
+        None,
+    )
+    assert Limits().levels() == [1, 2, 4, 8]
+
+
+def test_a_level_sends_nothing_after_its_end():
+    calls = []
+    level = run_level(lambda: calls.append(1), 4, 10, until=time.perf_counter() - 1)
+    assert calls == [] and level.answered == [] and level.refused == 0
+
+
+def test_refusals_in_a_row_back_off_and_the_hint_is_a_floor():
+    outcomes = [Retryable("busy"), Retryable("busy"), Retryable("busy", 2.0), None, Retryable("b")]
+
+    def send():
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    sleeps = []
+    level = run_level(send, 1, 5, sleep=sleeps.append, backoff=Backoff(), rng=random.Random(7))
+    assert (len(level.answered), level.refused) == (1, 4)
+    same = random.Random(7)
+    # Each refusal in a row doubles the ceiling of the jittered delay; an answer starts again.
+    expected = [Backoff().delay(n, hint, same) for n, hint in ((0, None), (1, None), (2, 2.0))]
+    expected.append(Backoff().delay(0, None, same))
+    assert sleeps == expected
+    assert sleeps[2] >= 2.0
+
+
+def test_a_pause_ends_with_its_level():
+    sleeps = []
+
+    def refused():
+        raise Retryable("busy", 30.0)
+
+    until = time.perf_counter() + 0.5
+    run_level(refused, 1, 1, sleep=sleeps.append, until=until, backoff=Backoff())
+    assert len(sleeps) == 1 and 0 <= sleeps[0] <= 0.5
