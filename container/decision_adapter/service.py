@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from .admission import ModelRunner
+from .budget import TokenBudget
 from .calibration import load_calibration
 from .contract import (
     Chat,
@@ -140,12 +141,13 @@ class DecisionService:
             groups: dict[str, list[int]] = {}
             for index, item in enumerate(questions):
                 groups.setdefault(state_text(item.state), []).append(index)
+            budget = TokenBudget(limit)  # one for the whole request, every group spends from it
             plans = [
                 build_plan(
                     self.renderer,
                     text,
                     [questions[i].question for i in members],
-                    limit,
+                    budget,
                     default_readout=self.identity.calibration.readout,
                 )
                 for text, members in groups.items()
@@ -157,8 +159,6 @@ class DecisionService:
         except TokenLimitExceeded:
             raise over_token_budget("questions", None, limit) from None
         needed = sum(plan.total_tokens for plan in plans)
-        if needed > limit:
-            raise over_token_budget("questions", needed, limit)
         prepared_ms = _ms(received)
 
         def score_all():
