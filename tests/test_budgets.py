@@ -206,3 +206,29 @@ def test_every_readout_over_the_budget_is_refused_at_once(
     response, seconds = _post(adapter.url, body)
     assert response.status_code == 413, response.text
     assert seconds < 1.0, f"{seconds:.2f} s"
+
+
+# --- the deadline: time bounded on a machine slower than the budget assumes -------------------
+@pytest.fixture(scope="module")
+def hurried(tmp_path_factory):
+    """A deadline shorter than one long prefill, as a loaded or small machine would meet it."""
+    with running_adapter(
+        tmp_path_factory.mktemp("hurried"), DECISION_SCORING_DEADLINE_S="0.5"
+    ) as adapter:
+        yield adapter
+
+
+def test_work_past_the_deadline_stops_between_batches_with_a_retryable_503(hurried):
+    long_state = decision("ab " * 3000, "Is it?", ("yes", "no"), readout="letters")
+    before = hurried.stats()["engine"]["tokens_decoded"]
+    response, _ = _post(hurried.url, long_state)
+    assert response.status_code == 503, response.text
+    refusal = response.json()
+    assert refusal["error_type"] == "overloaded" and refusal["retryable"] is True
+    assert "DECISION_SCORING_DEADLINE_S" in refusal["error"]
+    assert response.headers["retry-after"] == str(refusal["retry_after_s"])
+    # Stopped between the prefill's 512-token batches, not after the whole state.
+    decoded = hurried.stats()["engine"]["tokens_decoded"] - before
+    assert 0 < decoded < 3000
+    # The model is free and whole: a short request is answered.
+    assert _post(hurried.url, decision(readout="letters"))[0].status_code == 200

@@ -53,8 +53,8 @@ class QuestionScores:
     content_free: np.ndarray | None = None
 
     def probabilities(self, temperature: float = 1.0) -> np.ndarray:
-        # Sums exactly rounded (fsum), so they do not depend on the options' order: a summation
-        # in request order moved answers by an ulp when options were reordered.
+        # Sums exactly rounded (fsum): a sum in request order rounds by that order, so reordered
+        # options would get answers an ulp apart.
         scaled = self.option_logits / temperature
         scaled = scaled - scaled.max()
         weights = np.exp(scaled)

@@ -7,6 +7,7 @@ callers serialise access through the admission slot.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -35,6 +36,10 @@ import llama_cpp  # noqa: E402
 
 class EngineError(RuntimeError):
     """llama.cpp refused an operation (load, decode)."""
+
+
+class DeadlinePassed(EngineError):
+    """A batch was due after the deadline of the work in progress (Engine.deadline)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,7 @@ class Engine:
         # A token may belong to every sequence of a prefix tree (decode_prefix_tree).
         self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, n_seq_max)
         self.stats = DecodeStats()
+        self._deadline: float | None = None
         self._install_interrupt()
 
     def close(self) -> None:
@@ -306,6 +312,8 @@ class Engine:
             batch.logits[i] = wants_logits
         batch.n_tokens = len(entries)
         started = time.perf_counter()
+        if self._deadline is not None and started > self._deadline:
+            raise DeadlinePassed(f"the deadline passed before a batch of {len(entries)} tokens")
         status = llama_cpp.llama_decode(self.ctx, batch)
         self.stats.seconds += time.perf_counter() - started
         self.stats.decode_calls += 1
@@ -450,6 +458,16 @@ class Engine:
         llama_cpp.llama_set_abort_callback(
             self.ctx, self._abort_check, ctypes.cast(self._interrupt_flag, ctypes.c_void_p)
         )
+
+    @contextlib.contextmanager
+    def deadline(self, instant: float) -> Iterator[None]:
+        """Inside the block no batch starts after `instant` (time.perf_counter): DeadlinePassed
+        instead. Checked between batches, so a batch already running ends first."""
+        self._deadline = instant
+        try:
+            yield
+        finally:
+            self._deadline = None
 
     def interrupt(self) -> None:
         """Abort the decode in progress and every later one (shutdown): they raise EngineError."""
