@@ -7,9 +7,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from decision_adapter.budget import READ_TOKEN_COST, TokenBudget
 from decision_adapter.contract import READOUTS, Question
 from decision_adapter.scoring import ContentFreeScores, build_plan, score
 from decision_adapter.state_cache import StateCache
+from decision_adapter.tokenizer import TokenLimitExceeded
 
 from tests.bodies import decision
 from tests.fake_service import FakeService, app_client
@@ -172,6 +174,25 @@ def test_calibrated_subtracts_option_text_scores_against_the_content_free_state(
     assert engine.stats.tokens_decoded - before == plan.total_tokens - plan.content_free_tokens
     assert kept.as_dict() == {"entries": 1, "hits": 1, "misses": 1}
     assert np.array_equal(again.option_logits, calibrated.option_logits[order])
+
+
+@pytest.mark.parametrize("readout", READOUTS)
+def test_the_budget_spends_what_the_plan_costs_on_every_pass(engine, renderer, readout):
+    budget = TokenBudget(1 << 20)
+    plan = build_plan(renderer, STATE, [_with(ROUTE, readout), _with(LEVEL, readout)], budget)
+    assert budget.spent == plan.cost
+    branches = sum(q.branch_tokens for q in plan.questions)
+    assert plan.cost == plan.total_tokens + (READ_TOKEN_COST - 1) * branches * (
+        2 if readout == "calibrated" else 1
+    )
+    # One token less than that is refused, before the plan is built.
+    with pytest.raises(TokenLimitExceeded):
+        build_plan(
+            renderer,
+            STATE,
+            [_with(ROUTE, readout), _with(LEVEL, readout)],
+            TokenBudget(plan.cost - 1),
+        )
 
 
 def test_content_free_scores_are_a_bounded_lru():

@@ -225,9 +225,8 @@ def _plan_question(
         # order, so their average adds the same numbers in the same order (bit-identical).
         rotations.sort(key=lambda r: [question.option_ids[(r + p) % n] for p in range(n)])
         readings, first = [], None
-        for (
-            r
-        ) in rotations:  # each one spent as it is tokenized: rotations past the budget never are
+        # Each rotation is spent as it is tokenized: those past the budget never are.
+        for r in rotations:
             listed = [(labels[p], *options[(r + p) % n]) for p in range(n)]
             prompt = renderer.decision(state, question.question, listed)
             first = first or prompt
