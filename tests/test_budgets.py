@@ -66,6 +66,15 @@ def test_a_long_option_text_is_refused_at_once_in_bounded_memory(adapter, words,
     assert "the limit is 8192" in response.json()["error"]
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_many_long_options_are_refused_before_most_are_tokenized(adapter, shared):
+    """255 options of 1,300 words each (1 MiB), distinct or alike but for their ends: the tree
+    of those read so far proves the request over its budget after a few."""
+    words = "ab " * 1300
+    ids = [words + f"o{i}" if shared else f"o{i} " + words for i in range(255)]
+    _refused_fast(adapter, decision("s", "Which?", ids, readout="option_text"))
+
+
 def test_a_system_one_noul_with_long_criteria_is_refused_at_once(adapter):
     response = _refused_fast(adapter, _noul("ab " * 35_000, "option_text_desc"), "/v1/systemone")
     assert response.json()["detail"]["error_type"] == "token_limit_exceeded"

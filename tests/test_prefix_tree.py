@@ -6,6 +6,7 @@ from __future__ import annotations
 import tracemalloc
 
 from decision_adapter.prefix_tree import (
+    TreeLowerBound,
     common_prefix_length,
     prefix_tree_batches,
     tree_nodes,
@@ -63,6 +64,32 @@ def test_nodes_are_the_sorted_distinct_prefixes_with_the_paths_through_them(cont
         assert [spelled[node] for node in path_nodes] == [
             path[:end] for end in range(1, len(path) + 1)
         ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(continuations=paths, max_tokens=st.integers(1, 12), max_paths=st.integers(1, 5))
+def test_the_running_lower_bound_never_exceeds_what_the_batches_decode(
+    continuations, max_tokens, max_paths
+):
+    bound = TreeLowerBound(max_tokens)
+    decoded = sum(map(tree_tokens, prefix_tree_batches(continuations, max_tokens, max_paths)))
+    for continuation in continuations:
+        bound.add(tuple(continuation[:-1]))
+        assert bound.tokens <= decoded
+    # With batches as wide as needed it is exact: every distinct prefix once.
+    wide = prefix_tree_batches(continuations, max_tokens=10**6, max_paths=10**6)
+    exact = TreeLowerBound(10**6)
+    for continuation in continuations:
+        exact.add(tuple(continuation[:-1]))
+    assert exact.tokens == sum(map(tree_tokens, wide))
+
+
+def test_a_path_longer_than_a_batch_counts_whole_each_time_it_differs():
+    bound = TreeLowerBound(max_tokens=4)
+    bound.add((1, 2, 3, 4, 5))
+    bound.add((1, 2, 3, 4, 6))  # its own batch too: the shared four tokens are decoded again
+    bound.add((1, 2, 3, 4, 6))  # the same path: one batch
+    assert bound.tokens == 10
 
 
 def test_common_prefix_length():

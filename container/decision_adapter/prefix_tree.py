@@ -49,6 +49,32 @@ def prefix_tree_batches(
     return batches
 
 
+class TreeLowerBound:
+    """At least what prefix_tree_batches' batches of the paths added so far decode, counted as
+    they come, in any order: a path longer than a batch is a batch of its own and decodes all
+    of it; shorter ones decode each of their distinct prefixes at least once. Holds no more
+    than the tokens it counts."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.tokens = 0
+        self._long: set[tuple[int, ...]] = set()
+        self._trie: dict[int, dict] = {}  # the shorter paths' distinct prefixes
+
+    def add(self, path: tuple[int, ...]) -> None:
+        if len(path) > self.max_tokens:
+            if path not in self._long:
+                self._long.add(path)
+                self.tokens += len(path)
+            return
+        node = self._trie
+        for token in path:
+            if token not in node:
+                node[token] = {}
+                self.tokens += 1
+            node = node[token]
+
+
 @dataclass(frozen=True)
 class Node:
     """One distinct prefix: its last token, its length and the paths (indexes) through it."""

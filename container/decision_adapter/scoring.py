@@ -22,7 +22,7 @@ import numpy as np
 from .budget import READ_TOKEN_COST, TokenBudget
 from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
 from .engine import Branch, Engine, log_partition
-from .prefix_tree import prefix_tree_batches, tree_nodes, tree_tokens
+from .prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
 from .prompts import CONTENT_FREE_STATE, PromptRenderer
 from .state_cache import StateCache
 from .tokenizer import TokenLimitExceeded
@@ -198,11 +198,15 @@ def _plan_question(
         budget.spend(passes * len(tokens))
         return tokens
 
+    at_least = TreeLowerBound(engine.n_batch)
+
     def continuation(words: str) -> list[int]:
-        # A continuation of n tokens decodes at least its n - 1 later ones on every pass.
+        # Each option's later tokens are decoded on every pass: the tree of those read so far
+        # refuses a request before the rest are tokenized.
         afford = budget.left // (passes * READ_TOKEN_COST)
         tokens = renderer.label_tokens(words, limit=afford + 1)
-        if len(tokens) - 1 > afford:
+        at_least.add(tuple(tokens[:-1]))
+        if at_least.tokens > afford:
             raise TokenLimitExceeded(budget.limit)
         return tokens
 
