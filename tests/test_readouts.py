@@ -158,8 +158,8 @@ def test_calibrated_subtracts_option_text_scores_against_the_content_free_state(
     # Both passes, as the budget counts them: the state and the question, then the
     # content-free state and the question again.
     plan = build_plan(renderer, STATE, [_with(ROUTE, "calibrated")])
-    assert engine.stats.tokens_decoded - before == plan.total_tokens
     assert plan.content_free_tokens == len(plan.content_free_prefix) + plan.questions[0].tokens
+    assert engine.stats.tokens_decoded - before == plan.total_tokens + plan.content_free_tokens
     (plain,) = _score(engine, renderer, [_with(ROUTE, "option_text")])
     (neutral,) = _score(engine, renderer, [_with(ROUTE, "option_text")], state="N/A")
     assert calibrated.readout == "text-mean-minus-content-free"
@@ -171,7 +171,7 @@ def test_calibrated_subtracts_option_text_scores_against_the_content_free_state(
     order = [3, 2, 1, 0]
     (again,) = _score(engine, renderer, [_with(ROUTE, "calibrated", order)], content_free=kept)
     plan = build_plan(renderer, STATE, [_with(ROUTE, "calibrated", order)])
-    assert engine.stats.tokens_decoded - before == plan.total_tokens - plan.content_free_tokens
+    assert engine.stats.tokens_decoded - before == plan.total_tokens
     assert kept.as_dict() == {"entries": 1, "hits": 1, "misses": 1}
     assert np.array_equal(again.option_logits, calibrated.option_logits[order])
 
@@ -182,8 +182,9 @@ def test_the_budget_spends_what_the_plan_costs_on_every_pass(engine, renderer, r
     plan = build_plan(renderer, STATE, [_with(ROUTE, readout), _with(LEVEL, readout)], budget)
     assert budget.spent == plan.cost
     branches = sum(q.branch_tokens for q in plan.questions)
-    assert plan.cost == plan.total_tokens + (READ_TOKEN_COST - 1) * branches * (
-        2 if readout == "calibrated" else 1
+    again = plan.content_free_tokens + (READ_TOKEN_COST - 1) * branches
+    assert plan.cost == plan.total_tokens + (READ_TOKEN_COST - 1) * branches + (
+        again if readout == "calibrated" else 0
     )
     # One token less than that is refused, before the plan is built.
     with pytest.raises(TokenLimitExceeded):

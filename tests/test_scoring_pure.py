@@ -276,6 +276,6 @@ def test_a_plan_costs_each_pass_and_branch_tokens_at_the_read_cost():
     assert calibrated.cost == 2 * branching.cost and rotated.cost == 2
     plan = ScoringPlan([9] * 10, [calibrated, rotated], content_free_prefix=[8] * 3)
     assert plan.cost == 10 + 3 + calibrated.cost + rotated.cost
-    # Decoded at most: the prefix, each question, then N/A and the calibrated one again.
+    # The request's own tokens, then what N/A and the calibrated one again add at most.
     assert plan.content_free_tokens == 3 + branching.tokens
-    assert plan.total_tokens == 10 + branching.tokens + 2 + 3 + branching.tokens
+    assert plan.total_tokens == 10 + branching.tokens + 2

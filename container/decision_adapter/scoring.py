@@ -143,13 +143,9 @@ class ScoringPlan:
 
     @property
     def total_tokens(self) -> int:
-        """The prefix counts once; each question adds its suffix and its label branches, and
-        every pass of its readout counts."""
-        return (
-            len(self.prefix_tokens)
-            + sum(q.tokens for q in self.questions)
-            + self.content_free_tokens
-        )
+        """The prefix counts once; each question adds its suffix and its label branches (the
+        request's own tokens: content_free_tokens are the calibrated readout's)."""
+        return len(self.prefix_tokens) + sum(q.tokens for q in self.questions)
 
     def input_tokens(self, index: int) -> int:
         return len(self.prefix_tokens) + sum(
