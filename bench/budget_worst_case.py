@@ -58,26 +58,17 @@ SHAPES: dict[str, Callable[[int], dict]] = {
 }
 
 
-def largest_admitted(shape: Callable[[int], dict]) -> int:
+def largest_admitted(shape: Callable[[int], dict], renderer) -> int:
     """The largest n whose request fits the budget, by the adapter's own plan (no model work)."""
     from decision_adapter.budget import TokenBudget
-    from decision_adapter.engine import Engine, EngineConfig
     from decision_adapter.formats.decision import DecisionRequest
-    from decision_adapter.prompts import PromptRenderer
     from decision_adapter.scoring import build_plan
     from decision_adapter.tokenizer import TokenLimitExceeded
-
-    from tests.conftest import bundled_gguf
-
-    global _renderer
-    if _renderer is None:
-        config = EngineConfig(n_ctx=LIMIT, n_batch=512, n_threads=1, n_gpu_layers=0, n_seq_max=64)
-        _renderer = PromptRenderer(Engine(bundled_gguf(), config))
 
     def fits(n: int) -> bool:
         item = DecisionRequest.model_validate(shape(n)).items[0]
         try:
-            build_plan(_renderer, item.state, [item.as_question()], TokenBudget(LIMIT))
+            build_plan(renderer, item.state, [item.as_question()], TokenBudget(LIMIT))
         except TokenLimitExceeded:
             return False
         return True
@@ -91,7 +82,15 @@ def largest_admitted(shape: Callable[[int], dict]) -> int:
     return low
 
 
-_renderer = None
+def _renderer():
+    """The bundled model's renderer, as the adapter's (one thread: it only tokenizes)."""
+    from decision_adapter.engine import Engine, EngineConfig
+    from decision_adapter.prompts import PromptRenderer
+
+    from tests.conftest import bundled_gguf
+
+    config = EngineConfig(n_ctx=LIMIT, n_batch=512, n_threads=1, n_gpu_layers=0, n_seq_max=64)
+    return PromptRenderer(Engine(bundled_gguf(), config))
 
 
 def _timed(client: httpx.Client, url: str, body: dict) -> dict:
@@ -110,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     now = datetime.now(timezone.utc)
-    sizes = {readout: largest_admitted(shape) for readout, shape in SHAPES.items()}
+    renderer = _renderer()
+    sizes = {readout: largest_admitted(shape, renderer) for readout, shape in SHAPES.items()}
     rows = {}
     with tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         with running_adapter(Path(tmp), **ADAPTER_ENV) as adapter:
