@@ -45,6 +45,7 @@ LONG_FILES = {
     "test_state_cache.py": 110,
     "test_readouts.py": 60,
     "test_fuzz_api.py": 60,
+    "test_budgets.py": 60,
     "test_deploy_rehearsal.py": 50,
     "test_cdk_app.py": 45,
     "test_http_decisions.py": 45,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from decision_adapter.contract import READOUTS
 from decision_adapter.errors import RequestError, validation_details
 from decision_adapter.formats.decision import DecisionRequest
 from decision_adapter.formats.openai_chat import ChatRequest
@@ -158,3 +159,26 @@ def test_nested_json_state_survives_validation_unchanged():
         )
     )
     assert parsed.decision.state == state
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    readout=st.sampled_from(READOUTS),
+    text=st.builds(
+        lambda word, count: word * count + "z",
+        st.sampled_from(["ab ", "é ", "<b>"]),
+        st.integers(1, 50_000),
+    ),
+)
+def test_long_option_texts_pass_validation_for_every_readout(readout, text):
+    """Length is the token budget's to judge (a 413 naming the limit, tests/test_budgets.py),
+    not the schema's: a long id, description or criterion validates with every readout."""
+    options = [{"id": text, "description": text}, {"id": "no"}]
+    body = {"decision": {"id": "x", "state": text, "question": text, "options": options}}
+    parsed = DecisionRequest.model_validate(
+        {**body, "decision": {**body["decision"], "readout": readout}}
+    )
+    assert parsed.decision.options[0].description == text
+    noul = {"type": "noul", "instructions": text, "criteria": {"true": text, "false": text}}
+    request = {"model": "m", "state": text, "questions": {"q": noul}, "x_readout": readout}
+    assert SystemOneRequest.model_validate(request).x_readout == readout

@@ -3,11 +3,15 @@ in a shared request, from the state cache, and in another option order)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+from decision_adapter.budget import READ_TOKEN_COST, TokenBudget
 from decision_adapter.contract import READOUTS, Question
 from decision_adapter.scoring import ContentFreeScores, build_plan, score
 from decision_adapter.state_cache import StateCache
+from decision_adapter.tokenizer import TokenLimitExceeded
 
 from tests.bodies import decision
 from tests.fake_service import FakeService, app_client
@@ -72,6 +76,41 @@ def test_option_text_readouts_are_bit_identical_in_reversed_and_shuffled_order(
         assert np.array_equal(moved.option_log_probs, forward.option_log_probs[order])
 
 
+MANY = Question(
+    "Which department should answer?",
+    ["sales", "legal", "billing", "security", "hr", "shipping", "support", "research", "it"],
+    [None] * 9,
+)
+
+
+@pytest.mark.parametrize("readout", [*CLOZE, "permuted_letters"])
+def test_probabilities_are_bit_identical_in_any_option_order(engine, renderer, readout):
+    """The softmax sums exactly (math.fsum), not in request order: summed in request order,
+    probabilities moved by an ulp when the options were reordered, though option_logits did
+    not."""
+    n = len(MANY.option_ids)
+    (forward,) = _score(engine, renderer, [_with(MANY, readout)])
+    order = [(3 + i) % n for i in range(n)]  # a rotation: permuted_letters' promise
+    if readout != "permuted_letters":
+        order = [4, 8, 1, 6, 0, 3, 7, 2, 5]
+    (moved,) = _score(engine, renderer, [_with(MANY, readout, order)])
+    assert np.array_equal(moved.option_logits, forward.option_logits[order])
+    for temperature in (1.0, 0.7):
+        assert np.array_equal(
+            moved.probabilities(temperature), forward.probabilities(temperature)[order]
+        )
+    assert moved.allowed_token_mass == forward.allowed_token_mass
+    # The same numbers in any other order.
+    for permutation in np.random.default_rng(11).permuted(np.tile(np.arange(n), (100, 1)), axis=1):
+        shuffled = replace(
+            forward,
+            option_logits=forward.option_logits[permutation],
+            option_log_probs=forward.option_log_probs[permutation],
+        )
+        assert np.array_equal(shuffled.probabilities(), forward.probabilities()[permutation])
+        assert shuffled.allowed_token_mass == forward.allowed_token_mass
+
+
 def test_permuted_letters_give_the_same_average_in_any_rotation(engine, renderer):
     forward = _score(engine, renderer, [_with(ROUTE, "permuted_letters")])[0]
     rotated_order = [2, 3, 0, 1]
@@ -114,7 +153,13 @@ def test_option_text_reads_each_options_words_as_the_mean_per_token(engine, rend
 
 def test_calibrated_subtracts_option_text_scores_against_the_content_free_state(engine, renderer):
     kept = ContentFreeScores()
+    before = engine.stats.tokens_decoded
     (calibrated,) = _score(engine, renderer, [_with(ROUTE, "calibrated")], content_free=kept)
+    # Both passes, as the budget counts them: the state and the question, then the
+    # content-free state and the question again.
+    plan = build_plan(renderer, STATE, [_with(ROUTE, "calibrated")])
+    assert plan.content_free_tokens == len(plan.content_free_prefix) + plan.questions[0].tokens
+    assert engine.stats.tokens_decoded - before == plan.total_tokens + plan.content_free_tokens
     (plain,) = _score(engine, renderer, [_with(ROUTE, "option_text")])
     (neutral,) = _score(engine, renderer, [_with(ROUTE, "option_text")], state="N/A")
     assert calibrated.readout == "text-mean-minus-content-free"
@@ -129,6 +174,26 @@ def test_calibrated_subtracts_option_text_scores_against_the_content_free_state(
     assert engine.stats.tokens_decoded - before == plan.total_tokens
     assert kept.as_dict() == {"entries": 1, "hits": 1, "misses": 1}
     assert np.array_equal(again.option_logits, calibrated.option_logits[order])
+
+
+@pytest.mark.parametrize("readout", READOUTS)
+def test_the_budget_spends_what_the_plan_costs_on_every_pass(engine, renderer, readout):
+    budget = TokenBudget(1 << 20)
+    plan = build_plan(renderer, STATE, [_with(ROUTE, readout), _with(LEVEL, readout)], budget)
+    assert budget.spent == plan.cost
+    branches = sum(q.branch_tokens for q in plan.questions)
+    again = plan.content_free_tokens + (READ_TOKEN_COST - 1) * branches
+    assert plan.cost == plan.total_tokens + (READ_TOKEN_COST - 1) * branches + (
+        again if readout == "calibrated" else 0
+    )
+    # One token less than that is refused, before the plan is built.
+    with pytest.raises(TokenLimitExceeded):
+        build_plan(
+            renderer,
+            STATE,
+            [_with(ROUTE, readout), _with(LEVEL, readout)],
+            TokenBudget(plan.cost - 1),
+        )
 
 
 def test_content_free_scores_are_a_bounded_lru():

@@ -249,3 +249,33 @@ def test_content_free_scores_evict_the_least_recently_used():
     kept.put(("d",), {(1,): -5.0})
     assert kept.get(("c",)) is None and kept.get(("a",)) == {(1,): -4.0}
     assert kept.as_dict()["entries"] == 2
+
+
+# --- the request's budget ----------------------------------------------------------------
+def test_a_budget_spends_up_to_its_limit_and_refuses_the_token_past_it():
+    from decision_adapter.budget import TokenBudget
+    from decision_adapter.tokenizer import TokenLimitExceeded
+
+    budget = TokenBudget(10)
+    budget.spend(4)
+    assert (budget.spent, budget.left) == (4, 6)
+    budget.spend(6)  # exactly the limit: still within it
+    assert budget.left == 0
+    with pytest.raises(TokenLimitExceeded) as refused:
+        budget.spend(1)
+    assert refused.value.limit == 10
+
+
+def test_a_plan_costs_each_pass_and_branch_tokens_at_the_read_cost():
+    from decision_adapter.budget import READ_TOKEN_COST
+
+    branching = Reading([1, 2], [[3, 4], [3, 5]], [[(3,)]])
+    assert branching.branch_tokens == 1 and branching.cost == 2 + READ_TOKEN_COST
+    calibrated = QuestionPlan("calibrated", ["a", "b"], [branching], "sha")
+    rotated = QuestionPlan("permuted_letters", ["A", "B"], [Reading([1], [[2], [3]], [])] * 2, "s")
+    assert calibrated.cost == 2 * branching.cost and rotated.cost == 2
+    plan = ScoringPlan([9] * 10, [calibrated, rotated], content_free_prefix=[8] * 3)
+    assert plan.cost == 10 + 3 + calibrated.cost + rotated.cost
+    # The request's own tokens, then what N/A and the calibrated one again add at most.
+    assert plan.content_free_tokens == 3 + branching.tokens
+    assert plan.total_tokens == 10 + branching.tokens + 2

@@ -49,6 +49,19 @@ class ShuttingDown(Busy):
         self.retry_after_s = retry_after_s
 
 
+class OutOfTime(Busy):
+    """Admitted work ran past its request's deadline: this machine was slower than the budget
+    assumes (load, fewer cores); retryable, here later or on another instance."""
+
+    def __init__(self, retry_after_s: int, deadline_s: float) -> None:
+        Exception.__init__(
+            self,
+            f"the request's model work ran past {deadline_s:g} s (DECISION_SCORING_DEADLINE_S); "
+            "retry the request, or send fewer tokens",
+        )
+        self.retry_after_s = retry_after_s
+
+
 @dataclass
 class AdmissionStats:
     admitted: int = 0  # ran at once or after waiting

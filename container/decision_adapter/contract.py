@@ -4,6 +4,7 @@ the model's identity. No llama.cpp here: the wire formats import this module, ne
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -52,14 +53,16 @@ class QuestionScores:
     content_free: np.ndarray | None = None
 
     def probabilities(self, temperature: float = 1.0) -> np.ndarray:
+        # Sums exactly rounded (fsum): a sum in request order rounds by that order, so reordered
+        # options would get answers an ulp apart.
         scaled = self.option_logits / temperature
         scaled = scaled - scaled.max()
         weights = np.exp(scaled)
-        return weights / weights.sum()
+        return weights / math.fsum(weights)
 
     @property
     def allowed_token_mass(self) -> float:
-        return float(np.exp(self.option_log_probs).sum())
+        return math.fsum(np.exp(self.option_log_probs))
 
 
 @dataclass(frozen=True)

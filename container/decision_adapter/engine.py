@@ -7,6 +7,7 @@ callers serialise access through the admission slot.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .prefix_tree import Node
 from .tokenizer import UserTextTokenizer, cuttable
 
 # llama.cpp's CPU threads meet at an OpenMP barrier after every operation, where libgomp spins
@@ -34,6 +36,10 @@ import llama_cpp  # noqa: E402
 
 class EngineError(RuntimeError):
     """llama.cpp refused an operation (load, decode)."""
+
+
+class DeadlinePassed(EngineError):
+    """A batch was due after the deadline of the work in progress (Engine.deadline)."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,7 @@ class Engine:
         # A token may belong to every sequence of a prefix tree (decode_prefix_tree).
         self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, n_seq_max)
         self.stats = DecodeStats()
+        self._deadline: float | None = None
         self._install_interrupt()
 
     def close(self) -> None:
@@ -305,6 +312,8 @@ class Engine:
             batch.logits[i] = wants_logits
         batch.n_tokens = len(entries)
         started = time.perf_counter()
+        if self._deadline is not None and started > self._deadline:
+            raise DeadlinePassed(f"the deadline passed before a batch of {len(entries)} tokens")
         status = llama_cpp.llama_decode(self.ctx, batch)
         self.stats.seconds += time.perf_counter() - started
         self.stats.decode_calls += 1
@@ -382,44 +391,46 @@ class Engine:
 
     def decode_prefix_tree(
         self,
-        paths: Sequence[tuple[int, ...]],
+        nodes: Sequence[Node],
+        n_paths: int,
         parent: int,
         first_seq_id: int,
-        read: Callable[[tuple[int, ...], np.ndarray], object],
-    ) -> dict[tuple[int, ...], object]:
-        """Decode token paths that continue sequence `parent` as one prefix tree, path k on
-        sequence first_seq_id + k; what `read` returns for the logits after each distinct
-        prefix, by prefix.
+        read: Callable[[int, np.ndarray], object],
+    ) -> list[object]:
+        """Decode `n_paths` token paths that continue sequence `parent` as one prefix tree
+        (prefix_tree.tree_nodes), path k on sequence first_seq_id + k; what `read` returns for
+        the logits after each node, by node index.
 
         A prefix that several paths share is decoded once, as one token of all their sequences
         (llama.cpp masks attention by sequence, so each path still reads only its own tokens).
-        The batch is the sorted distinct prefixes, so it depends on the set of paths only when
-        the caller gives them sorted. A tree wider than n_batch must be a single path: it is
-        decoded in n_batch chunks, as decode_sequence does.
+        The batch is the nodes in order, so it depends on the set of paths only when the caller
+        gives them sorted. A tree wider than n_batch must be a single path: it is decoded in
+        n_batch chunks, as decode_sequence does.
         """
-        if first_seq_id + len(paths) > self.n_seq_max:
+        if first_seq_id + n_paths > self.n_seq_max:
             raise EngineError("more branches than sequences in the context")
         start = self.sequence_length(parent)
-        owners: dict[tuple[int, ...], list[int]] = {}
-        for offset, path in enumerate(paths):
+        for offset in range(n_paths):
             self.copy_sequence(parent, first_seq_id + offset)
-            for end in range(1, len(path) + 1):
-                owners.setdefault(path[:end], []).append(first_seq_id + offset)
-        prefixes = sorted(owners)
-        if len(prefixes) > self.n_batch:
-            if len(paths) != 1:
+        if len(nodes) > self.n_batch:
+            if n_paths != 1:
                 raise EngineError("a prefix tree of several paths wider than a batch")
-            (path,) = paths
+            tokens = [node.token for node in nodes]
             by_position = self.decode_sequence(
                 first_seq_id,
-                path,
+                tokens,
                 start,
-                range(len(path)),
-                lambda _branch, position, logits: read(path[: position + 1], logits),
+                range(len(tokens)),
+                lambda _branch, position, logits: read(position, logits),
             )
-            return {path[: position + 1]: value for position, value in by_position.items()}
-        self._decode([(p[-1], start + len(p) - 1, owners[p], True) for p in prefixes])
-        return {p: read(p, self._logits(i)) for i, p in enumerate(prefixes)}
+            return [by_position[position] for position in range(len(tokens))]
+        self._decode(
+            [
+                (node.token, start + node.depth - 1, [first_seq_id + k for k in node.paths], True)
+                for node in nodes
+            ]
+        )
+        return [read(index, self._logits(index)) for index in range(len(nodes))]
 
     def _decode_group(self, group, first_seq_id, results, read: LogitsReader) -> None:
         if not group:
@@ -447,6 +458,16 @@ class Engine:
         llama_cpp.llama_set_abort_callback(
             self.ctx, self._abort_check, ctypes.cast(self._interrupt_flag, ctypes.c_void_p)
         )
+
+    @contextlib.contextmanager
+    def deadline(self, instant: float) -> Iterator[None]:
+        """Inside the block no batch starts after `instant` (time.perf_counter): DeadlinePassed
+        instead. Checked between batches, so a batch already running ends first."""
+        self._deadline = instant
+        try:
+            yield
+        finally:
+            self._deadline = None
 
     def interrupt(self) -> None:
         """Abort the decode in progress and every later one (shutdown): they raise EngineError."""

@@ -160,9 +160,10 @@ class PromptRenderer:
             tokens.insert(0, self.engine.bos_token)
         return tokens
 
-    def label_tokens(self, label: str) -> list[int]:
-        """A label, or an option's words, as the model would write it next (user text)."""
-        return self.engine.tokenize(self.label_prefix + label, special=False)
+    def label_tokens(self, label: str, limit: int | None = None) -> list[int]:
+        """A label, or an option's words, as the model would write it next (user text);
+        TokenLimitExceeded, untokenized, when cheaply proved past `limit`."""
+        return self.engine.tokenize(self.label_prefix + label, special=False, limit=limit)
 
     # --- template plumbing -------------------------------------------------------------
     def _render(self, messages: list[dict[str, str]]) -> str:

@@ -7,7 +7,9 @@ numbers (llama.cpp's logits depend on how a prompt is split into batches).
 
 from __future__ import annotations
 
+import math
 import string
+import sys
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
@@ -17,14 +19,21 @@ from typing import Any
 
 import numpy as np
 
+from .budget import READ_TOKEN_COST, TokenBudget
 from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
 from .engine import Branch, Engine, log_partition
+from .prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
 from .prompts import CONTENT_FREE_STATE, PromptRenderer
 from .state_cache import StateCache
+from .tokenizer import TokenLimitExceeded
 
 PREFIX_SEQ = 0
 QUESTION_SEQ = 1  # every question suffix in turn; its branches take the sequences after it
 FIRST_BRANCH_SEQ = QUESTION_SEQ + 1
+# How often a readout decodes each question's suffix and branches: calibrated reads them again
+# after the content-free state (unless its scores are kept; the budget counts them anyway, so
+# whether a request fits never depends on what other requests left behind).
+PASSES = {"calibrated": 2}
 
 
 def option_labels(count: int) -> list[str]:
@@ -34,36 +43,6 @@ def option_labels(count: int) -> list[str]:
     if count <= len(letters):
         return list(letters[:count])
     return ["".join(pair) for pair in product(letters, repeat=2)][:count]
-
-
-def prefix_tree_batches(
-    continuations: Sequence[Sequence[int]], max_tokens: int, max_paths: int
-) -> list[list[tuple[int, ...]]]:
-    """What multi-token continuations decode after the question: each one's tokens but its
-    last (a path), distinct and sorted, in batches of at most `max_paths` paths whose distinct
-    prefixes number at most `max_tokens` (a longer path is a batch of its own)."""
-    paths = sorted({tuple(c[:-1]) for c in continuations if len(c) > 1})
-    batches: list[list[tuple[int, ...]]] = []
-    prefixes: set[tuple[int, ...]] = set()
-    for path in paths:
-        own = _prefixes(path)
-        if batches and len(batches[-1]) < max_paths and len(prefixes | own) <= max_tokens:
-            batches[-1].append(path)
-            prefixes |= own
-        else:
-            batches.append([path])
-            prefixes = own
-    return batches
-
-
-def tree_tokens(paths: Sequence[tuple[int, ...]]) -> int:
-    """Tokens a batch of paths decodes: each distinct prefix once."""
-    return len(set().union(*map(_prefixes, paths)))
-
-
-def _prefixes(path: tuple[int, ...]) -> set[tuple[int, ...]]:
-    """The path's non-empty prefixes: the tree nodes it passes through, itself included."""
-    return {path[:end] for end in range(1, len(path) + 1)}
 
 
 @dataclass
@@ -88,6 +67,11 @@ class Reading:
     @property
     def tokens(self) -> int:
         return len(self.suffix_tokens) + self.branch_tokens
+
+    @property
+    def cost(self) -> int:
+        """Its tokens in prompt tokens' worth of time (budget.READ_TOKEN_COST)."""
+        return len(self.suffix_tokens) + READ_TOKEN_COST * self.branch_tokens
 
 
 @dataclass
@@ -118,6 +102,15 @@ class QuestionPlan:
         return sum(reading.tokens for reading in self.readings)
 
     @property
+    def passes(self) -> int:
+        return PASSES.get(self.readout, 1)
+
+    @property
+    def cost(self) -> int:
+        """What the budget counts for it: every reading, on every pass."""
+        return self.passes * sum(reading.cost for reading in self.readings)
+
+    @property
     def content_free_key(self) -> tuple | None:
         """The calibrated readout's content-free scores depend on the question's suffix and its
         set of continuations only (not their order), so a reordered question shares them."""
@@ -134,8 +127,24 @@ class ScoringPlan:
     content_free_prefix: list[int] | None = None  # the calibrated readout's state "N/A"
 
     @property
+    def content_free_tokens(self) -> int:
+        """The calibrated readout's second pass at most: the content-free state, then each
+        calibrated question again (less where its scores are kept)."""
+        if self.content_free_prefix is None:
+            return 0
+        again = sum(q.tokens for q in self.questions if q.readout == "calibrated")
+        return len(self.content_free_prefix) + again
+
+    @property
+    def cost(self) -> int:
+        """What the request's budget counts for this state (TokenBudget)."""
+        content_free = len(self.content_free_prefix or [])
+        return len(self.prefix_tokens) + content_free + sum(q.cost for q in self.questions)
+
+    @property
     def total_tokens(self) -> int:
-        """The prefix counts once; each question adds its suffix and its label branches."""
+        """The prefix counts once; each question adds its suffix and its label branches (the
+        request's own tokens: content_free_tokens are the calibrated readout's)."""
         return len(self.prefix_tokens) + sum(q.tokens for q in self.questions)
 
     def input_tokens(self, index: int) -> int:
@@ -173,18 +182,37 @@ def _plan_question(
     state: Any,
     question: Question,
     readout: str,
-    limit: int | None,
+    budget: TokenBudget,
 ) -> QuestionPlan:  # pragma: no mutate block
-    def tokens(prompt) -> list[int]:
-        return renderer.tokens(prompt.suffix, starts_prompt=False, limit=limit)
-
+    """Each piece is tokenized against what is left of the budget and spent before the next:
+    a request over it is refused after work bounded by its limit."""
     engine = renderer.engine
+    passes = PASSES.get(readout, 1)
+
+    def suffix_tokens(prompt) -> list[int]:
+        tokens = renderer.tokens(prompt.suffix, starts_prompt=False, limit=budget.left // passes)
+        budget.spend(passes * len(tokens))
+        return tokens
+
+    at_least = TreeLowerBound(engine.n_batch)
+
+    def continuation(words: str) -> list[int]:
+        # Each option's later tokens are decoded on every pass: the tree of those read so far
+        # refuses a request before the rest are tokenized.
+        afford = budget.left // (passes * READ_TOKEN_COST)
+        tokens = renderer.label_tokens(words, limit=afford + 1)
+        at_least.add(tuple(tokens[:-1]))
+        if at_least.tokens > afford:
+            raise TokenLimitExceeded(budget.limit)
+        return tokens
 
     def reading(suffix: list[int], continuations: list[list[int]]) -> Reading:
         batches = prefix_tree_batches(
             continuations, engine.n_batch, engine.n_seq_max - FIRST_BRANCH_SEQ
         )
-        return Reading(suffix, continuations, batches)
+        read = Reading(suffix, continuations, batches)
+        budget.spend(passes * READ_TOKEN_COST * read.branch_tokens)
+        return read
 
     n = len(question.option_ids)
     if readout in ("letters", "permuted_letters"):
@@ -197,40 +225,48 @@ def _plan_question(
         # order, so their average adds the same numbers in the same order (bit-identical).
         rotations.sort(key=lambda r: [question.option_ids[(r + p) % n] for p in range(n)])
         readings, first = [], None
+        # Each rotation is spent as it is tokenized: those past the budget never are.
         for r in rotations:
             listed = [(labels[p], *options[(r + p) % n]) for p in range(n)]
             prompt = renderer.decision(state, question.question, listed)
             first = first or prompt
             # Option i sits at position (i - r) % n and is read through that position's label.
             continuations = [label_tokens[(i - r) % n] for i in range(n)]
-            readings.append(reading(tokens(prompt), continuations))
+            readings.append(reading(suffix_tokens(prompt), continuations))
         return QuestionPlan(readout, labels, readings, first.sha256)
     words = _option_words(question, with_descriptions=readout == "option_text_desc")
     prompt = renderer.cloze(state, question.question)
-    continuations = [renderer.label_tokens(w) for w in words]
-    return QuestionPlan(readout, words, [reading(tokens(prompt), continuations)], prompt.sha256)
+    suffix = suffix_tokens(prompt)
+    continuations = [continuation(w) for w in words]
+    return QuestionPlan(readout, words, [reading(suffix, continuations)], prompt.sha256)
 
 
 def build_plan(
     renderer: PromptRenderer,
     state: Any,
     questions: Sequence[Question],
-    limit: int | None = None,
+    budget: TokenBudget | None = None,
     *,
     default_readout: str = BUILT_IN_READOUT,
 ) -> ScoringPlan:  # pragma: no mutate block
-    """Tokens of every question's prompt; a piece cheaply proved past `limit` stops it early."""
+    """Tokens of every question's prompt, each pass a readout makes spent from `budget` (None:
+    no limit) as soon as it is known; TokenLimitExceeded at the first piece past it."""
+    budget = budget or TokenBudget(sys.maxsize)
     prefix_tokens = renderer.tokens(
-        renderer.cloze(state, "").prefix, starts_prompt=True, limit=limit
+        renderer.cloze(state, "").prefix, starts_prompt=True, limit=budget.left
     )
-    plans = [
-        _plan_question(renderer, state, q, q.readout or default_readout, limit) for q in questions
-    ]
+    budget.spend(len(prefix_tokens))
+    readouts = [q.readout or default_readout for q in questions]
     content_free = None
-    if any(plan.readout == "calibrated" for plan in plans):
+    if "calibrated" in readouts:
         content_free = renderer.tokens(
             renderer.cloze(CONTENT_FREE_STATE, "").prefix, starts_prompt=True
         )
+        budget.spend(len(content_free))
+    plans = [
+        _plan_question(renderer, state, q, readout, budget)
+        for q, readout in zip(questions, readouts)
+    ]
     return ScoringPlan(prefix_tokens, plans, content_free)
 
 
@@ -360,26 +396,34 @@ def _add_branch_log_probs(
     order decodes the same batches and gives bit-identical scores.
     """
     continuations = reading.continuations
-    following: defaultdict[tuple[int, ...], set[int]] = defaultdict(set)
-    for tokens in continuations:
-        for end in range(1, len(tokens)):
-            following[tuple(tokens[:end])].add(tokens[end])
-
-    def next_token_log_probs(prefix: tuple[int, ...], logits: np.ndarray) -> dict[int, float]:
-        # A few numbers per row, read while llama.cpp holds the row: kept rows would cost
-        # 1 MiB each, GiBs for a question of long options.
-        tokens = sorted(following[prefix])
-        return dict(zip(tokens, _log_softmax(logits, tokens)))
+    options_of: defaultdict[tuple[int, ...], list[int]] = defaultdict(list)
+    for option, tokens in enumerate(continuations):
+        if len(tokens) > 1:
+            options_of[tuple(tokens[:-1])].append(option)
 
     for paths in reading.tree_batches:
+        nodes, through = tree_nodes(paths)
+        # The tokens read after each node: what follows it on each path through it.
+        following: list[set[int]] = [set() for _ in nodes]
+        for path, path_nodes in zip(paths, through):
+            for node, token in zip(path_nodes, path[1:]):
+                following[node].add(token)
+            following[path_nodes[-1]].update(continuations[o][-1] for o in options_of[path])
+
+        def next_token_log_probs(node: int, logits: np.ndarray) -> dict[int, float]:
+            # A few numbers per row, read while llama.cpp holds the row: kept rows would cost
+            # 1 MiB each, GiBs for a question of long options.
+            tokens = sorted(following[node])
+            return dict(zip(tokens, _log_softmax(logits, tokens)))
+
         read = engine.decode_prefix_tree(
-            paths, QUESTION_SEQ, FIRST_BRANCH_SEQ, next_token_log_probs
+            nodes, len(paths), QUESTION_SEQ, FIRST_BRANCH_SEQ, next_token_log_probs
         )
-        in_batch = set(paths)
-        for option, tokens in enumerate(continuations):
-            if tuple(tokens[:-1]) in in_batch:
-                for end in range(1, len(tokens)):
-                    log_probs[option] += read[tuple(tokens[:end])][tokens[end]]
+        for path, path_nodes in zip(paths, through):
+            for option in options_of[path]:
+                tokens = continuations[option]
+                for node, token in zip(path_nodes, tokens[1:]):
+                    log_probs[option] += read[node][token]
         for offset in range(len(paths)):
             engine.drop_sequence(FIRST_BRANCH_SEQ + offset)
 
@@ -415,7 +459,7 @@ def _content_free_scores(
 
 def _restricted_log_softmax(values: np.ndarray) -> np.ndarray:
     shifted = values - values.max()
-    return shifted - np.log(np.exp(shifted).sum())
+    return shifted - math.log(math.fsum(np.exp(shifted)))  # exact: the same in any order
 
 
 def _combine(

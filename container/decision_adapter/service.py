@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from .admission import ModelRunner
+from .admission import ModelRunner, OutOfTime
+from .budget import TokenBudget
 from .calibration import load_calibration
 from .contract import (
     Chat,
@@ -24,7 +25,7 @@ from .contract import (
     TextDelta,
     TokenChoice,
 )
-from .engine import Engine, EngineConfig
+from .engine import DeadlinePassed, Engine, EngineConfig
 from .generation import text_events
 from .identity import model_identity
 from .limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
@@ -140,12 +141,13 @@ class DecisionService:
             groups: dict[str, list[int]] = {}
             for index, item in enumerate(questions):
                 groups.setdefault(state_text(item.state), []).append(index)
+            budget = TokenBudget(limit)  # one for the whole request, every group spends from it
             plans = [
                 build_plan(
                     self.renderer,
                     text,
                     [questions[i].question for i in members],
-                    limit,
+                    budget,
                     default_readout=self.identity.calibration.readout,
                 )
                 for text, members in groups.items()
@@ -157,20 +159,24 @@ class DecisionService:
         except TokenLimitExceeded:
             raise over_token_budget("questions", None, limit) from None
         needed = sum(plan.total_tokens for plan in plans)
-        if needed > limit:
-            raise over_token_budget("questions", needed, limit)
         prepared_ms = _ms(received)
+
+        deadline_s = self.settings.scoring_deadline_s
 
         def score_all():
             outcomes = []
-            for plan in plans:
-                scores, timing = score(
-                    self.engine, plan, cache=self.state_cache, content_free=self.content_free
-                )
-                outcomes.append((plan.answers(scores, self.engine), timing))
+            with self.engine.deadline(received + deadline_s):
+                for plan in plans:
+                    scores, timing = score(
+                        self.engine, plan, cache=self.state_cache, content_free=self.content_free
+                    )
+                    outcomes.append((plan.answers(scores, self.engine), timing))
             return outcomes
 
-        outcomes, waited_ms = await self.runner.run(score_all)
+        try:
+            outcomes, waited_ms = await self.runner.run(score_all)
+        except DeadlinePassed:
+            raise OutOfTime(self.settings.retry_after_s, deadline_s) from None
         total_ms = _ms(received)
         answers: list[Any] = [None] * len(questions)
         timings: list[Any] = [None] * len(questions)

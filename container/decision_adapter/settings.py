@@ -102,6 +102,11 @@ class Settings(BaseModel):
     max_connections: int = from_env("DECISION_MAX_CONNECTIONS", default=1024, ge=1, le=1_000_000)
     max_decisions: int = from_env("DECISION_MAX_DECISIONS", default=32, ge=1, le=1024)
     max_request_tokens: int = from_env("DECISION_MAX_REQUEST_TOKENS", default=8192, ge=64)
+    # A decision request's model work starts no batch later than this after it arrived: with
+    # the admission wait and one batch it ends inside SageMaker's 60 s even on a slow machine.
+    scoring_deadline_s: float = from_env(
+        "DECISION_SCORING_DEADLINE_S", default=45.0, gt=0.0, le=3600.0
+    )
     max_chat_tokens: int = from_env("DECISION_MAX_CHAT_TOKENS", default=1024, ge=1)
     graceful_shutdown_s: float = from_env(
         "DECISION_GRACEFUL_SHUTDOWN_S", default=25.0, ge=0.0, le=3600.0
