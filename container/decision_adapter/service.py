@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from .admission import ModelRunner
+from .admission import ModelRunner, ShuttingDown
 from .calibration import load_calibration
 from .contract import (
     Chat,
@@ -24,7 +24,7 @@ from .contract import (
     TextDelta,
     TokenChoice,
 )
-from .engine import Engine, EngineConfig
+from .engine import Engine, EngineConfig, EngineError
 from .generation import text_events
 from .identity import model_identity
 from .limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
@@ -90,6 +90,7 @@ class DecisionService:
         # its budget must not hold the model). llama.cpp's tokenizer only reads the vocabulary,
         # which decoding leaves alone, and releases the GIL.
         self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
+        self._stopping = asyncio.Event()  # the shutdown deadline: preparation ends too
         self.identity = model_identity(
             model_file,
             self.engine,
@@ -100,20 +101,40 @@ class DecisionService:
 
     def close(self) -> None:
         self.runner.close()
-        self._prepare.shutdown(wait=True)
+        self._prepare.shutdown(wait=True, cancel_futures=True)
         self.engine.close()
 
     def stop_work(self) -> None:
         """Shutdown deadline: end the model work in progress and refuse more."""
         self.runner.stop_work()
-        self.engine.interrupt()
+        self.engine.interrupt()  # tokenizing stops too, at its next call into llama.cpp
+        self._stopping.set()
 
     def reserved(self) -> AbstractAsyncContextManager[None]:
         """One admission for several `score` calls of this task (see ModelRunner.reserved)."""
         return self.runner.reserved()
 
     async def _prepared(self, function: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._prepare, function)
+        """`function()` on a preparation thread; at the shutdown deadline the request ends at
+        once with ShuttingDown (a 503 in its format), whatever the thread is still doing."""
+        retry_after_s = self.settings.retry_after_s
+        if self._stopping.is_set():
+            raise ShuttingDown(retry_after_s)
+        work = asyncio.get_running_loop().run_in_executor(self._prepare, function)
+        stopped = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not work.done():
+            work.cancel()  # not started yet: it never starts
+            raise ShuttingDown(retry_after_s)
+        try:
+            return work.result()
+        except EngineError:
+            if self._stopping.is_set():  # Engine.interrupt() stopped the tokenizer
+                raise ShuttingDown(retry_after_s) from None
+            raise
 
     def stats(self) -> dict[str, Any]:
         return {
