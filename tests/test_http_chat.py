@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from launcher import wait_until
 from tests import bodies
 from tests.fake_service import app_client
 
@@ -184,7 +185,13 @@ def test_each_request_logs_one_json_line_with_its_id(adapter):
         json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
     )
     request_id = response.headers["x-request-id"]
-    lines = [json.loads(line) for line in adapter.log().splitlines() if request_id in line]
+
+    def logged() -> list[dict]:
+        return [json.loads(line) for line in adapter.log().splitlines() if request_id in line]
+
+    # The line is written once the response is sent: the client may read it first.
+    wait_until(lambda: logged(), timeout=30, what=f"a log line for {request_id}")
+    lines = logged()
     assert len(lines) == 1
     assert lines[0]["status"] == 200 and lines[0]["path"] == "/v1/chat/completions"
     assert lines[0]["duration_ms"] > 0 and lines[0]["completion_tokens"] >= 1
