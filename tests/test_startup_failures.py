@@ -207,3 +207,9 @@ def test_sigterm_while_the_model_is_still_being_checked_exits_at_once(tmp_path):
     finally:
         stop(process)
     assert took < 5, f"exited {took:.1f} s after SIGTERM"
+
+
+def test_an_api_key_of_whitespace_exits_2_with_one_line():
+    finished = run_adapter_until_exit({"DECISION_API_KEY": " \t "}, timeout=60)
+    assert finished.returncode == 2
+    assert "DECISION_API_KEY: only whitespace" in _one_line(finished)

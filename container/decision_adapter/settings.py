@@ -150,6 +150,9 @@ class Settings(BaseModel):
         sources: dict[str, str] = {}
         for field in cls.model_fields:
             for name in environment_names(field):
+                if field in SECRETS and environ.get(name) and not environ[name].strip():
+                    # Unset turns authentication off: a key of spaces must not do so silently.
+                    raise SettingsError(f"{name}: only whitespace; set a key, or unset it")
                 if environ.get(name, "").strip():
                     values[field] = environ[name].strip()
                     sources[field] = name
@@ -161,6 +164,9 @@ class Settings(BaseModel):
             field = str(first["loc"][0])
             name = sources.get(field, field)
             raise SettingsError(f"{name}={values.get(field)!r}: {first['msg']}") from None
+
+
+SECRETS = {"api_key"}
 
 
 def environment_names(field: str) -> tuple[str, ...]:
