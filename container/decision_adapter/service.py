@@ -280,7 +280,9 @@ class DecisionService:
                 top_k=chat.top_k,
                 seed=seed,
             )
-            stops = chat.stop or self.renderer.chat_stops
+            # The client's stops add to the prompt's own: without "\nUser:" a completion-mode
+            # model writes the user's next turn itself.
+            stops = [*self.renderer.chat_stops, *(chat.stop or [])]
             log_probs = (
                 None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
             )
