@@ -236,3 +236,30 @@ def test_a_body_over_its_time_bound_fails_whole_then_is_refused_up_front(bounded
         len(answers(httpx.post(bounded.url + "/invocations", content=many_lines(2), headers=JSONL)))
         == 2
     )
+
+
+def test_lines_get_the_errors_their_bodies_get_alone(adapter):
+    def alone(raw: bytes) -> httpx.Response:
+        return httpx.post(
+            adapter.url + "/invocations",
+            content=raw,
+            headers={"Content-Type": "application/json"},
+            timeout=60,
+        )
+
+    # Raw surrogate bytes (CESU-8) in a state: named where they are, alone as in a line.
+    surrogate = json.dumps({"decision": decision("s", state="@")}).encode()
+    surrogate = surrogate.replace(b"@", "\ud800".encode("utf-8", "surrogatepass"))
+    chat = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+    body = b"\n".join([surrogate, chat, b'{"decision": 1,}']) + b"\n"
+    got = answers(httpx.post(adapter.url + "/invocations", content=body, headers=JSONL))
+    assert got[0]["field"] == alone(surrogate).json()["field"] == "decision.state"
+    assert got[0]["status"] == 400
+    # Chat is refused as README says, 415, as forcing format=chat on the body is.
+    assert (got[1]["status"], got[1]["error_type"]) == (415, "unsupported_media_type")
+    assert got[2]["error"].startswith("line 3: malformed JSON at column 16")
+    # One rule for encodings: UTF-8 (RFC 8259), alone as in lines.
+    utf16 = json.dumps({"decision": decision("u")}).encode("utf-16-le")
+    refused = alone(utf16)
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "body: UTF-16-LE is not accepted; send UTF-8"
