@@ -49,8 +49,9 @@ class DrainingServer(uvicorn.Server):
 
 def on_daemon_thread(function: Callable[[], T], name: str) -> asyncio.Future[T]:
     """`function()` on a thread that neither the shutdown nor the interpreter's exit waits for
-    (asyncio.to_thread's would be joined at exit): start-up work, such as checksumming a large
-    model, must not keep a SIGTERM'd process alive. Cancelling the future abandons the work."""
+    (asyncio.to_thread's would be joined at exit): checksumming a large model at start-up, or
+    one long tokenizer call in llama.cpp, must not keep a SIGTERM'd process alive. Cancelling
+    the future abandons the work."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 
