@@ -170,3 +170,97 @@ def _settled_rss(pid: int, until, within_s: float = 20) -> float:
     while not until(rss := _rss_mib(pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return rss
+
+
+BODY_TIMEOUT_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def deadline_adapter(tmp_path_factory):
+    """Short deadlines for heads and bodies, both under uvicorn's 5 s keep-alive timeout."""
+    with running_adapter(
+        tmp_path_factory.mktemp("deadlines"),
+        DECISION_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
+        DECISION_BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
+    ) as adapter:
+        yield adapter
+
+
+def _responses_until_closed(connection: socket.socket, *, trickle: float | None = None) -> bytes:
+    """Everything the server sends until it closes the connection; with `trickle`, one more
+    body byte every `trickle` seconds meanwhile (as a client dragging its body out would)."""
+    connection.settimeout(trickle or 30)
+    data = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            chunk = connection.recv(65536)
+        except TimeoutError:
+            connection.sendall(b"x")
+            continue
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"still open after 30 s, having sent {data!r}")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        # Answered at once, though its body has not arrived (/ping reads none).
+        b"GET /ping HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+        # Answered with a 408 once the body deadline passed.
+        b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n{",
+    ],
+    ids=["early-answer", "body-timeout"],
+)
+def test_a_body_still_trickling_after_its_answer_is_cut_off(deadline_adapter, head):
+    with _connect(deadline_adapter.url) as connection:
+        connection.sendall(head)
+        started = time.monotonic()
+        replies = _responses_until_closed(connection, trickle=0.5)
+        took = time.monotonic() - started
+    assert replies.count(b"HTTP/1.1 ") == 1, replies
+    # The answer, then at most one body deadline more: trickling bytes do not extend it.
+    assert took < 2 * BODY_TIMEOUT_S + 3, f"closed after {took:.1f} s"
+
+
+def test_a_body_ending_after_its_answer_starts_a_cycle_with_its_own_head_deadline(
+    deadline_adapter,
+):
+    with _connect(deadline_adapter.url) as connection:
+        connection.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
+        first = b""
+        while not first.endswith(b"}"):  # the whole answer: its head, then its JSON body
+            first += connection.recv(65536)
+        # Past the head deadline armed before the answer, within the body deadline after it.
+        time.sleep(HEADER_TIMEOUT_S + 0.3)
+        connection.sendall(b"x")
+        time.sleep(0.3)
+        connection.sendall(b"xGET /ping HTTP/1.1\r\nHo")  # the body's end, half a head
+        started = time.monotonic()
+        rest = _read_all(connection)
+        took = time.monotonic() - started
+    assert first.startswith(b"HTTP/1.1 200 ")
+    assert rest.startswith(b"HTTP/1.1 408 ") and b"DECISION_HEADER_TIMEOUT_S" in rest
+    assert took < HEADER_TIMEOUT_S + 3
+
+
+def test_an_idle_kept_alive_connection_is_closed_without_an_unprompted_408(deadline_adapter):
+    with _connect(deadline_adapter.url) as connection:
+        connection.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        replies = _responses_until_closed(connection)
+    assert replies.startswith(b"HTTP/1.1 200 ") and replies.count(b"HTTP/1.1 ") == 1, replies
+
+
+def test_a_request_head_over_16_kb_gets_a_json_400(deadline_adapter):
+    with _connect(deadline_adapter.url) as connection:
+        # Still incomplete past h11's 16 KiB: refused without waiting for the rest.
+        connection.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 17_000)
+        reply = _read_all(connection)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"Content-Type: application/json" in head
+    error = json.loads(body)
+    assert error["error"] == "request head: more than 16384 bytes"
+    assert error["error_type"] == "invalid_request" and error["retryable"] is False

@@ -6,6 +6,7 @@ documented, and every rejection a 4xx that names the field.
 
 from __future__ import annotations
 
+import json
 import os
 
 import httpx
@@ -134,3 +135,33 @@ def test_max_chat_tokens_is_the_default_and_the_cap(fuzz_adapter):
         fuzz_adapter.url + "/v1/chat/completions", json={**chat, "max_tokens": cap}, timeout=60
     )
     assert at_cap.status_code == 200
+
+
+def test_the_document_describes_json_lines_streams_and_refused_fields(fuzz_adapter):
+    document = httpx.get(fuzz_adapter.url + "/openapi.json").json()
+    invocations = document["paths"]["/invocations"]["post"]
+    assert "application/jsonlines" in invocations["requestBody"]["content"]
+    answered = invocations["responses"]["200"]["content"]
+    assert "application/jsonlines" in answered
+    # The stream's events are chunks the document describes, not an untyped string.
+    chunk = answered["text/event-stream"]["schema"]["contentSchema"]["$ref"].rsplit("/", 1)[1]
+    assert document["components"]["schemas"][chunk]["properties"]["object"] == {
+        "const": "chat.completion.chunk"
+    }
+    chat = document["components"]["schemas"]["ChatRequest"]["properties"]
+    assert chat["tools"]["type"] == "null" and chat["stream"]["type"] == "boolean"
+    message = document["components"]["schemas"]["ChatMessage"]["properties"]
+    assert message["tool_calls"]["type"] == "null" and message["name"]["type"] == "null"
+    # What it describes is served: a JSON Lines body of the documented example.
+    example = invocations["requestBody"]["content"]["application/json"]["examples"]["decision"]
+    line = json.dumps(example["value"]).encode() + b"\n"
+    response = httpx.post(
+        fuzz_adapter.url + "/invocations",
+        content=line * 2,
+        headers={"Content-Type": "application/jsonlines"},
+        timeout=60,
+    )
+    assert response.headers["content-type"] == "application/jsonlines"
+    assert [json.loads(answer)["result"]["id"] for answer in response.content.splitlines()] == [
+        "support-route"
+    ] * 2

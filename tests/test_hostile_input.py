@@ -159,3 +159,21 @@ def test_a_trailing_slash_is_not_redirected_to_the_clients_host(client):
     response = client.get("/v1/models/", headers={"Host": "evil.example"})
     assert response.status_code == 404
     assert "location" not in response.headers
+
+
+# Default-ignorable code points (Hangul fillers, variation selectors, a Mongolian one, a Khmer
+# vowel inherent, a combining grapheme joiner, a tag-plane selector) and the blank braille cell.
+INVISIBLE = ["\u3164", "\u115f", "\u1160", "\uffa0", "\u2800", "\u034f", "\ufe0f", "\u180b"]
+INVISIBLE += ["\u17b4", "\U000e0100"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE, ids=[f"U+{ord(c):04X}" for c in INVISIBLE])
+def test_invisible_characters_alone_are_blank_ids_and_questions(live, char):
+    response = live.post("/invocations", json=_decision(question=f" {char} "))
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "decision.question"
+    options = [{"id": char * 2}, {"id": "tech"}]
+    response = live.post("/invocations", json=_decision(options=options))
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "decision.options[0].id"
+    assert "visible character" in response.json()["error"]

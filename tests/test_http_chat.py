@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from launcher import wait_until
 from tests import bodies
 from tests.fake_service import app_client
 
@@ -90,6 +91,24 @@ def test_stop_strings_end_the_answer(client):
     assert stopped.choices[0].finish_reason == "stop"
 
 
+def test_a_clients_stop_strings_add_to_the_prompts_own(client):
+    # The bundled model's completion-mode prompt stops at "\nUser:", where it would go on to
+    # write the user's next turn itself; a client's own stop must not take that away.
+    request = dict(
+        model="gemma",
+        messages=[{"role": "user", "content": "What is 2+2?"}],
+        max_tokens=60,
+        temperature=0,
+    )
+    alone = client.chat.completions.create(**request).choices[0]
+    with_stop = client.chat.completions.create(stop=["@@@"], **request).choices[0]
+    assert alone.finish_reason == "stop" and "User:" not in alone.message.content
+    assert (with_stop.finish_reason, with_stop.message.content) == (
+        alone.finish_reason,
+        alone.message.content,
+    )
+
+
 def sampled_story(client, *, seed: int, top_k: int = 0) -> str:
     """A short answer sampled at a temperature where the seed and top_k show."""
     completion = client.chat.completions.create(
@@ -159,6 +178,46 @@ def test_bad_chat_requests_name_the_field(body, field):
     assert response.status_code == 422 and response.json()["field"] == field
 
 
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        # Strict types: no guessing what a string or a boolean meant.
+        ({"stream": "yes"}, "stream"),
+        ({"logprobs": "true"}, "logprobs"),
+        ({"n": True}, "n"),
+        ({"seed": True}, "seed"),
+        ({"max_tokens": "4"}, "max_tokens"),
+        ({"temperature": "0.5"}, "temperature"),
+        # Message fields that would change the answer if they were read: refused, not dropped.
+        ({"messages": [{**HI[0], "name": "alice"}]}, "messages[0].name"),
+        (
+            {"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "c"}]}]},
+            "messages[0].tool_calls",
+        ),
+        ({"messages": [{**HI[0], "tool_call_id": "c"}]}, "messages[0].tool_call_id"),
+        ({"messages": [{**HI[0], "mood": "curious"}]}, "messages[0].mood"),
+    ],
+)
+def test_chat_fields_are_strict_and_unused_message_fields_are_refused(adapter, changes, field):
+    body = {"messages": HI, "max_tokens": 1, **changes}
+    response = httpx.post(adapter.url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+
+
+def test_an_answer_echoed_back_into_the_conversation_is_accepted(client):
+    # The SDK's message object carries refusal, tool_calls, ... as null: those are no request.
+    request = dict(model="gemma", max_tokens=2, temperature=0, stop=["@@@"])
+    first = client.chat.completions.create(messages=HI, **request).choices[0].message
+    echoed = first.model_dump()
+    assert "refusal" in echoed and echoed["tool_calls"] is None
+    follow_up = HI + [echoed, {"role": "user", "content": "again"}]
+    assert client.chat.completions.create(messages=follow_up, **request).choices
+
+
 @pytest.mark.parametrize(
     "seed,expected", [(-1, None), (None, None), (0, 0), (2**32 - 2, 2**32 - 2)]
 )
@@ -184,7 +243,13 @@ def test_each_request_logs_one_json_line_with_its_id(adapter):
         json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
     )
     request_id = response.headers["x-request-id"]
-    lines = [json.loads(line) for line in adapter.log().splitlines() if request_id in line]
+
+    def logged() -> list[dict]:
+        return [json.loads(line) for line in adapter.log().splitlines() if request_id in line]
+
+    # The line is written once the response is sent: the client may read it first.
+    wait_until(lambda: logged(), timeout=30, what=f"a log line for {request_id}")
+    lines = logged()
     assert len(lines) == 1
     assert lines[0]["status"] == 200 and lines[0]["path"] == "/v1/chat/completions"
     assert lines[0]["duration_ms"] > 0 and lines[0]["completion_tokens"] >= 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import httpx
 import pytest
 
@@ -235,3 +237,18 @@ def test_stats_count_decodes_and_admissions(adapter):
     assert decoded == result["input_tokens"]
     assert after["engine"]["decode_seconds"] > before["engine"]["decode_seconds"]
     assert after["state_cache"]["misses"] == before["state_cache"]["misses"] + 1
+
+
+def test_a_state_in_nfd_or_with_a_final_newline_is_the_same_state(adapter):
+    composed = "Le caf\u00e9 a factur\u00e9 deux fois le m\u00eame repas."
+    variants = [composed, unicodedata.normalize("NFD", composed), composed + "\n", composed + " \n"]
+    results = [
+        httpx.post(
+            adapter.url + "/invocations",
+            json={"decision": decision(state=state)},
+            timeout=60,
+        ).json()["result"]
+        for state in variants
+    ]
+    assert len({r["prompt_sha256"] for r in results}) == 1
+    assert all(r["probabilities"] == results[0]["probabilities"] for r in results)

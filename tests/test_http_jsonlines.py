@@ -4,11 +4,14 @@ the live adapter on the real bundled model."""
 from __future__ import annotations
 
 import json
+import socket
+import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from launcher import running_adapter
+from launcher import running_adapter, wait_until
 from tests.adapter_process import model_held
 
 JSONL = {"Content-Type": "application/jsonlines"}
@@ -90,7 +93,11 @@ def test_mixed_lines_are_answered_in_order_good_ones_as_if_sent_alone(adapter):
             timeout=60,
         )
         assert 400 <= alone.status_code < 500
-        assert got[number - 1] == {**alone.json(), "line": number, "status": alone.status_code}
+        expected = {**alone.json(), "line": number, "status": alone.status_code}
+        if number == 2:  # malformed JSON: where it is in the body, where in the line
+            assert expected.pop("error").startswith("body: malformed JSON at line 1 column 29")
+            assert got[1].pop("error").startswith("line 2: malformed JSON at column 29")
+        assert got[number - 1] == expected
     assert got[1]["error_type"] == "invalid_json" and got[5]["field"] == "decision.options"
     assert got[4]["detail"][0]["loc"][:3] == ["body", "questions", "x"]
 
@@ -148,3 +155,111 @@ def test_limits_on_lines_and_bytes_are_413s_before_any_model_work(limited):
         )
         == 3
     )
+
+
+def many_lines(count: int) -> bytes:
+    """`count` decision lines about distinct states: none is scored from the state cache."""
+    return body_of(
+        {n: {"decision": decision(f"d{n}", state=f"Ticket {n}: {STATE}")} for n in range(count)}
+    )
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory):
+    """A body may hold the model for an hour, as in a batch transform job."""
+    with running_adapter(
+        tmp_path_factory.mktemp("patient"), DECISION_JSONLINES_TIMEOUT_S="3600"
+    ) as running:
+        yield running
+
+
+def test_a_client_that_leaves_mid_body_frees_the_model_at_the_next_line(patient):
+    adapter = patient
+    body = many_lines(400)  # a minute or more of scoring here
+    parts = urlsplit(adapter.url)
+    with socket.create_connection((parts.hostname, parts.port)) as connection:
+        connection.sendall(
+            b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/jsonlines\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        adapter.wait_until_in_flight(1)
+    left = time.monotonic()
+    adapter.wait_until_in_flight(0)
+    freed_after = time.monotonic() - left
+    assert freed_after < 10, f"the model was held {freed_after:.1f} s after the client left"
+    response = httpx.post(adapter.url + "/invocations", json={"decision": decision("next")})
+    assert response.status_code == 200
+    wait_until(lambda: "abandoned_at_line" in adapter.log(), what="the abandoned body's log line")
+    (logged,) = [
+        json.loads(line) for line in adapter.log().splitlines() if "abandoned_at_line" in line
+    ]
+    assert logged["status"] == 400 and 1 < logged["abandoned_at_line"] < 400
+
+
+BOUND_S = 5
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory):
+    with running_adapter(
+        tmp_path_factory.mktemp("bounded"), DECISION_JSONLINES_TIMEOUT_S=str(BOUND_S)
+    ) as running:
+        yield running
+
+
+def test_a_body_over_its_time_bound_fails_whole_then_is_refused_up_front(bounded):
+    body = many_lines(1000)
+    started = time.monotonic()
+    response = httpx.post(bounded.url + "/invocations", content=body, headers=JSONL, timeout=60)
+    took = time.monotonic() - started
+    # One retryable error for the whole body, no line's answer, at the bound (plus the line
+    # being scored then), not after all 1000 lines.
+    assert response.status_code == 503, response.text
+    error = response.json()
+    assert error["error_type"] == "jsonlines_timeout" and error["retryable"] is True
+    assert "DECISION_JSONLINES_TIMEOUT_S" in error["error"]
+    assert response.headers["retry-after"] == "1"
+    assert took < BOUND_S + 10, f"answered after {took:.1f} s"
+    bounded.wait_until_in_flight(0)
+    # Its lines scored so far set a pace at which 1000 lines cannot fit: refused before
+    # the model is admitted.
+    admitted = bounded.stats()["admission"]["admitted"]
+    response = httpx.post(bounded.url + "/invocations", content=body, headers=JSONL, timeout=60)
+    assert response.status_code == 413, response.text
+    error = response.json()
+    assert error["error_type"] == "too_many_lines" and error["field"] == "body"
+    assert error["error"].startswith("body: 1000 lines to score take at least ")
+    assert "(DECISION_JSONLINES_TIMEOUT_S)" in error["error"]
+    assert bounded.stats()["admission"]["admitted"] == admitted
+    # A body that fits is answered.
+    assert (
+        len(answers(httpx.post(bounded.url + "/invocations", content=many_lines(2), headers=JSONL)))
+        == 2
+    )
+
+
+def test_lines_get_the_errors_their_bodies_get_alone(adapter):
+    def alone(raw: bytes) -> httpx.Response:
+        return httpx.post(
+            adapter.url + "/invocations",
+            content=raw,
+            headers={"Content-Type": "application/json"},
+            timeout=60,
+        )
+
+    # Raw surrogate bytes (CESU-8) in a state: named where they are, alone as in a line.
+    surrogate = json.dumps({"decision": decision("s", state="@")}).encode()
+    surrogate = surrogate.replace(b"@", "\ud800".encode("utf-8", "surrogatepass"))
+    chat = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+    body = b"\n".join([surrogate, chat, b'{"decision": 1,}']) + b"\n"
+    got = answers(httpx.post(adapter.url + "/invocations", content=body, headers=JSONL))
+    assert got[0]["field"] == alone(surrogate).json()["field"] == "decision.state"
+    assert got[0]["status"] == 400
+    # Chat is refused as README says, 415, as forcing format=chat on the body is.
+    assert (got[1]["status"], got[1]["error_type"]) == (415, "unsupported_media_type")
+    assert got[2]["error"].startswith("line 3: malformed JSON at column 16")
+    # One rule for encodings: UTF-8 (RFC 8259), alone as in lines.
+    utf16 = json.dumps({"decision": decision("u")}).encode("utf-16-le")
+    refused = alone(utf16)
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "body: UTF-16-LE is not accepted; send UTF-8"

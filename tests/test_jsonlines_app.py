@@ -78,9 +78,14 @@ def test_every_line_is_answered_in_order_bad_ones_as_their_formats_error_objects
         "error_type": "invalid_json",
         "retryable": False,
     }
-    assert got[1]["error"].startswith("body: malformed JSON at line 1 column 2")
-    assert (got[3]["line"], got[3]["status"], got[3]["field"]) == (4, 422, "body")
-    assert "`questions` (System One)" in got[3]["error"] and "messages" not in got[3]["error"]
+    # The line, and the column within it: not "line 1" of a body of one line.
+    assert got[1]["error"].startswith("line 2: malformed JSON at column 2")
+    # Chat as a line is refused as forcing chat on the body is: a 415, not a shape 422.
+    assert (got[3]["line"], got[3]["status"], got[3]["field"]) == (4, 415, "body")
+    assert got[3]["error_type"] == "unsupported_media_type"
+    assert got[3]["error"] == (
+        "line 4: a chat body cannot be a JSON Lines line; lines hold decision or systemone bodies"
+    )
     # System One's own 422 shape, the decision format's own, each with its line.
     assert got[5]["status"] == 422 and got[5]["line"] == 6
     assert got[5]["detail"][0]["loc"][:3] == ["body", "questions", "ok"]
@@ -222,7 +227,9 @@ def test_a_forced_format_answers_every_line_and_its_errors_in_that_format(client
     assert got[0]["answers"]["ok"]["type"] == "noul"
     # System One answers malformed JSON as FastAPI does: a 422 in its validation shape.
     alone = client.post("/invocations", content=b"{", headers={ATTRIBUTES: "format=systemone"})
-    assert got[1] == {**alone.json(), "line": 2, "status": alone.status_code}
+    (error,) = alone.json()["detail"]
+    line_error = {**error, "msg": error["msg"].replace("body:", "line 2:").replace("line 1 ", "")}
+    assert got[1] == {"detail": [line_error], "line": 2, "status": alone.status_code}
     assert got[1]["detail"][0]["type"] == "invalid_json"
 
 

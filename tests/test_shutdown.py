@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from launcher import running_adapter
+from launcher import running_adapter, wait_until
 from tests.adapter_process import post_in_flight
+from tests.bodies import decision
 
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.
 pytestmark = pytest.mark.serial
@@ -86,3 +88,21 @@ def test_a_decision_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path)
         _exits_within_grace(adapter, sigterm_at)
     assert reply.result().status_code == 503, reply.result().text
     assert reply.result().json()["detail"]["error_type"] == "overloaded"
+
+
+def test_a_request_being_prepared_at_the_deadline_gets_a_503_and_the_exit_does_not_wait(tmp_path):
+    # Under the cheap bound (bytes / the longest token), so it is tokenized: one llama.cpp call
+    # of seconds here (byte-fallback tokens), which neither the answer nor the exit waits for.
+    body = decision("\U000f0000" * 98_000, "Which team?", ("data", "infra"))
+    with running_adapter(tmp_path, DECISION_GRACEFUL_SHUTDOWN_S=str(GRACE_S)) as adapter:
+        executor = ThreadPoolExecutor(max_workers=1)
+        reply = executor.submit(httpx.post, adapter.url + "/invocations", json=body, timeout=60)
+        executor.shutdown(wait=False)
+        wait_until(lambda: adapter.stats()["preparing"] == 1, what="a preparation running")
+        sigterm_at = _terminate(adapter)
+        response = reply.result()
+        _exits_within_grace(adapter, sigterm_at)
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()
+    assert error["retryable"] is True and "shutting down" in error["error"]

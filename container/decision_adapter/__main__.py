@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     protocol = guarded_protocol(
         max_connections=connection_limit(settings.max_connections),
         header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
         retry_after_s=settings.retry_after_s,
         metrics_endpoint=settings.metrics_endpoint,
     )

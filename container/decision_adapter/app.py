@@ -4,6 +4,7 @@ and errors answered in the format of the route that met them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -36,6 +37,7 @@ from .prompts import ChatTemplateError
 from .sagemaker import CUSTOM_ATTRIBUTES, EchoCustomAttributes, forced_format
 from .service import DecisionService
 from .settings import Settings
+from .shutdown import on_daemon_thread
 
 log = logging.getLogger("decision_adapter")
 
@@ -77,7 +79,9 @@ def error_parts(
         status, body = wire_format.error_body(
             503,
             str(error),
-            error_type="loading" if isinstance(error, Loading) else "overloaded",
+            error_type="loading"
+            if isinstance(error, Loading)
+            else getattr(error, "error_type", "overloaded"),
             retryable=True,
             retry_after_s=error.retry_after_s,
         )
@@ -191,9 +195,18 @@ async def _answer_lines(request: Request, forced: str | None) -> Response:
         forced=BY_NAME[forced] if forced is not None else None,
         max_lines=settings.max_jsonlines_lines,
         max_line_bytes=settings.max_body_bytes,
+        refused=(openai_chat.FORMAT,),
     )
     log = request.scope["state"]["log_fields"]
-    answers = await jsonlines.answer(lines, _service(request), log, _line_error)
+    answers = await jsonlines.answer(
+        lines,
+        _service(request),
+        log,
+        _line_error,
+        settings=settings,
+        pace=request.app.state.line_pace,
+        is_disconnected=request.is_disconnected,
+    )
     encoded = await asyncio.to_thread(jsonlines.encode, answers)
     return Response(encoded, media_type=jsonlines.MEDIA_TYPE)
 
@@ -310,11 +323,12 @@ def create_app(
     async def lifespan(app: Starlette):
         app.state.settings = settings
         app.state.service = None
+        app.state.line_pace = jsonlines.LinePace()
         limit_accept_error_logs(asyncio.get_running_loop())
 
         async def load() -> None:
             try:
-                service = await asyncio.to_thread(service_factory, settings)
+                service = await on_daemon_thread(lambda: service_factory(settings), "load")
                 app.state.service = service
                 engine = getattr(service, "engine", None)  # the in-process test service has none
                 log_model_loaded(service.identity.info, engine, settings.n_gpu_layers)
@@ -330,7 +344,10 @@ def create_app(
         try:
             yield
         finally:
-            await loader
+            if not loader.done():  # a SIGTERM while loading: the process exits without it
+                loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loader
             if app.state.service is not None:
                 app.state.service.close()
 

@@ -16,6 +16,8 @@ was fitted before readouts had names, on the letter readout.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -23,6 +25,9 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 CALIBRATION_FILENAME = "calibration.json"
+# A calibration file is a temperature, a readout and what its fitting recorded: kilobytes. A
+# larger file is not one, and reading it (or /dev/zero) would hold start-up.
+MAX_FILE_BYTES = 1 << 20
 
 # How a question's option scores are read (the scoring layer implements each; bench/results/
 # readout_study.md measured them): `letters`, the options listed with letter labels and the
@@ -86,25 +91,76 @@ def load_calibration(
 
 
 def _profile_for(profiles: Path, gguf_sha256: str) -> Calibration:
-    """The profile naming this GGUF's sha256; a profile that names none fits no model here."""
+    """The one profile naming this GGUF's sha256; a profile that names none fits no model here,
+    and one naming another GGUF is skipped whatever else it holds. A profile that cannot be read
+    might have been this model's: it stops the start-up, unless this model's profile is there."""
     if not profiles.is_dir():
         raise CalibrationError(f"DECISION_CALIBRATION_PROFILES: {profiles} is not a folder")
+    ours: list[Path] = []
+    broken: list[CalibrationError] = []
     for path in sorted(profiles.glob("*.json")):
-        if _parse(path).gguf_sha256 == gguf_sha256:
-            return _read(path, gguf_sha256)
+        try:
+            content = _json_of(path)
+            if _bound_elsewhere(content, gguf_sha256):
+                continue
+            if _validated(path, content).gguf_sha256 == gguf_sha256:
+                ours.append(path)
+        except CalibrationError as error:
+            broken.append(error)
+    if len(ours) > 1:
+        raise CalibrationError(
+            f"DECISION_CALIBRATION_PROFILES: {ours[0]} and {ours[1]} are both bound to the "
+            f"served GGUF (sha256 {gguf_sha256}); keep one"
+        )
+    if ours:
+        return _read(ours[0], gguf_sha256)
+    if broken:
+        raise broken[0]
     return Calibration()
 
 
-def _parse(path: Path) -> CalibrationFile:
+def _bound_elsewhere(content: Any, gguf_sha256: str) -> bool:
+    bound_to = content.get("gguf_sha256") if isinstance(content, dict) else None
+    return isinstance(bound_to, str) and bound_to != gguf_sha256
+
+
+def _file_text(path: Path) -> str:
+    """A regular file's text, at most MAX_FILE_BYTES. Opened without blocking, since opening a
+    FIFO blocks until a writer comes; then anything but a regular file is refused."""
     try:
-        return CalibrationFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, RecursionError) as error:  # deep nesting: RecursionError
-        if isinstance(error, ValidationError):
-            first = error.errors()[0]
-            detail = f"{'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}"
-        else:
-            detail = str(error)
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise CalibrationError(f"{path}: not a regular file")
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise CalibrationError(f"{path}: {error.strerror or error}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise CalibrationError(f"{path}: over {MAX_FILE_BYTES} bytes, not a calibration file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CalibrationError(f"{path}: not UTF-8 ({error.reason})") from None
+
+
+def _json_of(path: Path) -> Any:
+    text = _file_text(path)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:  # deep nesting: RecursionError
+        raise CalibrationError(f"{path}: {error}") from None
+
+
+def _validated(path: Path, content: Any) -> CalibrationFile:
+    try:
+        return CalibrationFile.model_validate(content)
+    except ValidationError as error:
+        first = error.errors()[0]
+        detail = f"{'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}"
         raise CalibrationError(f"{path}: {detail}") from None
+
+
+def _parse(path: Path) -> CalibrationFile:
+    return _validated(path, _json_of(path))
 
 
 def _read(path: Path, gguf_sha256: str) -> Calibration:

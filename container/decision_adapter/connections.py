@@ -1,10 +1,13 @@
 """Limits on connections that uvicorn leaves open-ended.
 
-uvicorn times out idle keep-alive connections, but not one that sends half a request head, and
-it accepts connections until the process runs out of file descriptors (asyncio then logs every
-failed accept()). So: each request head must arrive within a deadline (else 408 and close), open
-connections are capped below the descriptor limit (the next one gets a 503 and is closed at
-once), and the event loop logs running out of descriptors at most once per interval.
+uvicorn times out idle keep-alive connections, but not one that sends half a request head, nor
+one that trickles the rest of a body after its answer (any byte resets uvicorn's keep-alive
+timer), and it accepts connections until the process runs out of file descriptors (asyncio then
+logs every failed accept()). So: each request head must arrive within a deadline (else 408 and
+close), a body left unread after its answer must end within the body deadline (else the
+connection is closed), open connections are capped below the descriptor limit (the next one gets
+a 503 and is closed at once), and the event loop logs running out of descriptors at most once per
+interval.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from typing import Any
 
 import h11
+from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .metrics import ConnectionRefusals
@@ -28,6 +32,8 @@ log = logging.getLogger("decision_adapter")
 # listening socket, what libraries open.
 RESERVED_DESCRIPTORS = 64
 ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
+# What a connection waits for from its client; each phase gets its deadline as it begins.
+HEAD, REQUEST, UNREAD_BODY = "head", "request", "unread body"
 
 
 def _raw_response(
@@ -86,10 +92,12 @@ def guarded_protocol(
     *,
     max_connections: int,
     header_timeout_s: float,
+    body_timeout_s: float,
     retry_after_s: int,
     metrics_endpoint: str = "local",
 ) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a request-head deadline and a connection cap."""
+    """uvicorn's h11 protocol with a request-head deadline, a deadline for a body still arriving
+    after its answer, a connection cap, and JSON for the requests h11 cannot parse."""
     refusal = _raw_response(
         "503 Service Unavailable",
         f"too many open connections (at most {max_connections}, DECISION_MAX_CONNECTIONS); retry",
@@ -109,7 +117,9 @@ def guarded_protocol(
 
     class GuardedH11Protocol(H11Protocol):
         _refused = False
-        _head_deadline: asyncio.TimerHandle | None = None
+        _answered = False  # a response went out: the connection is a kept-alive one
+        _phase: str | None = None
+        _deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(self.connections) >= max_connections:
@@ -119,29 +129,75 @@ def guarded_protocol(
                 refusals.refused(self.loop)
                 return
             super().connection_made(transport)
-            self._arm_head_deadline()
+            self._watch()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if self._head_deadline is not None:
-                self._head_deadline.cancel()
+            if self._deadline is not None:
+                self._deadline.cancel()
             if not self._refused:
                 super().connection_lost(exc)
                 trimmer.soon(self.loop)
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm_head_deadline()  # the next request on this connection gets its own
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch()  # the end of an unread body starts the next request cycle
 
-        def _arm_head_deadline(self) -> None:
-            if self._head_deadline is not None:
-                self._head_deadline.cancel()
-            self._head_deadline = self.loop.call_later(header_timeout_s, self._head_overdue)
+        def on_response_complete(self) -> None:
+            self._answered = True
+            super().on_response_complete()
+            self._watch()
+
+        def send_400_response(self, msg: str) -> None:
+            # h11 could not parse the request: uvicorn answers plain text; every other
+            # refusal of this server is JSON.
+            buffered = len(self.conn.trailing_data[0])
+            limit = self.config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
+            if buffered > limit:
+                message = f"request head: more than {limit} bytes"
+            else:
+                message = "request head: not a valid HTTP/1.1 request"
+            self.transport.write(
+                _raw_response("400 Bad Request", message, "invalid_request", retryable=False)
+            )
+            self.transport.close()
+
+        def _watch(self) -> None:
+            """Arm the deadline of the phase the connection is in, as that phase begins."""
+            if self.transport.is_closing():
+                return
+            phase = self._current_phase()
+            if phase == self._phase:
+                return
+            self._phase = phase
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            if phase == HEAD:
+                self._deadline = self.loop.call_later(header_timeout_s, self._head_overdue)
+            elif phase == UNREAD_BODY:
+                self._deadline = self.loop.call_later(body_timeout_s, self._close)
+            # REQUEST: the route bounds its own body reading (DECISION_BODY_TIMEOUT_S) and work.
+
+        def _current_phase(self) -> str:
+            if self.conn.their_state is h11.IDLE:
+                return HEAD
+            if self.conn.our_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED):
+                return UNREAD_BODY  # answered (at once, or a 408/413) while the body arrives
+            return REQUEST
 
         def _head_overdue(self) -> None:
-            # IDLE on the client's side: no complete request head since the deadline was set.
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                self.transport.write(too_slow)
+            if self.transport.is_closing():
+                return
+            # A kept-alive connection with nothing of a next request is idle, not slow: it is
+            # closed as uvicorn's keep-alive timeout closes it, without an unprompted 408.
+            if self._answered and not self.conn.trailing_data[0]:
+                self._close()
+                return
+            self.transport.write(too_slow)
+            self.transport.close()
+
+        def _close(self) -> None:
+            if not self.transport.is_closing():
                 self.transport.close()
 
     return GuardedH11Protocol

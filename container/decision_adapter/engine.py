@@ -220,6 +220,8 @@ class Engine:
         return self._tokenize_bytes(text.encode("utf-8"), special=True)
 
     def _tokenize_bytes(self, data: bytes, *, special: bool = False) -> list[int]:
+        if self._interrupt_flag[0] != b"\0":  # shutting down: long texts go in many calls
+            raise EngineError("tokenizing interrupted: the server is shutting down")
         capacity = len(data) + 8
         buffer = (llama_cpp.llama_token * capacity)()
         count = llama_cpp.llama_tokenize(

@@ -77,22 +77,58 @@ def _reject(location: tuple, problem: str) -> None:
     )
 
 
-def parse_json(raw: bytes) -> Any:
-    """Strict JSON: no NaN/Infinity, no duplicate keys (either would silently lose data), and
-    only real text in strings."""
-    try:
-        body = json.loads(
-            raw, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
-        )
-    except json.JSONDecodeError as error:
+def json_text(raw: bytes, where: str = "body", *, bom_allowed: bool = True) -> str:
+    """A body's bytes as text. JSON between systems is UTF-8 (RFC 8259), a byte-order mark
+    starting it allowed; UTF-16 and UTF-32, which json.loads would guess from zero bytes, are
+    refused, alone as in JSON Lines (where a newline byte cannot split them). Encoded surrogates
+    pass, as json.loads lets them, to be refused naming their field (_check_values)."""
+    encoding = json.detect_encoding(raw)
+    if encoding == "utf-8-sig" and not bom_allowed:
+        encoding = "utf-8"  # the mark stays, and json.loads refuses it
+    if encoding not in ("utf-8", "utf-8-sig"):
         raise RequestError(
             400,
-            f"body: malformed JSON at line {error.lineno} column {error.colno}: " f"{error.msg}",
+            f"{where}: {encoding.upper()} is not accepted; send UTF-8",
+            field="body",
+            error_type="invalid_json",
+        )
+    try:
+        return raw.decode(encoding, "surrogatepass")
+    except UnicodeDecodeError as error:
+        raise RequestError(
+            400,
+            f"{where}: not UTF-8 at byte {error.start + 1} ({error.reason})",
+            field="body",
+            error_type="invalid_json",
+        ) from None
+
+
+def parse_json(raw: bytes, line: int | None = None) -> Any:
+    """Strict JSON: no NaN/Infinity, no duplicate keys (either would silently lose data), and
+    only real text in strings. `line`: the body is that line of a JSON Lines body, which its
+    errors name."""
+    where = "body" if line is None else f"line {line}"
+    text = json_text(raw, where, bom_allowed=line is None)
+    try:
+        body = json.loads(
+            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
+        )
+    except json.JSONDecodeError as error:
+        at = (
+            f"column {error.colno}"
+            if line is not None
+            else f"line {error.lineno} column {error.colno}"
+        )
+        raise RequestError(
+            400,
+            f"{where}: malformed JSON at {at}: {error.msg}",
             field="body",
             error_type="invalid_json",
         ) from None
     except (ValueError, RecursionError) as error:
-        raise RequestError(400, f"body: {error}", field="body", error_type="invalid_json") from None
+        raise RequestError(
+            400, f"{where}: {error}", field="body", error_type="invalid_json"
+        ) from None
     _check_values(body)
     return body
 
@@ -156,6 +192,7 @@ async def read_bytes(
             f"body: not received within {timeout_s:g} s (DECISION_BODY_TIMEOUT_S)",
             field="body",
             error_type="body_timeout",
+            headers={"Connection": "close"},  # the rest may still trickle in: not read
         ) from None
     except ClientDisconnect:
         raise RequestError(

@@ -5,14 +5,19 @@ body plus `line` and `status`) and the other lines are answered as if each came 
 
 The body's limits (bytes, lines) are checked before anything is parsed, and every line is parsed
 and validated before the model is admitted; then one admission holds the model for the whole
-body and the lines are scored one by one, so a batch is never interrupted by a 503 midway.
+body and the lines are scored one by one, so a batch never meets another request's 503 midway.
+Others wait meanwhile, so a body may hold the model for DECISION_JSONLINES_TIMEOUT_S at most
+(SageMaker's 60 s invocation timeout on an endpoint; a batch transform job raises it), and a
+client that left stops it at the next line.
 """
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import json
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +28,7 @@ from .contract import ModelService
 from .errors import RequestError
 from .formats.base import ADAPTER_ERRORS, Call, WireFormat, format_of
 from .http_body import parse_json
+from .settings import Settings
 
 MEDIA_TYPE = "application/jsonlines"
 # SageMaker's own spelling first; the other two are common elsewhere for the same thing.
@@ -80,11 +86,7 @@ def _line_body(number: int, raw: bytes, max_line_bytes: int) -> Any:
         )
     if not raw.strip():
         raise refuse(400, "blank; send one JSON object per line")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise refuse(400, f"not UTF-8 at byte {error.start + 1} ({error.reason})") from None
-    return parse_json(text)
+    return parse_json(raw, line=number)
 
 
 def parse(
@@ -94,48 +96,129 @@ def parse(
     forced: WireFormat | None,
     max_lines: int,
     max_line_bytes: int,
+    refused: Sequence[WireFormat] = (),
 ) -> list[Line]:
-    """Every line parsed and validated in the format its shape (or `forced`) names. CPU work:
-    run it off the event loop."""
+    """Every line parsed and validated in the format its shape (or `forced`) names; a line
+    shaped as one of `refused` is a 415, as forcing that format on the body is. CPU work: run
+    it off the event loop."""
     lines = []
     for number, text in enumerate(split(raw, max_lines), start=1):
         wire_format = forced or ADAPTER_ERRORS
         try:
             body = _line_body(number, text, max_line_bytes)
-            wire_format = forced or format_of(body, formats)
+            shape = forced or format_of(body, [*formats, *refused])
+            if shape in refused:
+                raise RequestError(
+                    415,
+                    f"line {number}: a {shape.name} body cannot be a JSON Lines line; lines "
+                    f"hold {' or '.join(f.name for f in formats)} bodies",
+                    field="body",
+                    error_type="unsupported_media_type",
+                )
+            wire_format = shape
             lines.append(Line(number, wire_format, request=wire_format.parse(body)))
         except (RequestError, ValidationError) as error:
             lines.append(Line(number, wire_format, error=error))
     return lines
 
 
+class BodyOverTime(Busy):
+    """The body held the model for its whole time bound before its last line was scored."""
+
+    error_type = "jsonlines_timeout"
+
+    def __init__(self, timeout_s: float, retry_after_s: int) -> None:
+        Exception.__init__(
+            self,
+            f"body: its lines held the model for {timeout_s:g} s (DECISION_JSONLINES_TIMEOUT_S) "
+            "before the last was scored; no line was answered. Retry it, send fewer lines, or "
+            "raise the setting where one body may hold the model longer (batch transform)",
+        )
+        self.retry_after_s = retry_after_s
+
+
+class LinePace:
+    """The fastest line this server has scored: a body of more lines than the time bound
+    leaves room for at that pace is over it before any is scored."""
+
+    def __init__(self) -> None:
+        self.fastest_s: float | None = None
+
+    def record(self, seconds: float) -> None:
+        if self.fastest_s is None or seconds < self.fastest_s:
+            self.fastest_s = seconds
+
+    def check(self, lines: int, timeout_s: float) -> None:
+        if self.fastest_s is None or lines * self.fastest_s <= timeout_s:
+            return
+        raise RequestError(
+            413,
+            f"body: {lines} lines to score take at least {lines * self.fastest_s:.1f} s at this "
+            f"server's fastest line ({self.fastest_s * 1000:.1f} ms), over the {timeout_s:g} s "
+            "one body may hold the model (DECISION_JSONLINES_TIMEOUT_S); send fewer lines",
+            field="body",
+            error_type="too_many_lines",
+        )
+
+
 async def answer(
-    lines: Sequence[Line], service: ModelService, log: dict[str, Any], error_body: ErrorBody
+    lines: Sequence[Line],
+    service: ModelService,
+    log: dict[str, Any],
+    error_body: ErrorBody,
+    *,
+    settings: Settings,
+    pace: LinePace,
+    is_disconnected: Callable[[], Awaitable[bool]] | None = None,
 ) -> list[dict[str, Any]]:
     """One answer per line, in order, under one admission when any line reaches the model.
-    Busy (the server shutting down mid-body) ends the whole body: retry it, not some lines."""
-    answers = []
+    Busy (the server shutting down mid-body, or the body over its time bound) ends the whole
+    body: retry it, not some lines. A client that left stops the scoring at the next line."""
+    answers: list[dict[str, Any]] = []
     failed = 0
 
     async def answer_line(line: Line) -> dict[str, Any]:
         nonlocal failed
         error = line.error
         if error is None:
+            started = time.perf_counter()
             try:
-                return await line.wire_format.answer(line.request, service, Call(log={}))
+                answered = await line.wire_format.answer(line.request, service, Call(log={}))
             except Busy:
                 raise
             except Exception as raised:  # noqa: BLE001 - error_body answers or re-raises it
                 error = raised
+            else:
+                pace.record(time.perf_counter() - started)
+                return answered
         failed += 1
         status, body = error_body(line.wire_format, error)
         return {**body, "line": line.number, "status": status}
 
-    if any(line.error is None for line in lines):
+    async def answer_all() -> None:
+        for line in lines:
+            if is_disconnected is not None and await is_disconnected():
+                log.update(abandoned_at_line=line.number)
+                raise RequestError(
+                    400,
+                    f"body: the client disconnected before line {line.number} was answered",
+                    field="body",
+                    error_type="client_disconnected",
+                )
+            answers.append(await answer_line(line))
+
+    to_score = sum(line.error is None for line in lines)
+    if to_score:
+        timeout_s = settings.jsonlines_timeout_s
+        pace.check(to_score, timeout_s)
         async with service.reserved():
-            answers = [await answer_line(line) for line in lines]
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await answer_all()
+            except TimeoutError:
+                raise BodyOverTime(timeout_s, settings.retry_after_s) from None
     else:
-        answers = [await answer_line(line) for line in lines]
+        await answer_all()
     log.update(kind="jsonlines", lines=len(lines), failed_lines=failed)
     return answers
 

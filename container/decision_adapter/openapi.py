@@ -54,6 +54,64 @@ SYSTEM_ONE_EXAMPLE = {
 CHAT_EXAMPLE = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 16}
 
 ANY_OBJECT = {"type": "object"}
+JSON_LINES = "application/jsonlines"
+JSON_LINES_BODY = {
+    "type": "string",
+    "contentMediaType": JSON_LINES,
+    "description": "JSON Lines (batch transform): one DecisionRequest or SystemOneRequest body "
+    "per line, UTF-8, \\n or \\r\\n between lines; a chat line is refused (415)",
+}
+JSON_LINES_ANSWERS = {
+    "type": "string",
+    "contentMediaType": JSON_LINES,
+    "description": "one line per input line, in order: that body's answer, or its error body "
+    "plus `line` and `status`",
+}
+# A chunk of a streamed chat completion, as each event's `data:` carries it.
+CHUNK = {
+    "type": "object",
+    "required": ["id", "object", "created", "model", "choices"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "chat.completion.chunk"},
+        "created": {"type": "integer"},
+        "model": {"type": "string"},
+        "choices": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "index": {"type": "integer"},
+                    "delta": {
+                        "type": "object",
+                        "properties": {
+                            "role": {"const": "assistant"},
+                            "content": {"type": "string"},
+                        },
+                    },
+                    "finish_reason": {"enum": ["stop", "length", None]},
+                    "logprobs": {"type": ["object", "null"]},
+                },
+            },
+        },
+        "usage": {
+            "type": "object",
+            "properties": {
+                "prompt_tokens": {"type": "integer"},
+                "completion_tokens": {"type": "integer"},
+                "total_tokens": {"type": "integer"},
+            },
+        },
+    },
+}
+EVENT_STREAM = {
+    "type": "string",
+    "contentMediaType": "text/event-stream",
+    "contentSchema": {"$ref": "#/components/schemas/ChatCompletionChunk"},
+    "description": "server-sent events: each `data:` a ChatCompletionChunk, then `data: [DONE]`; "
+    'a shutdown mid-stream sends `data: {"error": {message, type, retryable, retry_after_s}}` '
+    "before it",
+}
 ERROR = {
     "type": "object",
     "description": "`{error, error_type, field, retryable}`; on /v1/systemone "
@@ -68,7 +126,7 @@ def _json(schema: dict, examples: dict[str, Any] | None = None) -> dict:
     return {"content": {"application/json": content}}
 
 
-def _responses(ok: str, *codes: int, streams: bool = False) -> dict:
+def _responses(ok: str, *codes: int, streams: bool = False, json_lines: bool = False) -> dict:
     reasons = {
         400: "malformed JSON body",
         401: "missing or invalid API key",
@@ -81,7 +139,9 @@ def _responses(ok: str, *codes: int, streams: bool = False) -> dict:
     }
     responses = {"200": {"description": ok, **_json(ANY_OBJECT)}}
     if streams:  # chat with `stream: true`
-        responses["200"]["content"]["text/event-stream"] = {"schema": {"type": "string"}}
+        responses["200"]["content"]["text/event-stream"] = {"schema": EVENT_STREAM}
+    if json_lines:
+        responses["200"]["content"][JSON_LINES] = {"schema": JSON_LINES_ANSWERS}
     for code in codes:
         responses[str(code)] = {"description": reasons[code], **_json(ERROR)}
     return responses
@@ -138,7 +198,7 @@ def openapi_document() -> dict[str, Any]:
                     ],
                     "requestBody": {
                         "required": True,
-                        **_json(
+                        "content": _json(
                             {
                                 "anyOf": [
                                     ref["DecisionRequest"],
@@ -152,12 +212,14 @@ def openapi_document() -> dict[str, Any]:
                                 "systemone": SYSTEM_ONE_EXAMPLE,
                                 "chat": CHAT_EXAMPLE,
                             },
-                        ),
+                        )["content"]
+                        | {JSON_LINES: {"schema": JSON_LINES_BODY}},
                     },
                     "responses": _responses(
                         "result(s), System One answers or a chat completion",
                         *body_errors,
                         streams=True,
+                        json_lines=True,
                     ),
                 }
             },
@@ -216,7 +278,7 @@ def openapi_document() -> dict[str, Any]:
             },
         },
         "components": {
-            "schemas": definitions["$defs"],
+            "schemas": {**definitions["$defs"], "ChatCompletionChunk": CHUNK},
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

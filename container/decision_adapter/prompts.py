@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -60,10 +61,11 @@ class RenderedPrompt:
 
 
 def state_text(state: Any) -> str:
-    """A string state verbatim; a JSON state as indented JSON in the order it was sent."""
-    if isinstance(state, str):
-        return state
-    return json.dumps(state, ensure_ascii=False, indent=2)
+    """A string state as sent; a JSON state as indented JSON in the order it was sent. Either
+    in Unicode NFC and without trailing whitespace: a composed and a decomposed `é`, or a final
+    newline, read the same to a person and must not be two states with two answers."""
+    text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, indent=2)
+    return unicodedata.normalize("NFC", text).rstrip()
 
 
 class PromptRenderer:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from .admission import ModelRunner, OutOfTime
+from .admission import ModelRunner, OutOfTime, ShuttingDown
 from .budget import TokenBudget
 from .calibration import load_calibration
 from .contract import (
@@ -25,7 +24,7 @@ from .contract import (
     TextDelta,
     TokenChoice,
 )
-from .engine import DeadlinePassed, Engine, EngineConfig
+from .engine import DeadlinePassed, Engine, EngineConfig, EngineError
 from .generation import text_events
 from .identity import model_identity
 from .limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
@@ -33,6 +32,7 @@ from .model_files import load_model_file
 from .prompts import PromptRenderer, state_text
 from .scoring import ContentFreeScores, ScoringPlan, build_plan, score
 from .settings import Settings
+from .shutdown import on_daemon_thread
 from .state_cache import StateCache
 from .tokenizer import TokenLimitExceeded
 
@@ -86,11 +86,15 @@ class DecisionService:
             retry_after_s=settings.retry_after_s,
             grace_s=settings.slot_grace_ms / 1000,
         )
-        # Rendering and tokenizing run here, never on the event loop (100 KB of newlines cost
-        # llama.cpp seconds before UserTextTokenizer) nor on the model thread (a request over
-        # its budget must not hold the model). llama.cpp's tokenizer only reads the vocabulary,
-        # which decoding leaves alone, and releases the GIL.
-        self._prepare = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
+        # Rendering and tokenizing run on threads of their own, two at a time, never on the
+        # event loop (100 KB of newlines cost llama.cpp seconds before UserTextTokenizer) nor on
+        # the model thread (a request over its budget must not hold the model). llama.cpp's
+        # tokenizer only reads the vocabulary, which decoding leaves alone, and releases the
+        # GIL. The threads are daemons: one llama.cpp call can take seconds (393 KB of
+        # private-use characters: 3.4 s), and a shutdown does not wait for it.
+        self._prepare_slots = asyncio.Semaphore(2)
+        self._preparing = 0  # preparations whose thread still runs
+        self._stopping = asyncio.Event()  # the shutdown deadline: preparation ends too
         self.identity = model_identity(
             model_file,
             self.engine,
@@ -101,20 +105,54 @@ class DecisionService:
 
     def close(self) -> None:
         self.runner.close()
-        self._prepare.shutdown(wait=True)
-        self.engine.close()
+        if self._preparing == 0:  # else a thread still reads the vocabulary: the process exits
+            self.engine.close()
 
     def stop_work(self) -> None:
         """Shutdown deadline: end the model work in progress and refuse more."""
         self.runner.stop_work()
-        self.engine.interrupt()
+        self.engine.interrupt()  # tokenizing stops too, at its next call into llama.cpp
+        self._stopping.set()
 
     def reserved(self) -> AbstractAsyncContextManager[None]:
         """One admission for several `score` calls of this task (see ModelRunner.reserved)."""
         return self.runner.reserved()
 
     async def _prepared(self, function: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._prepare, function)
+        """`function()` on a preparation thread; at the shutdown deadline the request ends at
+        once with ShuttingDown (a 503 in its format), whatever the thread is still doing."""
+        slot = asyncio.ensure_future(self._prepare_slots.acquire())
+        try:
+            await self._unless_stopping(slot)
+        except BaseException:
+            if slot.done() and not slot.cancelled():
+                self._prepare_slots.release()
+            slot.cancel()
+            raise
+        work = on_daemon_thread(function, "prepare")
+        self._preparing += 1
+        work.add_done_callback(self._prepared_one)  # the slot is free when the thread is
+        try:
+            return await self._unless_stopping(work)
+        except EngineError:
+            if self._stopping.is_set():  # Engine.interrupt() stopped the tokenizer
+                raise ShuttingDown(self.settings.retry_after_s) from None
+            raise
+
+    async def _unless_stopping(self, future: asyncio.Future[T]) -> T:
+        """`future`'s result, or ShuttingDown as soon as the shutdown deadline comes."""
+        stopped = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({future, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if self._stopping.is_set():
+            raise ShuttingDown(self.settings.retry_after_s)
+        return future.result()
+
+    def _prepared_one(self, _: asyncio.Future) -> None:
+        self._preparing -= 1
+        self._prepare_slots.release()
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -122,6 +160,7 @@ class DecisionService:
             "content_free_scores": self.content_free.as_dict(),
             "engine": self.engine.stats.as_dict(),
             "admission": self.runner.counters(),
+            "preparing": self._preparing,
         }
 
     # --- scoring -----------------------------------------------------------------------
@@ -247,7 +286,9 @@ class DecisionService:
                 top_k=chat.top_k,
                 seed=seed,
             )
-            stops = chat.stop or self.renderer.chat_stops
+            # The client's stops add to the prompt's own: without "\nUser:" a completion-mode
+            # model writes the user's next turn itself.
+            stops = [*self.renderer.chat_stops, *(chat.stop or [])]
             log_probs = (
                 None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
             )

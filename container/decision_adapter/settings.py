@@ -90,6 +90,11 @@ class Settings(BaseModel):
     max_jsonlines_lines: int = from_env(
         "DECISION_MAX_JSONLINES_LINES", default=16_384, ge=1, le=1_000_000
     )
+    # How long one JSON Lines body may hold the model, others waiting: under SageMaker's 60 s
+    # invocation timeout on an endpoint; a batch transform job sets its own (up to an hour).
+    jsonlines_timeout_s: float = from_env(
+        "DECISION_JSONLINES_TIMEOUT_S", default=50.0, gt=0.0, le=3600.0
+    )
     # Prefilled states kept across requests; None: an eighth of this machine's memory, at most
     # 4 GiB (see state_cache_budget); 0 disables the cache.
     state_cache_bytes: int | None = from_env("DECISION_STATE_CACHE_BYTES", default=None, ge=0)
@@ -150,6 +155,9 @@ class Settings(BaseModel):
         sources: dict[str, str] = {}
         for field in cls.model_fields:
             for name in environment_names(field):
+                if field in SECRETS and environ.get(name) and not environ[name].strip():
+                    # Unset turns authentication off: a key of spaces must not do so silently.
+                    raise SettingsError(f"{name}: only whitespace; set a key, or unset it")
                 if environ.get(name, "").strip():
                     values[field] = environ[name].strip()
                     sources[field] = name
@@ -161,6 +169,9 @@ class Settings(BaseModel):
             field = str(first["loc"][0])
             name = sources.get(field, field)
             raise SettingsError(f"{name}={values.get(field)!r}: {first['msg']}") from None
+
+
+SECRETS = {"api_key"}
 
 
 def environment_names(field: str) -> tuple[str, ...]:

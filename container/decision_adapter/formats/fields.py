@@ -2,13 +2,15 @@
 
 Option names are written into the prompt, one per line: a newline in a name would add a line
 the model reads as another option, so names hold no control or line-separator characters.
-Blank means nothing visible: whitespace and invisible format characters (zero-width space,
-joiners, BOM) only. Names are compared after Unicode NFC normalization, since a composed and a
-decomposed `é` read the same to the model; they are rejected as duplicates, never rewritten.
+Blank means nothing visible: whitespace, format characters (zero-width space, joiners, BOM)
+and Unicode's default-ignorable code points (Hangul fillers, variation selectors, ...) only.
+Names are compared after Unicode NFC normalization, since a composed and a decomposed `é` read
+the same to the model; they are rejected as duplicates, never rewritten.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Annotated, Any
@@ -23,8 +25,25 @@ _INVISIBLE = {"Cf", "Zs", "Zl", "Zp", "Cc"}
 _LINE_BREAKING = {"Cc", "Zl", "Zp"}
 
 
+# Default_Ignorable_Code_Point, from Unicode's DerivedCoreProperties.txt (unchanged since
+# Unicode 14; Python's unicodedata does not expose it): code points a renderer shows as nothing,
+# the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0 among them.
+_DEFAULT_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+_BRAILLE_BLANK = "\u2800"  # a braille cell with no dots: a visible blank, not a letter
+
+
 def is_blank(text: str) -> bool:
-    return all(char.isspace() or unicodedata.category(char) in _INVISIBLE for char in text)
+    return all(
+        char.isspace()
+        or unicodedata.category(char) in _INVISIBLE
+        or char == _BRAILLE_BLANK
+        or _DEFAULT_IGNORABLE.match(char)
+        for char in text
+    )
 
 
 def _not_blank(text: str) -> str:

@@ -24,17 +24,45 @@ from ..contract import Chat, Generated, ModelService, SampledToken, TextDelta, T
 from ..limits import LimitExceeded
 from .base import Call, EventStream, WireFormat
 
+# Strict types throughout: "stream": "yes" or "n": true is a 422, not a guess, and the OpenAPI
+# schema says what the validators accept.
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def _refuse_unless_null(value: Any) -> None:
+    if value is not None:
+        raise ValueError("not supported by this server; remove the field")
+    return None
+
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     type: Literal["text"]
     text: StrictStr
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")  # name, tool_call_id, ... are accepted, not used
+# OpenAI message fields this server does not use: null (as an SDK echoes an answer back into
+# the conversation) or a 422 naming the field, never silently dropped.
+UNSUPPORTED_MESSAGE_FIELDS = (
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "function_call",
+    "refusal",
+    "audio",
+    "annotations",
+)
+
+
+class _MessageFields(BaseModel):
+    model_config = STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: StrictStr | list[TextPart]
+
+    @field_validator(*UNSUPPORTED_MESSAGE_FIELDS, mode="before", check_fields=False)
+    @classmethod
+    def _unsupported(cls, value: Any) -> None:
+        return _refuse_unless_null(value)
 
     @property
     def text(self) -> str:
@@ -74,10 +102,21 @@ IGNORED_FIELDS = (
 )
 
 
+def _null_fields(names: tuple[str, ...]) -> dict[str, Any]:
+    """Refused fields, declared so that the schema lists them (null only) and the 422 names
+    them."""
+    return {name: (None, Field(None, description="not supported")) for name in names}
+
+
+ChatMessage = create_model(
+    "ChatMessage", __base__=_MessageFields, **_null_fields(UNSUPPORTED_MESSAGE_FIELDS)
+)
+
+
 class _ChatFields(BaseModel):
     # Every field is named here or in UNSUPPORTED_FIELDS: one the schema does not know is a
     # 422 naming it.
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     model: StrictStr | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -106,12 +145,10 @@ class _ChatFields(BaseModel):
     prompt_cache_key: StrictStr | None = None
     safety_identifier: StrictStr | None = None
 
-    @field_validator(*UNSUPPORTED_FIELDS, check_fields=False)
+    @field_validator(*UNSUPPORTED_FIELDS, mode="before", check_fields=False)
     @classmethod
     def _unsupported(cls, value: Any) -> None:
-        if value is not None:
-            raise ValueError("not supported by this server; remove the field")
-        return None
+        return _refuse_unless_null(value)
 
     @field_validator("max_completion_tokens")
     @classmethod
@@ -156,12 +193,7 @@ class _ChatFields(BaseModel):
         return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
 
 
-# The refused fields are declared so that the schema lists them and the 422 names them.
-ChatRequest = create_model(
-    "ChatRequest",
-    __base__=_ChatFields,
-    **{name: (Any, Field(None, description="not supported")) for name in UNSUPPORTED_FIELDS},
-)
+ChatRequest = create_model("ChatRequest", __base__=_ChatFields, **_null_fields(UNSUPPORTED_FIELDS))
 
 
 def encode_models(names: list[str], release_date: str) -> dict[str, Any]:
