@@ -46,7 +46,9 @@ class FakeService:
         self.reservations = 0  # `reserved()` blocks entered
         self.closed = False
 
-    async def score(self, questions: Sequence[StateQuestion]) -> Scored:
+    async def score(
+        self, questions: Sequence[StateQuestion], *, refuse_unfit: bool = False
+    ) -> Scored:
         if self.fails_with is not None:
             raise self.fails_with
         self.scored.append(list(questions))

@@ -77,7 +77,7 @@ class Answer:
 class Scored:
     """A batch's answers in request order; each question's state group gives its timing."""
 
-    answers: list[Answer]
+    answers: list[Answer | None]  # None: refused, with `score(..., refuse_unfit=True)` only
     timings: list[dict[str, Any]]  # per question: the timing of its state's group
     input_tokens: int
     timing: dict[str, Any]  # the whole request's
@@ -153,7 +153,9 @@ class ModelService(Protocol):
 
     identity: ModelIdentity
 
-    async def score(self, questions: Sequence[StateQuestion]) -> Scored: ...
+    async def score(
+        self, questions: Sequence[StateQuestion], *, refuse_unfit: bool = False
+    ) -> Scored: ...
 
     def reserved(self) -> AbstractAsyncContextManager[None]:
         """Admit once; `score` calls inside the block (same task) run without admission."""

@@ -21,6 +21,7 @@ from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
 from .engine import Branch, Engine, log_partition
 from .prompts import CONTENT_FREE_STATE, PromptRenderer
 from .state_cache import StateCache
+from .tokenizer import TokenLimitExceeded
 
 PREFIX_SEQ = 0
 QUESTION_SEQ = 1  # every question suffix in turn; its branches take the sequences after it
@@ -218,14 +219,27 @@ def build_plan(
     limit: int | None = None,
     *,
     default_readout: str = BUILT_IN_READOUT,
+    unfit: list[int] | None = None,
 ) -> ScoringPlan:  # pragma: no mutate block
-    """Tokens of every question's prompt; a piece cheaply proved past `limit` stops it early."""
+    """Tokens of every question's prompt; a piece cheaply proved past `limit` stops it early.
+    Given `unfit`, a question that cannot fit beside the state within `limit` is left out of the
+    plan and its index appended there, instead of stopping the whole plan."""
     prefix_tokens = renderer.tokens(
         renderer.cloze(state, "").prefix, starts_prompt=True, limit=limit
     )
-    plans = [
-        _plan_question(renderer, state, q, q.readout or default_readout, limit) for q in questions
-    ]
+    plans = []
+    for index, q in enumerate(questions):
+        try:
+            plan = _plan_question(renderer, state, q, q.readout or default_readout, limit)
+        except TokenLimitExceeded:
+            if unfit is None:
+                raise
+            plan = None
+        fits = plan is not None and (limit is None or len(prefix_tokens) + plan.tokens <= limit)
+        if unfit is not None and not fits:
+            unfit.append(index)
+        else:
+            plans.append(plan)
     content_free = None
     if any(plan.readout == "calibrated" for plan in plans):
         content_free = renderer.tokens(
