@@ -40,6 +40,8 @@ CACHED_TARGET = 1.0  # (b): adapter cached follow-up / llama-server cached prefi
 GENERATION_TARGET = 0.9  # chat: adapter tokens/s / llama-server tokens/s, at least
 QUESTIONS_ON_STATE = 8
 CHAT_STOPS = ["\nUser:"]  # the adapter's own stop for a GGUF without a chat template
+# What most OpenAI clients send: top_p and nothing else; each side's defaults do the rest.
+SAMPLED_CHAT = {"top_p": 0.9, "seed": 7}
 
 
 @dataclass(frozen=True)
@@ -344,13 +346,23 @@ def _server_text(event: dict[str, Any]) -> bool:
 
 
 def chat(
-    sides: Sides, messages: list[dict[str, str]], tokens: list[int], max_tokens: int, repeats: int
+    sides: Sides,
+    messages: list[dict[str, str]],
+    tokens: list[int],
+    max_tokens: int,
+    repeats: int,
+    sampling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The same prompt tokens generated greedily on both sides: our /v1/chat/completions, and
+    """The same prompt tokens generated on both sides: our /v1/chat/completions, and
     llama-server's /completion over the tokens our chat renders (its chat endpoint would
-    template differently: this base model's GGUF has no chat template)."""
-    ours_body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    template differently: this base model's GGUF has no chat template). Greedily, or with the
+    same `sampling` fields on both, each side's defaults for the fields left out."""
     theirs_body = completion_body(tokens, n_predict=max_tokens, cache_prompt=False, stop=CHAT_STOPS)
+    ours_body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    if sampling is not None:
+        del ours_body["temperature"], theirs_body["temperature"]
+        ours_body |= sampling
+        theirs_body |= sampling
     chat_url = sides.adapter_url + "/v1/chat/completions"
     server_url = sides.server_url + "/completion"
     sides.caller.post(chat_url, {**ours_body, "max_tokens": 4})  # warm-up
@@ -396,6 +408,7 @@ def chat(
     return {
         "prompt_tokens": sorted(prompt_tokens),
         "same_prompt_tokens": prompt_tokens == {len(tokens)},
+        "sampling": sampling or {"temperature": 0},
         "max_tokens": max_tokens,
         "repeats": repeats,
         "adapter": ours,

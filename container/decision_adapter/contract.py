@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import sampling
 from .calibration import BUILT_IN_READOUT, READOUTS, Calibration, ReadoutName
 
 __all__ = ["BUILT_IN_READOUT", "READOUTS", "ReadoutName"]  # the formats name readouts from here
@@ -85,13 +86,14 @@ class Scored:
 
 @dataclass(frozen=True)
 class Chat:
-    """A conversation to continue, and how to sample the answer."""
+    """A conversation to continue, and how to sample the answer (llama-server's defaults)."""
 
     messages: list[tuple[str, str]]  # (role, text)
     max_tokens: int | None  # None: the configured cap
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float = sampling.TEMPERATURE
+    top_p: float = sampling.TOP_P
+    top_k: int = sampling.TOP_K
+    min_p: float = sampling.MIN_P
     seed: int | None = None
     stop: list[str] | None = None
     top_logprobs: int | None = None  # None: no log-probabilities; N: each token's and N others

@@ -255,6 +255,7 @@ class DecisionService:
                 temperature=chat.temperature,
                 top_p=chat.top_p,
                 top_k=chat.top_k,
+                min_p=chat.min_p,
                 seed=seed,
             )
             stops = chat.stop or self.renderer.chat_stops
