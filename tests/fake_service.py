@@ -134,6 +134,11 @@ def overload_bodies(retry_after_s: int) -> dict[str, str]:
             "questions": {"q": {"type": "noul", "instructions": "q?"}},
         },
         "chat": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1},
+        "decisions-openai": {
+            "model": "m",
+            "input": "s",
+            "questions": [{"type": "predicate", "instructions": "q?"}],
+        },
     }
     bodies = {}
     with app_client(lambda _: FakeService(fails_with=Busy(retry_after_s=retry_after_s))) as client:

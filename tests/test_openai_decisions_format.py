@@ -143,3 +143,28 @@ def test_an_image_in_the_input_asks_the_service_nothing(in_process):
     reply = in_process.post("/v1/decisions", json={**BODY, "input": image}).json()
     assert reply["answers"] == [{"type": "refusal", "name": None}]
     assert reply["usage"]["input_tokens"] == 0
+
+
+def test_with_a_key_a_missing_one_is_a_401_in_openais_shape(secured_in_process):
+    from tests.conftest import API_KEY
+
+    refused = secured_in_process.post("/v1/decisions", json=BODY)
+    assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+    assert refused.json()["error"]["code"] == "authentication_error"
+    keyed = secured_in_process.post(
+        "/v1/decisions", json=BODY, headers={"Authorization": f"Bearer {API_KEY}"}
+    )
+    assert keyed.status_code == 200
+
+
+def test_a_busy_model_is_a_retryable_503_saying_when_in_the_body_too():
+    from decision_adapter.admission import Busy
+
+    from tests.fake_service import FakeService, app_client
+
+    with app_client(lambda _: FakeService(fails_with=Busy(retry_after_s=4))) as client:
+        busy = client.post("/invocations", json=BODY)
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "4"
+    error = busy.json()["error"]
+    assert error["type"] == "server_error" and error["code"] == "overloaded"
+    assert error["retry_after_s"] == 4
