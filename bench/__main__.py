@@ -188,8 +188,8 @@ def run(plan: Plan, budget: Budget, build: Build) -> dict:
                     "chat_top_p",
                     lambda: side_by_side.chat(
                         sides,
-                        work.chat_messages,
-                        work.chat_tokens,
+                        work.story_messages,
+                        work.story_tokens,
                         plan.versus_chat_max_tokens,
                         plan.versus_chat_repeats,
                         side_by_side.SAMPLED_CHAT,

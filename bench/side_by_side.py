@@ -29,6 +29,7 @@ from bench.workloads import (
     OPTIONS,
     QUESTIONS,
     SHORT_STATE,
+    STORY_CHAT_MESSAGE,
     chat_tokens,
     decision,
     decision_prompt,
@@ -62,6 +63,8 @@ class Workload:
     cached_rounds: list[list[Asked]]  # (b) with our state cache on, a new state per round
     chat_messages: list[dict[str, str]]
     chat_tokens: list[int]
+    story_messages: list[dict[str, str]]  # the sampled chat's
+    story_tokens: list[int]
     labelled: list[Asked]
 
 
@@ -91,12 +94,15 @@ def prepare(renderer, state: str, rounds: int, examples: list[dict[str, Any]]) -
         ]
 
     messages = [{"role": "user", "content": LONG_CHAT_MESSAGE}]
+    story = [{"role": "user", "content": STORY_CHAT_MESSAGE}]
     return Workload(
         single=asked(renderer, decision(SHORT_STATE, QUESTIONS[0], options=OPTIONS)),
         shared_rounds=[round_of("Shared", r) for r in range(rounds)],
         cached_rounds=[round_of("Cached", r) for r in range(rounds)],
         chat_messages=messages,
         chat_tokens=chat_tokens(renderer, messages),
+        story_messages=story,
+        story_tokens=chat_tokens(renderer, story),
         labelled=[asked(renderer, item, i) for i, item in enumerate(examples)],
     )
 
@@ -519,6 +525,14 @@ def compare(
         "eight_questions_shared": eight_shared(sides, workload.shared_rounds),
         "chat": chat(
             sides, workload.chat_messages, workload.chat_tokens, chat_max_tokens, chat_repeats
+        ),
+        "chat_top_p": chat(
+            sides,
+            workload.story_messages,
+            workload.story_tokens,
+            chat_max_tokens,
+            chat_repeats,
+            SAMPLED_CHAT,
         ),
         "options": option_answers(sides, workload.labelled),
     }
