@@ -168,3 +168,18 @@ def test_a_busy_model_is_a_retryable_503_saying_when_in_the_body_too():
     error = busy.json()["error"]
     assert error["type"] == "server_error" and error["code"] == "overloaded"
     assert error["retry_after_s"] == 4
+
+
+def test_a_json_lines_body_may_hold_openai_decisions_lines(in_process):
+    import json
+
+    lines = [BODY, {**BODY, "questions": []}]
+    reply = in_process.post(
+        "/invocations",
+        content="\n".join(json.dumps(line) for line in lines).encode(),
+        headers={"Content-Type": "application/jsonlines"},
+    )
+    answered, refused = (json.loads(line) for line in reply.text.splitlines())
+    assert answered["answers"][0]["type"] == "predicate"
+    assert refused["status"] == 400 and refused["error"]["param"] == "questions"
+    assert refused["line"] == 2
