@@ -259,6 +259,22 @@ def test_a_tool_output_without_its_call_is_a_400(client):
     assert raised.value.param == "input[1].call_id"
 
 
+def test_an_input_that_leaves_no_room_is_a_400_naming_it(client):
+    with pytest.raises(openai.BadRequestError) as raised:
+        create(client, [PREDICATE], input="ab " * 9000)
+    assert raised.value.param == "input" and raised.value.code == "context_length_exceeded"
+
+
+def test_questions_that_fit_alone_but_not_together_are_a_400_naming_them(client):
+    """Each fits beside the input (so none is refused), but the request's budget, 8192 tokens,
+    holds the input once and every question: split them over requests."""
+    long_question = {**PREDICATE, "instructions": "Is it " + "very " * 2500 + "urgent?"}
+    with pytest.raises(openai.BadRequestError) as raised:
+        create(client, [long_question] * 4)
+    assert raised.value.param == "questions" and raised.value.code == "context_length_exceeded"
+    assert "limit is 8192" in raised.value.message
+
+
 def test_more_questions_than_decision_max_decisions_is_a_400(client):
     with pytest.raises(openai.BadRequestError) as raised:
         create(client, [PREDICATE] * 33)
