@@ -150,8 +150,9 @@ def openapi_document() -> dict[str, Any]:
             "/invocations": {
                 "post": {
                     "summary": (
-                        "SageMaker's route; the body's shape picks decision, System One or "
-                        "chat; an application/jsonlines body answers one line per line"
+                        "SageMaker's route; the body's shape picks decision, OpenAI decisions, "
+                        "System One or chat; an application/jsonlines body answers one line per "
+                        "line"
                     ),
                     "parameters": [
                         {
