@@ -17,6 +17,7 @@ import httpx
 from bench import side_by_side
 from bench.llama_server import start_beside
 from bench.llama_server_build import ensure_llama_server
+from bench.report import CHAT_VERSUS_SUFFIX
 from bench.timing import REQUEST_TIMEOUT_S, Caller
 from bench.workloads import LONG_CHAT_MESSAGE, STORY_CHAT_MESSAGE, THREADS, machine_name
 from launcher import running_adapter
@@ -75,7 +76,7 @@ def main() -> None:
                 )
     result["load_average_after"] = os.getloadavg()
     today = datetime.date.today().isoformat()
-    output = RESULTS / f"{today}-{machine_name()}-chat-versus.json"
+    output = RESULTS / f"{today}-{machine_name()}{CHAT_VERSUS_SUFFIX}"
     output.write_text(json.dumps(result, indent=2) + "\n")
     for key in ("chat", "chat_top_p"):
         ratio = result[key]["ratios"]["streamed_generation_tokens_per_s"]

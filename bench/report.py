@@ -12,15 +12,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 # bench.readout_cost's files are dated like a `make bench` result: `latest` passes over them.
 READOUT_COST_SUFFIX = "-readout-cost.json"
+CHAT_VERSUS_SUFFIX = "-chat-versus.json"  # bench.chat_versus: the chat rows alone
 
 
 def latest(results: Path = RESULTS) -> Path:
     """The newest `make bench` result, `<date>-<machine>.json`; other benchmarks' JSON files
-    (hostile bodies, overload, the readout cost row alone) live beside it."""
+    (hostile bodies, overload, the readout cost or chat rows alone) live beside it."""
     files = sorted(
         path
         for path in results.glob("[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]-*.json")
-        if not path.name.endswith(READOUT_COST_SUFFIX)
+        if not path.name.endswith((READOUT_COST_SUFFIX, CHAT_VERSUS_SUFFIX))
     )
     if not files:
         raise SystemExit("no results in bench/results/: run make bench")
