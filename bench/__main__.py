@@ -183,6 +183,20 @@ def run(plan: Plan, budget: Budget, build: Build) -> dict:
                 )
                 beside(
                     budget,
+                    "chat sampled with top_p 0.9, streamed and not",
+                    versus,
+                    "chat_top_p",
+                    lambda: side_by_side.chat(
+                        sides,
+                        work.story_messages,
+                        work.story_tokens,
+                        plan.versus_chat_max_tokens,
+                        plan.versus_chat_repeats,
+                        side_by_side.SAMPLED_CHAT,
+                    ),
+                )
+                beside(
+                    budget,
                     "options in its top-N over the labelled decisions",
                     versus,
                     "options",

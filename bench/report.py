@@ -12,15 +12,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 # bench.readout_cost's files are dated like a `make bench` result: `latest` passes over them.
 READOUT_COST_SUFFIX = "-readout-cost.json"
+CHAT_VERSUS_SUFFIX = "-chat-versus.json"  # bench.chat_versus: the chat rows alone
 
 
 def latest(results: Path = RESULTS) -> Path:
     """The newest `make bench` result, `<date>-<machine>.json`; other benchmarks' JSON files
-    (hostile bodies, overload, the readout cost row alone) live beside it."""
+    (hostile bodies, overload, the readout cost or chat rows alone) live beside it."""
     files = sorted(
         path
         for path in results.glob("[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]-*.json")
-        if not path.name.endswith(READOUT_COST_SUFFIX)
+        if not path.name.endswith((READOUT_COST_SUFFIX, CHAT_VERSUS_SUFFIX))
     )
     if not files:
         raise SystemExit("no results in bench/results/: run make bench")
@@ -182,21 +183,26 @@ def llama_server_table(versus: dict) -> list[str]:
             lines.append(
                 _phases_row("(b) a follow-up: where the time goes", c["follow_up_phases_median_ms"])
             )
-    chat = versus.get("chat")
-    if chat:
+    for key in ("chat", "chat_top_p"):
+        chat = versus.get(key)
+        if not chat:
+            continue
         ours, theirs, ratios = chat["adapter"], chat["llama_server"], chat["ratios"]
+        # The greedy row keeps its name; a sampled one says how it sampled.
+        how = ", ".join(f"{name} {value}" for name, value in chat.get("sampling", {}).items())
+        name = "chat" if key == "chat" else f"chat ({how})"
         lines += [
-            f"| chat, streamed: generation tokens/s ({chat['max_tokens']} tokens, "
+            f"| {name}, streamed: generation tokens/s ({chat['max_tokens']} tokens, "
             f"{chat['prompt_tokens'][0]}-token prompt) | "
             f"{ours['streamed_generation_tokens_per_s']:.1f} | "
             f"{theirs['streamed_generation_tokens_per_s']:.1f} | "
             f"{_x(ratios['streamed_generation_tokens_per_s'])} | "
             f"{_met(chat, '>=', 'target_min_generation')} |",
-            f"| chat, streamed: time to first token | "
+            f"| {name}, streamed: time to first token | "
             f"{ours['streamed_first_token_median_ms']:.0f} ms | "
             f"{theirs['streamed_first_token_median_ms']:.0f} ms | "
             f"{_x(ratios['streamed_first_token'])} | |",
-            f"| chat, not streamed: whole answer | {ours['whole_median_ms']:.0f} ms "
+            f"| {name}, not streamed: whole answer | {ours['whole_median_ms']:.0f} ms "
             f"({ours['whole_tokens_per_s']:.1f} tokens/s) | {theirs['whole_median_ms']:.0f} ms "
             f"({theirs['whole_tokens_per_s']:.1f} tokens/s) | {_x(ratios['whole_latency'])} | |",
         ]

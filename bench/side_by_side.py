@@ -29,6 +29,7 @@ from bench.workloads import (
     OPTIONS,
     QUESTIONS,
     SHORT_STATE,
+    STORY_CHAT_MESSAGE,
     chat_tokens,
     decision,
     decision_prompt,
@@ -40,6 +41,9 @@ CACHED_TARGET = 1.0  # (b): adapter cached follow-up / llama-server cached prefi
 GENERATION_TARGET = 0.9  # chat: adapter tokens/s / llama-server tokens/s, at least
 QUESTIONS_ON_STATE = 8
 CHAT_STOPS = ["\nUser:"]  # the adapter's own stop for a GGUF without a chat template
+# What most OpenAI clients send: top_p and nothing else; each side's defaults do the rest. The
+# seed is one whose story runs the whole max_tokens on the bundled model (most end sooner).
+SAMPLED_CHAT = {"top_p": 0.9, "seed": 6}
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ class Workload:
     cached_rounds: list[list[Asked]]  # (b) with our state cache on, a new state per round
     chat_messages: list[dict[str, str]]
     chat_tokens: list[int]
+    story_messages: list[dict[str, str]]  # the sampled chat's
+    story_tokens: list[int]
     labelled: list[Asked]
 
 
@@ -89,12 +95,15 @@ def prepare(renderer, state: str, rounds: int, examples: list[dict[str, Any]]) -
         ]
 
     messages = [{"role": "user", "content": LONG_CHAT_MESSAGE}]
+    story = [{"role": "user", "content": STORY_CHAT_MESSAGE}]
     return Workload(
         single=asked(renderer, decision(SHORT_STATE, QUESTIONS[0], options=OPTIONS)),
         shared_rounds=[round_of("Shared", r) for r in range(rounds)],
         cached_rounds=[round_of("Cached", r) for r in range(rounds)],
         chat_messages=messages,
         chat_tokens=chat_tokens(renderer, messages),
+        story_messages=story,
+        story_tokens=chat_tokens(renderer, story),
         labelled=[asked(renderer, item, i) for i, item in enumerate(examples)],
     )
 
@@ -344,13 +353,23 @@ def _server_text(event: dict[str, Any]) -> bool:
 
 
 def chat(
-    sides: Sides, messages: list[dict[str, str]], tokens: list[int], max_tokens: int, repeats: int
+    sides: Sides,
+    messages: list[dict[str, str]],
+    tokens: list[int],
+    max_tokens: int,
+    repeats: int,
+    sampling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The same prompt tokens generated greedily on both sides: our /v1/chat/completions, and
+    """The same prompt tokens generated on both sides: our /v1/chat/completions, and
     llama-server's /completion over the tokens our chat renders (its chat endpoint would
-    template differently: this base model's GGUF has no chat template)."""
-    ours_body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    template differently: this base model's GGUF has no chat template). Greedily, or with the
+    same `sampling` fields on both, each side's defaults for the fields left out."""
     theirs_body = completion_body(tokens, n_predict=max_tokens, cache_prompt=False, stop=CHAT_STOPS)
+    ours_body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    if sampling is not None:
+        del ours_body["temperature"], theirs_body["temperature"]
+        ours_body |= sampling
+        theirs_body |= sampling
     chat_url = sides.adapter_url + "/v1/chat/completions"
     server_url = sides.server_url + "/completion"
     sides.caller.post(chat_url, {**ours_body, "max_tokens": 4})  # warm-up
@@ -396,6 +415,7 @@ def chat(
     return {
         "prompt_tokens": sorted(prompt_tokens),
         "same_prompt_tokens": prompt_tokens == {len(tokens)},
+        "sampling": sampling or {"temperature": 0},
         "max_tokens": max_tokens,
         "repeats": repeats,
         "adapter": ours,
@@ -506,6 +526,14 @@ def compare(
         "eight_questions_shared": eight_shared(sides, workload.shared_rounds),
         "chat": chat(
             sides, workload.chat_messages, workload.chat_tokens, chat_max_tokens, chat_repeats
+        ),
+        "chat_top_p": chat(
+            sides,
+            workload.story_messages,
+            workload.story_tokens,
+            chat_max_tokens,
+            chat_repeats,
+            SAMPLED_CHAT,
         ),
         "options": option_answers(sides, workload.labelled),
     }

@@ -34,6 +34,9 @@ QUESTIONS = [
 ]
 # A chat prompt this base model answers at length (it counts on) rather than ending its turn.
 LONG_CHAT_MESSAGE = "Count from 1 to 1000: 1, 2, 3,"
+# A sampled chat's prompt: a story's next token has a flat distribution, where top_p alone would
+# sort the whole vocabulary (counting on is too sure of itself to show it).
+STORY_CHAT_MESSAGE = "Tell me a long story about a fox who learns to sail."
 # The prompt-length sweep uses the smallest decision (two bare options) so 64 tokens fits.
 LENGTH_QUESTION = "Is this urgent?"
 LENGTH_OPTIONS = [{"id": "yes"}, {"id": "no"}]

@@ -43,6 +43,7 @@ MODEL_FIXTURES = {"gemma_gguf", "engine", "renderer", "adapter", "secured_adapte
 # ends on short files, not on a long one while the other worker idles.
 LONG_FILES = {
     "test_state_cache.py": 110,
+    "test_openai_decisions.py": 70,
     "test_readouts.py": 60,
     "test_fuzz_api.py": 60,
     "test_budgets.py": 60,

@@ -46,7 +46,9 @@ class FakeService:
         self.reservations = 0  # `reserved()` blocks entered
         self.closed = False
 
-    async def score(self, questions: Sequence[StateQuestion]) -> Scored:
+    async def score(
+        self, questions: Sequence[StateQuestion], *, refuse_unfit: bool = False
+    ) -> Scored:
         if self.fails_with is not None:
             raise self.fails_with
         self.scored.append(list(questions))
@@ -132,6 +134,11 @@ def overload_bodies(retry_after_s: int) -> dict[str, str]:
             "questions": {"q": {"type": "noul", "instructions": "q?"}},
         },
         "chat": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1},
+        "decisions-openai": {
+            "model": "m",
+            "input": "s",
+            "questions": [{"type": "predicate", "instructions": "q?"}],
+        },
     }
     bodies = {}
     with app_client(lambda _: FakeService(fails_with=Busy(retry_after_s=retry_after_s))) as client:

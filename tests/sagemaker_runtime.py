@@ -1,7 +1,7 @@
 """SageMaker Runtime's InvokeEndpoint in front of a running adapter, for a real boto3 client.
 
 botocore builds the request and parses the reply as it does against AWS; in between, the
-request's body and content headers go to the adapter's /invocations (as SageMaker forwards
+request's body, content headers and custom attributes go to the adapter's /invocations (as SageMaker forwards
 them) and its answer comes back as InvokeEndpoint documents it: a 200 with the body and its
 Content-Type, any other status as a 424 ModelError carrying OriginalStatusCode and
 OriginalMessage, the container's own headers (Retry-After among them) dropped. The reply is
@@ -15,6 +15,7 @@ import io
 import json
 import re
 import urllib.parse
+from typing import Any
 
 import boto3
 import httpx
@@ -36,6 +37,10 @@ def _reply(url: str, status: int, headers: dict[str, str], body: bytes) -> AWSRe
     return AWSResponse(url, status, {**headers, "Content-Length": str(len(body))}, _Raw(body))
 
 
+# The request headers SageMaker passes on to the container; it strips every other.
+PASSED_ON = ("Content-Type", "Accept", "X-Amzn-SageMaker-Custom-Attributes")
+
+
 def runtime_in_front_of(adapter_url: str, invoked: list[str] | None = None):
     """A sagemaker-runtime client whose InvokeEndpoint reaches the adapter at `adapter_url`;
     the endpoint name of each call is appended to `invoked`."""
@@ -52,12 +57,16 @@ def runtime_in_front_of(adapter_url: str, invoked: list[str] | None = None):
         if invoked is not None:
             invoked.append(urllib.parse.unquote(endpoint))
         forwarded = {
-            k: request.headers[k] for k in ("Content-Type", "Accept") if k in request.headers
+            k: request.headers[k] for k in PASSED_ON if k in request.headers
         }
         answer = http.post(adapter_url + "/invocations", content=request.body, headers=forwarded)
         if answer.status_code == 200:
-            content_type = answer.headers.get("content-type", "application/json")
-            return _reply(request.url, 200, {"Content-Type": content_type}, answer.content)
+            passed_back = {"Content-Type": answer.headers.get("content-type", "application/json")}
+            if "x-amzn-sagemaker-custom-attributes" in answer.headers:
+                passed_back["X-Amzn-SageMaker-Custom-Attributes"] = answer.headers[
+                    "x-amzn-sagemaker-custom-attributes"
+                ]
+            return _reply(request.url, 200, passed_back, answer.content)
         side = "client" if answer.status_code < 500 else "server"
         error = {
             "ErrorCode": f"{side.upper()}_ERROR_FROM_MODEL",
@@ -73,3 +82,27 @@ def runtime_in_front_of(adapter_url: str, invoked: list[str] | None = None):
 
     client.meta.events.register("before-send.sagemaker-runtime.InvokeEndpoint", invoke_endpoint)
     return client
+
+
+def invoke_endpoint(
+    adapter_url: str, body: dict[str, Any], *, custom_attributes: str | None = None
+) -> tuple[int, Any, dict[str, Any]]:
+    """(the container's status, its JSON body, the InvokeEndpoint response's fields)."""
+    client = runtime_in_front_of(adapter_url)
+    call: dict[str, Any] = {
+        "EndpointName": "decisions",
+        "Body": json.dumps(body).encode(),
+        "ContentType": "application/json",
+        "Accept": "application/json",
+    }
+    if custom_attributes is not None:
+        call["CustomAttributes"] = custom_attributes
+    try:
+        response = client.invoke_endpoint(**call)
+    except client.exceptions.ModelError as error:
+        return (
+            error.response["OriginalStatusCode"],
+            json.loads(error.response["OriginalMessage"]),
+            {},
+        )
+    return 200, json.loads(response["Body"].read()), response

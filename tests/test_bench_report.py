@@ -10,6 +10,7 @@ def test_latest_is_the_newest_dated_bench_result(tmp_path: Path):
         "2026-11-29-x86_64-2cpu.json",
         "2026-11-30-x86_64-2cpu.json",
         "2026-12-01-x86_64-2cpu-readout-cost.json",  # bench.readout_cost, a day later
+        "2026-12-01-x86_64-2cpu-chat-versus.json",  # bench.chat_versus
         "hostile-bodies.json",
         "overload.json",
     ):
@@ -169,3 +170,19 @@ def test_the_header_says_what_the_budget_cut_short():
     assert cut.splitlines()[0].endswith(
         "The time budget cut these short of the plan: chat, concurrency."
     )
+
+
+def test_a_sampled_chat_row_says_how_it_sampled_beside_the_greedy_one():
+    from bench.report import llama_server_table
+
+    versus = _versus()
+    sampled = {**versus["chat"], "sampling": {"top_p": 0.9, "seed": 7}}
+    sampled["adapter"] = {**sampled["adapter"], "streamed_generation_tokens_per_s": 38.0}
+    sampled["ratios"] = {**sampled["ratios"], "streamed_generation_tokens_per_s": 0.884}
+    sampled["meets_target"] = False
+    table = "\n".join(llama_server_table({**versus, "chat_top_p": sampled}))
+    assert "| chat, streamed: generation tokens/s (64 tokens, 26-token prompt) |" in table
+    assert (
+        "| chat (top_p 0.9, seed 7), streamed: generation tokens/s (64 tokens, 26-token prompt) "
+        "| 38.0 | 43.0 | **0.88x** | >= 0.9 (missed) |"
+    ) in table

@@ -190,7 +190,7 @@ def test_sparse_client_errors_still_classify(response, message, status, body):
     assert (str(failure), failure.status, failure.body) == (message, status, body)
 
 
-@pytest.mark.parametrize("wire_format", ["decision", "systemone", "chat"])
+@pytest.mark.parametrize("wire_format", ["decision", "systemone", "chat", "decisions-openai"])
 def test_a_container_503_behind_sagemaker_carries_retry_after_in_its_body(runtime, wire_format):
     """InvokeEndpoint drops the container's Retry-After header; the adapter's body repeats it."""
     client, stubber = runtime

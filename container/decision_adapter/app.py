@@ -26,7 +26,7 @@ from .contract import ModelService
 from .engine import EngineError
 from .errors import RequestError
 from .execution_parameters import execution_parameters
-from .formats import decision, openai_chat, systemone
+from .formats import decision, openai_chat, openai_decisions, systemone
 from .formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
 from .http_body import media_type, read_bytes, read_json
 from .logs import RequestLog
@@ -45,6 +45,7 @@ log = logging.getLogger("decision_adapter")
 INVOCATION_FORMATS: tuple[WireFormat, ...] = (
     openai_chat.FORMAT,
     decision.FORMAT,
+    openai_decisions.FORMAT,  # before System One: both send `questions`
     systemone.FORMAT,
 )
 BY_NAME = {wire_format.name: wire_format for wire_format in INVOCATION_FORMATS}
@@ -161,7 +162,7 @@ async def invocations(request: Request) -> Response:
 
 
 # The formats a JSON Lines body's lines may be written in: chat answers are not one line each.
-LINE_FORMATS: tuple[WireFormat, ...] = (decision.FORMAT, systemone.FORMAT)
+LINE_FORMATS: tuple[WireFormat, ...] = (decision.FORMAT, openai_decisions.FORMAT, systemone.FORMAT)
 
 
 def _line_error(wire_format: WireFormat, error: Exception) -> tuple[int, dict[str, Any]]:
@@ -267,6 +268,11 @@ ROUTES = [
         methods=["POST"],
     ),
     Route("/v1/systemone", public(systemone.FORMAT, answering(systemone.FORMAT)), methods=["POST"]),
+    Route(
+        "/v1/decisions",
+        public(openai_decisions.FORMAT, answering(openai_decisions.FORMAT)),
+        methods=["POST"],
+    ),
     Route("/v1/models", public(systemone.FORMAT, models), methods=["GET"]),
     Route("/stats", public(ADAPTER_ERRORS, stats), methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),

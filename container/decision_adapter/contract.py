@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import sampling
 from .calibration import BUILT_IN_READOUT, READOUTS, Calibration, ReadoutName
 
 __all__ = ["BUILT_IN_READOUT", "READOUTS", "ReadoutName"]  # the formats name readouts from here
@@ -80,7 +81,7 @@ class Answer:
 class Scored:
     """A batch's answers in request order; each question's state group gives its timing."""
 
-    answers: list[Answer]
+    answers: list[Answer | None]  # None: refused, with `score(..., refuse_unfit=True)` only
     timings: list[dict[str, Any]]  # per question: the timing of its state's group
     input_tokens: int
     timing: dict[str, Any]  # the whole request's
@@ -88,13 +89,14 @@ class Scored:
 
 @dataclass(frozen=True)
 class Chat:
-    """A conversation to continue, and how to sample the answer."""
+    """A conversation to continue, and how to sample the answer (llama-server's defaults)."""
 
     messages: list[tuple[str, str]]  # (role, text)
     max_tokens: int | None  # None: the configured cap
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float = sampling.TEMPERATURE
+    top_p: float = sampling.TOP_P
+    top_k: int = sampling.TOP_K
+    min_p: float = sampling.MIN_P
     seed: int | None = None
     stop: list[str] | None = None
     top_logprobs: int | None = None  # None: no log-probabilities; N: each token's and N others
@@ -156,7 +158,9 @@ class ModelService(Protocol):
 
     identity: ModelIdentity
 
-    async def score(self, questions: Sequence[StateQuestion]) -> Scored: ...
+    async def score(
+        self, questions: Sequence[StateQuestion], *, refuse_unfit: bool = False
+    ) -> Scored: ...
 
     def reserved(self) -> AbstractAsyncContextManager[None]:
         """Admit once; `score` calls inside the block (same task) run without admission."""

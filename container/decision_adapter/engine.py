@@ -498,8 +498,10 @@ class Engine:
         top_p: float,
         top_k: int,
         seed: int,
+        min_p: float = 0.0,
     ) -> Iterator[int]:
-        """Sample tokens after `prompt` on sequence 0 until end-of-generation or max_tokens."""
+        """Sample tokens after `prompt` on sequence 0 until end-of-generation or max_tokens,
+        through llama-server's chain: top_k, top_p, min_p, temperature, draw (sampling.py)."""
         self.reset()
         sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         try:
@@ -515,6 +517,10 @@ class Engine:
                 llama_cpp.llama_sampler_chain_add(
                     sampler, llama_cpp.llama_sampler_init_top_p(top_p, 1)
                 )
+                if min_p > 0:
+                    llama_cpp.llama_sampler_chain_add(
+                        sampler, llama_cpp.llama_sampler_init_min_p(min_p, 1)
+                    )
                 llama_cpp.llama_sampler_chain_add(
                     sampler, llama_cpp.llama_sampler_init_temp(temperature)
                 )

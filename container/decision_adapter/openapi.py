@@ -10,6 +10,7 @@ from pydantic.json_schema import models_json_schema
 from . import __version__
 from .formats.decision import DecisionRequest
 from .formats.openai_chat import ChatRequest
+from .formats.openai_decisions import DecisionsRequest
 from .formats.systemone import SystemOneRequest
 
 DECISION_EXAMPLE = {
@@ -50,6 +51,29 @@ SYSTEM_ONE_EXAMPLE = {
         },
         "urgency": {"type": "score", "criteria": ["not urgent", "urgent", "critical"]},
     },
+}
+OPENAI_DECISIONS_EXAMPLE = {
+    "model": "gemma",
+    "input": [{"role": "user", "content": "Refund not received after 10 days."}],
+    "questions": [
+        {
+            "type": "predicate",
+            "name": "refund",
+            "instructions": "Does the customer ask for a refund?",
+        },
+        {
+            "type": "choice",
+            "name": "queue",
+            "instructions": "Which queue?",
+            "choices": [{"value": "billing"}, {"value": "shipping"}],
+        },
+        {
+            "type": "score",
+            "name": "urgency",
+            "instructions": "How urgent?",
+            "levels": [{"label": "low"}, {"label": "high"}],
+        },
+    ],
 }
 CHAT_EXAMPLE = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 16}
 
@@ -115,7 +139,8 @@ EVENT_STREAM = {
 ERROR = {
     "type": "object",
     "description": "`{error, error_type, field, retryable}`; on /v1/systemone "
-    "`{detail: [...]}` (422) or `{detail: {error_type, message}}`",
+    "`{detail: [...]}` (422) or `{detail: {error_type, message}}`; on /v1/decisions "
+    "OpenAI's `{error: {message, type, param, code}}`",
 }
 
 
@@ -154,12 +179,13 @@ def openapi_document() -> dict[str, Any]:
             (DecisionRequest, "validation"),
             (SystemOneRequest, "validation"),
             (ChatRequest, "validation"),
+            (DecisionsRequest, "validation"),
         ],
         ref_template="#/components/schemas/{model}",
     )
     ref = {
         name: {"$ref": f"#/components/schemas/{name}"}
-        for name in ("DecisionRequest", "SystemOneRequest", "ChatRequest")
+        for name in ("DecisionRequest", "SystemOneRequest", "ChatRequest", "DecisionsRequest")
     }
     body_errors = (400, 404, 408, 413, 415, 422, 503)
     authenticated = {"security": [{}, {"bearer": []}]}
@@ -184,8 +210,9 @@ def openapi_document() -> dict[str, Any]:
             "/invocations": {
                 "post": {
                     "summary": (
-                        "SageMaker's route; the body's shape picks decision, System One or "
-                        "chat; an application/jsonlines body answers one line per line"
+                        "SageMaker's route; the body's shape picks decision, OpenAI decisions, "
+                        "System One or chat; an application/jsonlines body answers one line per "
+                        "line"
                     ),
                     "parameters": [
                         {
@@ -193,7 +220,8 @@ def openapi_document() -> dict[str, Any]:
                             "in": "header",
                             "required": False,
                             "schema": {"type": "string"},
-                            "description": "`format=decision|systemone|chat` forces the format",
+                            "description": "`format=decision|decisions-openai|systemone|chat` "
+                            "forces the format",
                         }
                     ],
                     "requestBody": {
@@ -204,12 +232,14 @@ def openapi_document() -> dict[str, Any]:
                                     ref["DecisionRequest"],
                                     ref["SystemOneRequest"],
                                     ref["ChatRequest"],
+                                    ref["DecisionsRequest"],
                                 ]
                             },
                             {
                                 "decision": DECISION_EXAMPLE,
                                 "decisions": DECISIONS_EXAMPLE,
                                 "systemone": SYSTEM_ONE_EXAMPLE,
+                                "decisions-openai": OPENAI_DECISIONS_EXAMPLE,
                                 "chat": CHAT_EXAMPLE,
                             },
                         )["content"]
@@ -238,6 +268,31 @@ def openapi_document() -> dict[str, Any]:
                         **_json(ref["SystemOneRequest"], {"systemone": SYSTEM_ONE_EXAMPLE}),
                     },
                     "responses": _responses("answers and usage", 401, *body_errors),
+                    **authenticated,
+                }
+            },
+            "/v1/decisions": {
+                "post": {
+                    "summary": (
+                        "OpenAI's Decisions API: predicate, choice and score questions about one "
+                        "input (a string, or messages and tool calls)"
+                    ),
+                    "requestBody": {
+                        "required": True,
+                        **_json(
+                            ref["DecisionsRequest"], {"decisions-openai": OPENAI_DECISIONS_EXAMPLE}
+                        ),
+                    },
+                    # OpenAI's convention: every malformed request, validation included, is a 400.
+                    "responses": _responses(
+                        "answers in question order, refusals among them, and usage",
+                        400,
+                        401,
+                        408,
+                        413,
+                        415,
+                        503,
+                    ),
                     **authenticated,
                 }
             },

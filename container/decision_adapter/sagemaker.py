@@ -2,8 +2,8 @@
 
 SageMaker passes the caller's custom attributes to the container unchanged and returns the
 container's response header of the same name to the caller. We read `key=value` pairs from it
-(`format=systemone|decision|chat` forces a wire format on /invocations) and echo it on every
-response, so a caller can see that its attributes arrived.
+(`format=systemone|decision|decisions-openai|chat` forces a wire format on /invocations) and
+echo it on every response, so a caller can see that its attributes arrived.
 """
 
 from __future__ import annotations

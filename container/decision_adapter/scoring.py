@@ -241,6 +241,10 @@ def _plan_question(
     return QuestionPlan(readout, words, [reading(suffix, continuations)], prompt.sha256)
 
 
+class QuestionsOverBudget(TokenLimitExceeded):
+    """Every question fits beside the state alone, but not all of them together."""
+
+
 def build_plan(
     renderer: PromptRenderer,
     state: Any,
@@ -248,9 +252,12 @@ def build_plan(
     budget: TokenBudget | None = None,
     *,
     default_readout: str = BUILT_IN_READOUT,
+    unfit: list[int] | None = None,
 ) -> ScoringPlan:  # pragma: no mutate block
     """Tokens of every question's prompt, each pass a readout makes spent from `budget` (None:
-    no limit) as soon as it is known; TokenLimitExceeded at the first piece past it."""
+    no limit) as soon as it is known; TokenLimitExceeded at the first piece past it. Given
+    `unfit`, a question that cannot fit beside the state alone is left out of the plan and its
+    index appended there, instead of stopping the whole plan."""
     budget = budget or TokenBudget(sys.maxsize)
     prefix_tokens = renderer.tokens(
         renderer.cloze(state, "").prefix, starts_prompt=True, limit=budget.left
@@ -263,10 +270,25 @@ def build_plan(
             renderer.cloze(CONTENT_FREE_STATE, "").prefix, starts_prompt=True
         )
         budget.spend(len(content_free))
-    plans = [
-        _plan_question(renderer, state, q, readout, budget)
-        for q, readout in zip(questions, readouts)
-    ]
+    if unfit is None:
+        plans = [
+            _plan_question(renderer, state, q, readout, budget)
+            for q, readout in zip(questions, readouts)
+        ]
+        return ScoringPlan(prefix_tokens, plans, content_free)
+    plans = []
+    for index, (q, readout) in enumerate(zip(questions, readouts)):
+        # What the question would cost asked alone, beside the state (and its N/A pass).
+        alone = TokenBudget(budget.limit - len(prefix_tokens) - len(content_free or ()))
+        try:
+            plan = _plan_question(renderer, state, q, readout, alone)
+        except TokenLimitExceeded:
+            unfit.append(index)
+            continue
+        if alone.spent > budget.left:  # each fits alone, not all of them together
+            raise QuestionsOverBudget(budget.limit)
+        budget.spend(alone.spent)
+        plans.append(plan)
     return ScoringPlan(prefix_tokens, plans, content_free)
 
 

@@ -30,7 +30,7 @@ from .identity import model_identity
 from .limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
 from .model_files import load_model_file
 from .prompts import PromptRenderer, state_text
-from .scoring import ContentFreeScores, ScoringPlan, build_plan, score
+from .scoring import ContentFreeScores, QuestionsOverBudget, ScoringPlan, build_plan, score
 from .settings import Settings
 from .shutdown import on_daemon_thread
 from .state_cache import StateCache
@@ -164,10 +164,13 @@ class DecisionService:
         }
 
     # --- scoring -----------------------------------------------------------------------
-    async def score(self, questions: Sequence[StateQuestion]) -> Scored:
+    async def score(
+        self, questions: Sequence[StateQuestion], *, refuse_unfit: bool = False
+    ) -> Scored:
         """Limits, plans and budget, admission, then the engine. One group per distinct
         state: each is prefilled once and scored exactly as if it came alone, all in one model
-        job."""
+        job. `refuse_unfit`: a question that cannot fit beside its state is answered None (a
+        refusal) instead of failing the request; a state that leaves no room still fails it."""
         received = time.perf_counter()
         if len(questions) > self.settings.max_decisions:
             raise TooManyQuestions(len(questions), self.settings.max_decisions)
@@ -181,23 +184,38 @@ class DecisionService:
             for index, item in enumerate(questions):
                 groups.setdefault(state_text(item.state), []).append(index)
             budget = TokenBudget(limit)  # one for the whole request, every group spends from it
-            plans = [
-                build_plan(
+            kept, plans = [], []
+            for text, members in groups.items():
+                unfit: list[int] | None = [] if refuse_unfit else None
+                group_plan = build_plan(
                     self.renderer,
                     text,
                     [questions[i].question for i in members],
                     budget,
                     default_readout=self.identity.calibration.readout,
+                    unfit=unfit,
                 )
-                for text, members in groups.items()
-            ]
-            return list(groups.values()), plans
+                if refuse_unfit and len(group_plan.prefix_tokens) >= limit:
+                    raise over_token_budget("state", len(group_plan.prefix_tokens), limit)
+                if unfit:  # the refused: not in the plan, their answers stay None
+                    refused = set(unfit)
+                    members = [m for k, m in enumerate(members) if k not in refused]
+                if members:
+                    kept.append(members)
+                    plans.append(group_plan)
+            return kept, plans
 
         try:
             members, plans = await self._prepared(plan)
-        except TokenLimitExceeded:
+        except QuestionsOverBudget:
             raise over_token_budget("questions", None, limit) from None
+        except TokenLimitExceeded:
+            # Refusing unfit questions, only a state can be proved too long here.
+            raise over_token_budget("state" if refuse_unfit else "questions", None, limit) from None
         needed = sum(plan.total_tokens for plan in plans)
+        if not plans:  # every question refused: nothing for the model to do
+            timing = {"prepare_ms": _ms(received), "state_cache": "off", "prefix_tokens": 0}
+            return Scored([None] * len(questions), [{}] * len(questions), 0, timing)
         prepared_ms = _ms(received)
 
         deadline_s = self.settings.scoring_deadline_s
@@ -284,6 +302,7 @@ class DecisionService:
                 temperature=chat.temperature,
                 top_p=chat.top_p,
                 top_k=chat.top_k,
+                min_p=chat.min_p,
                 seed=seed,
             )
             # The client's stops add to the prompt's own: without "\nUser:" a completion-mode

@@ -49,6 +49,10 @@ class WireFormat:
         self.name, self.schema = name, schema
         self.shape_keys, self.shape_text = shape_keys, shape_text
 
+    def matches(self, body: dict[str, Any]) -> bool:
+        """Whether a body's shape says it is written in this format."""
+        return any(key in body for key in self.shape_keys)
+
     def parse(self, body: Any) -> BaseModel:
         if not isinstance(body, dict):
             raise RequestError(422, "body: expected a JSON object", field="body")
@@ -101,7 +105,7 @@ def format_of(body: Any, formats: Sequence[WireFormat]) -> WireFormat:
     """The one of `formats` that a body's shape says it is written in."""
     if isinstance(body, dict):
         for wire_format in formats:
-            if any(key in body for key in wire_format.shape_keys):
+            if wire_format.matches(body):
                 return wire_format
     shapes = [wire_format.shape_text for wire_format in formats]
     raise RequestError(

@@ -19,6 +19,7 @@ from pydantic import (
     field_validator,
 )
 
+from .. import sampling
 from ..admission import ShuttingDown
 from ..contract import Chat, Generated, ModelService, SampledToken, TextDelta, TokenChoice
 from ..limits import LimitExceeded
@@ -121,9 +122,11 @@ class _ChatFields(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
+    # Left out: llama-server's defaults and its chain, top_k first (sampling.py).
+    temperature: float = Field(sampling.TEMPERATURE, ge=0.0, le=2.0)
+    top_p: float = Field(sampling.TOP_P, gt=0.0, le=1.0)
+    top_k: int = Field(sampling.TOP_K, ge=0)
+    min_p: float = Field(sampling.MIN_P, ge=0.0, le=1.0)
     # llama.cpp's sampler takes a 32-bit seed and reads its largest value as "pick one at
     # random": a seed outside that range would be wrapped or ignored, not honoured. -1 asks for
     # a random seed, as llama-server reads it.
@@ -181,6 +184,7 @@ class _ChatFields(BaseModel):
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
+            min_p=self.min_p,
             seed=None if self.seed == -1 else self.seed,  # None: a fresh seed per request
             stop=self.stop,
             top_logprobs=(self.top_logprobs or 0) if self.logprobs else None,

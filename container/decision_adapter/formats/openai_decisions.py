@@ -1,0 +1,578 @@
+"""OpenAI's Decisions API (`POST /v1/decisions`, the SDK's `client.decisions.create`).
+
+The contract is the official SDK's own types (`openai/types/decision_create_params.py` and
+`decision.py`). Each question is scored as the System One question it corresponds to
+(predicate as noul, choice as choice, score as score), on the same state: `input` becomes a
+System One state (a string, or messages and tool calls as structured JSON) and is rendered by
+System One's renderer, prefilled once and shared by every question. A question the model cannot
+read (an image; its own tokens do not fit beside the input) is answered with a refusal, the
+others still answered. Errors are OpenAI's `{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import unicodedata
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictStr,
+    Tag,
+    ValidationError,
+)
+
+from ..contract import MAX_OPTIONS, Answer, ModelIdentity, ModelService, StateQuestion
+from ..errors import RequestError, field_path
+from ..limits import LimitExceeded, TooManyQuestions
+from .base import Call, WireFormat
+from .fields import NonBlank, OptionName
+from .systemone import (
+    MAX_SCORE_LEVELS,
+    ChoiceQuestion,
+    NoulQuestion,
+    ScoreQuestion,
+    choice_confidence,
+    score_confidence,
+)
+
+log = logging.getLogger("decision_adapter")
+
+MAX_QUESTIONS = 400  # the SDK's own bound; DECISION_MAX_DECISIONS is the served one
+
+
+class _Closed(BaseModel):
+    # As the chat route: a field this server does not know is refused, never ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- content parts -------------------------------------------------------------------------
+class CacheBreakpoint(_Closed):
+    mode: Literal["explicit"]
+
+
+class InputText(_Closed):
+    type: Literal["input_text"]
+    text: StrictStr
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
+
+
+class InputImage(_Closed):
+    type: Literal["input_image"]
+    image_url: StrictStr
+    detail: Literal["low", "high", "auto", "original"] | None = None
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
+
+
+class InputJson(_Closed):
+    type: Literal["input_json"]
+    data: dict[StrictStr, Any] | list[dict[StrictStr, Any]]
+
+
+class OutputText(_Closed):
+    type: Literal["output_text"]
+    text: StrictStr
+
+
+class RefusalPart(_Closed):
+    type: Literal["refusal"]
+    refusal: StrictStr
+
+
+UserPart = Annotated[InputText | InputImage | InputJson, Field(discriminator="type")]
+ToolOutputPart = Annotated[InputText | InputImage, Field(discriminator="type")]
+AssistantPart = Annotated[OutputText | RefusalPart, Field(discriminator="type")]
+Status = Literal["in_progress", "completed", "incomplete"]
+
+
+# --- input items -----------------------------------------------------------------------------
+class _Message(_Closed):
+    type: Literal["message"] | None = None
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+    content: StrictStr | list[UserPart]
+
+
+class DeveloperMessage(_Message):
+    role: Literal["developer"]
+    content: StrictStr | list[InputText]
+
+
+class SystemMessage(_Message):
+    role: Literal["system"]
+    content: StrictStr | list[InputText]
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"]
+    content: StrictStr | list[AssistantPart]
+    phase: Literal["commentary", "final_answer"] | None = None
+
+
+class _ToolItem(_Closed):
+    call_id: StrictStr
+    id: StrictStr | None = None
+    status: Status | None = None
+
+
+class FunctionCall(_ToolItem):
+    type: Literal["function_call"]
+    name: StrictStr
+    arguments: StrictStr
+    namespace: StrictStr | None = None
+
+
+class FunctionCallOutput(_ToolItem):
+    type: Literal["function_call_output"]
+    output: StrictStr | list[ToolOutputPart]
+
+
+class CustomToolCall(_ToolItem):
+    type: Literal["custom_tool_call"]
+    name: StrictStr
+    input: StrictStr
+    namespace: StrictStr | None = None
+
+
+class CustomToolCallOutput(_ToolItem):
+    type: Literal["custom_tool_call_output"]
+    output: StrictStr | list[ToolOutputPart]
+
+
+def _item_kind(item: Any) -> str | None:
+    """A message is told by its role, a tool item by its type (None: neither is a string)."""
+    if isinstance(item, dict):
+        kind = item.get("role") if "role" in item else item.get("type")
+    else:
+        kind = getattr(item, "role", None) or getattr(item, "type", None)
+    return kind if isinstance(kind, str) else None
+
+
+ITEM_KINDS = {
+    "user": UserMessage,
+    "developer": DeveloperMessage,
+    "system": SystemMessage,
+    "assistant": AssistantMessage,
+    "function_call": FunctionCall,
+    "function_call_output": FunctionCallOutput,
+    "custom_tool_call": CustomToolCall,
+    "custom_tool_call_output": CustomToolCallOutput,
+}
+InputItem = Annotated[
+    Annotated[UserMessage, Tag("user")]
+    | Annotated[DeveloperMessage, Tag("developer")]
+    | Annotated[SystemMessage, Tag("system")]
+    | Annotated[AssistantMessage, Tag("assistant")]
+    | Annotated[FunctionCall, Tag("function_call")]
+    | Annotated[FunctionCallOutput, Tag("function_call_output")]
+    | Annotated[CustomToolCall, Tag("custom_tool_call")]
+    | Annotated[CustomToolCallOutput, Tag("custom_tool_call_output")],
+    Discriminator(
+        _item_kind,
+        custom_error_type="invalid_input_item",
+        custom_error_message="expected a message (role user, developer, system or assistant) or "
+        "a function_call, function_call_output, custom_tool_call or custom_tool_call_output",
+    ),
+]
+TOOL_OUTPUTS = {
+    "function_call_output": "function_call",
+    "custom_tool_call_output": "custom_tool_call",
+}
+
+
+# --- questions -------------------------------------------------------------------------------
+Instructions = StrictStr | list[UserPart]
+
+
+class _Question(_Closed):
+    instructions: Instructions
+    name: StrictStr | None = None
+
+
+class Predicate(_Question):
+    type: Literal["predicate"]
+
+
+class Choice(_Closed):
+    # Typed: the string "true" and the boolean true are two choices.
+    value: OptionName | StrictBool
+    description: StrictStr | None = None
+
+
+class ChoiceQuestionParam(_Question):
+    type: Literal["choice"]
+    choices: list[Choice] = Field(min_length=2, max_length=MAX_OPTIONS)
+
+
+class Level(_Closed):
+    label: NonBlank
+    description: StrictStr | None = None
+
+
+class ScoreQuestionParam(_Question):
+    type: Literal["score"]
+    levels: list[Level] = Field(min_length=2, max_length=MAX_SCORE_LEVELS)
+
+
+QuestionParam = Annotated[
+    Predicate | ChoiceQuestionParam | ScoreQuestionParam, Field(discriminator="type")
+]
+
+
+class CacheOptions(_Closed):
+    mode: Literal["implicit", "explicit"] | None = None
+    ttl: Literal["30m"] | None = None
+
+
+class DecisionsRequest(_Closed):
+    model: StrictStr
+    input: StrictStr | list[InputItem] = Field(min_length=1)
+    questions: list[QuestionParam] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    # Accepted for the SDK's sake: the state cache is keyed by the input's exact tokens alone.
+    prompt_cache_key: StrictStr | None = None
+    prompt_cache_options: CacheOptions | None = None
+    safety_identifier: StrictStr | None = None  # logged with the request
+
+
+# --- input as a state ------------------------------------------------------------------------
+def _joined(values: list[Any]) -> Any:
+    """Parts as one text, one line per part (as chat joins them), unless some are JSON."""
+    if all(isinstance(value, str) for value in values):
+        return "\n".join(values)
+    return values
+
+
+def _part_value(part: BaseModel) -> Any:
+    if isinstance(part, (InputText, OutputText)):
+        return part.text
+    if isinstance(part, InputJson):
+        return part.data
+    if isinstance(part, RefusalPart):
+        return {"refusal": part.refusal}
+    raise AssertionError(f"an image part is refused before rendering: {part!r}")
+
+
+def _content(content: str | list[BaseModel]) -> Any:
+    return content if isinstance(content, str) else _joined([_part_value(p) for p in content])
+
+
+def _item_value(item: BaseModel) -> dict[str, Any]:
+    """What the model reads of an item: bookkeeping fields (ids, status, phase) left out."""
+    if isinstance(item, _Message):
+        return {"role": item.role, "content": _content(item.content)}
+    value: dict[str, Any] = {"type": item.type, "call_id": item.call_id}
+    if isinstance(item, (FunctionCall, CustomToolCall)):
+        if item.namespace is not None:
+            value["namespace"] = item.namespace
+        value["name"] = item.name
+        if isinstance(item, FunctionCall):
+            value["arguments"] = item.arguments
+        else:
+            value["input"] = item.input
+    else:
+        value["output"] = _content(item.output)
+    return value
+
+
+def input_state(given: str | list[BaseModel]) -> str | list[dict[str, Any]]:
+    """`input` as a System One state: a string as it is, messages and tool items as structured
+    JSON. One user message of text is the same state as that text sent as a string."""
+    if isinstance(given, str):
+        return given
+    items = [_item_value(item) for item in given]
+    if len(items) == 1 and items[0].get("role") == "user" and isinstance(items[0]["content"], str):
+        return items[0]["content"]
+    return items
+
+
+def _has_image(parts: Any) -> bool:
+    return isinstance(parts, list) and any(isinstance(part, InputImage) for part in parts)
+
+
+def input_has_image(given: str | list[BaseModel]) -> bool:
+    if isinstance(given, str):
+        return False
+    return any(
+        _has_image(getattr(item, "content", getattr(item, "output", None))) for item in given
+    )
+
+
+# --- questions as System One's ---------------------------------------------------------------
+def _instructions_text(instructions: str | list[BaseModel]) -> str:
+    if isinstance(instructions, str):
+        return instructions
+    values = [_part_value(part) for part in instructions]
+    return "\n".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
+
+
+def choice_names(choices: Sequence[Choice]) -> list[str]:
+    """How each choice is written into the prompt: strings as they are, booleans as `true` /
+    `false`; where a string would read like a boolean of the same question, every value is
+    written as JSON (`"true"` and `true`), so the model can tell them apart."""
+    plain = [c.value if isinstance(c.value, str) else json.dumps(c.value) for c in choices]
+    keys = [unicodedata.normalize("NFC", name) for name in plain]
+    if len(set(keys)) == len(keys):
+        return plain
+    return [json.dumps(c.value, ensure_ascii=False) for c in choices]
+
+
+def _level_text(level: Level) -> str:
+    return f"{level.label}: {level.description}" if level.description else level.label
+
+
+def system_one_question(question: BaseModel) -> NoulQuestion | ChoiceQuestion | ScoreQuestion:
+    text = _instructions_text(question.instructions)
+    if isinstance(question, Predicate):
+        return NoulQuestion(type="noul", instructions=text)
+    if isinstance(question, ChoiceQuestionParam):
+        names = choice_names(question.choices)
+        criteria = {name: c.description for name, c in zip(names, question.choices)}
+        return ChoiceQuestion(type="choice", instructions=text, criteria=criteria)
+    return ScoreQuestion(
+        type="score", instructions=text, criteria=[_level_text(lv) for lv in question.levels]
+    )
+
+
+# --- answers ---------------------------------------------------------------------------------
+def encode_answer(question: BaseModel, answer: Answer | None, model: ModelIdentity) -> dict:
+    if answer is None:
+        return {"type": "refusal", "name": question.name}
+    scores = answer.scores
+    probabilities = scores.probabilities(model.calibration.temperature_for(scores.strategy))
+    if isinstance(question, Predicate):
+        return {"type": "predicate", "name": question.name, "probability": float(probabilities[0])}
+    if isinstance(question, ChoiceQuestionParam):
+        values = [choice.value for choice in question.choices]
+        return {
+            "type": "choice",
+            "name": question.name,
+            "choice": values[int(np.argmax(probabilities))],
+            "probabilities": [
+                {"value": value, "probability": p}
+                for value, p in zip(values, probabilities.tolist())
+            ],
+            "confidence": choice_confidence(probabilities),
+        }
+    return {
+        "type": "score",
+        "name": question.name,
+        "score": float(np.arange(len(probabilities)) @ probabilities),
+        "probabilities": [
+            {"label": level.label, "value": value, "probability": p}
+            for value, (level, p) in enumerate(zip(question.levels, probabilities.tolist()))
+        ],
+        "confidence": score_confidence(probabilities),
+    }
+
+
+def encode_usage(input_tokens: int, timing: dict[str, Any]) -> dict[str, Any]:
+    """`cached_tokens`: the input's prefix when the state cache served it; a miss wrote it."""
+    prefix = timing.get("prefix_tokens", 0)
+    cache = timing.get("state_cache", "off")
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": prefix if cache == "hit" else 0,
+            "cache_write_tokens": prefix if cache == "miss" else 0,
+        },
+        "output_tokens": 0,  # scoring reads logits and generates nothing
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens,
+    }
+
+
+# --- errors ----------------------------------------------------------------------------------
+# What pydantic puts in a location besides fields and indexes: union members' tags and labels.
+_TAGS = set(ITEM_KINDS) | {
+    "predicate",
+    "choice",
+    "score",
+    "input_text",
+    "input_image",
+    "input_json",
+    "output_text",
+    "refusal",
+}
+
+
+def param_path(location: Sequence[Any]) -> str:
+    """pydantic's ('questions', 3, 'choice', 'choices', 1, 'value', 'str') ->
+    'questions[3].choices[1].value': the tag after an index and union labels dropped."""
+    kept: list[Any] = []
+    for position, part in enumerate(location):
+        after_index = position > 0 and isinstance(location[position - 1], int)
+        if isinstance(part, str) and (
+            (after_index and part in _TAGS) or part in {"str", "bool"} or "[" in part
+        ):
+            continue
+        kept.append(part)
+    return field_path(tuple(kept))
+
+
+def openai_error(
+    status: int, message: str, *, code: str, param: str | None, retry_after_s: int | None = None
+) -> tuple[int, dict[str, Any]]:
+    error: dict[str, Any] = {
+        "message": message,
+        "type": "server_error" if status >= 500 else "invalid_request_error",
+        "param": param,
+        "code": code,
+    }
+    if retry_after_s is not None:  # the Retry-After header, for clients that lose headers
+        error["retry_after_s"] = retry_after_s
+    return status, {"error": error}
+
+
+class DecisionsFormat(WireFormat):
+    def matches(self, body: dict[str, Any]) -> bool:
+        return "input" in body and isinstance(body.get("questions"), list)
+
+    def parse(self, body: Any) -> DecisionsRequest:
+        request = super().parse(body)
+        _check_tool_outputs(request.input)
+        for number, question in enumerate(request.questions):
+            where = f"questions[{number}]"
+            if isinstance(question, ChoiceQuestionParam):
+                # Typed: the string "true" and the boolean true are two choices.
+                keys = [(type(c.value), _nfc(c.value)) for c in question.choices]
+                _check_unique(keys, f"{where}.choices", "choice", "value")
+            if isinstance(question, ScoreQuestionParam):
+                labels = [_nfc(level.label) for level in question.levels]
+                _check_unique(labels, f"{where}.levels", "level", "label")
+        return request
+
+    async def answer(
+        self, request: DecisionsRequest, service: ModelService, call: Call
+    ) -> dict[str, Any]:
+        if request.safety_identifier is not None:
+            call.log["safety_identifier"] = request.safety_identifier
+        state = None if input_has_image(request.input) else input_state(request.input)
+        # An image cannot be read by a text model: its question, or every one, is refused.
+        readable = [
+            index
+            for index, question in enumerate(request.questions)
+            if state is not None and not _has_image(question.instructions)
+        ]
+        asked = [
+            StateQuestion(state, system_one_question(request.questions[i]).as_question())
+            for i in readable
+        ]
+        scored_answers: list[Answer | None] = []
+        input_tokens, timing = 0, {}
+        if asked:
+            try:
+                scored = await service.score(asked, refuse_unfit=True)
+            except TooManyQuestions as error:
+                raise error.at("questions", "questions") from None
+            except LimitExceeded as error:
+                raise error.at("input" if error.subject == "state" else "questions") from None
+            scored_answers, input_tokens, timing = (
+                scored.answers,
+                scored.input_tokens,
+                scored.timing,
+            )
+        answers: list[Answer | None] = [None] * len(request.questions)
+        for index, answer in zip(readable, scored_answers):
+            answers[index] = answer
+        call.log.update(
+            kind="decisions-openai",
+            questions=len(answers),
+            refusals=answers.count(None),
+            **timing,
+        )
+        model = service.identity
+        return {
+            "model": model.name,
+            "answers": [encode_answer(q, a, model) for q, a in zip(request.questions, answers)],
+            "usage": encode_usage(input_tokens, timing),
+        }
+
+    def error_body(
+        self,
+        status: int,
+        message: str,
+        *,
+        error_type: str,
+        field: str | None = None,
+        location: tuple | None = None,
+        retry_after_s: int | None = None,
+        **_: Any,
+    ) -> tuple[int, dict[str, Any]]:
+        # OpenAI answers a malformed request, a context overflow included, with a 400.
+        if status == 422 or error_type == "token_limit_exceeded":
+            status = 400
+        code = "context_length_exceeded" if error_type == "token_limit_exceeded" else error_type
+        param = field_path(location) if location else field
+        return openai_error(status, message, code=code, param=param, retry_after_s=retry_after_s)
+
+    def validation_error_body(self, error: ValidationError) -> tuple[int, dict[str, Any]]:
+        # A union reports every member's error: the deepest names what was meant, and where
+        # members fail at the same depth (a number for a string or a list) each is said.
+        errors = error.errors(include_url=False, include_input=False)
+        depth = max(len(e["loc"]) for e in errors)
+        deepest = [e for e in errors if len(e["loc"]) == depth]
+        param = param_path(deepest[0]["loc"]) or "body"
+        said = [e["msg"] for e in deepest if param_path(e["loc"]) == param]
+        message = "; or ".join(dict.fromkeys(said))
+        return openai_error(400, f"{param}: {message}", code="validation_error", param=param)
+
+
+def _first_repeat(keys: Sequence[Any]) -> int | None:
+    seen: set[Any] = set()
+    for index, key in enumerate(keys):
+        if key in seen:
+            return index
+        seen.add(key)
+    return None
+
+
+def _nfc(value: str | bool) -> str | bool:
+    return unicodedata.normalize("NFC", value) if isinstance(value, str) else value
+
+
+def _check_unique(keys: Sequence[Any], where: str, what: str, field: str) -> None:
+    """Refuse the first item whose key repeats an earlier one's, naming its field."""
+    index = _first_repeat(keys)
+    if index is not None:
+        at = f"{where}[{index}].{field}"
+        raise RequestError(
+            400,
+            f"{at}: repeats an earlier {what} (text is compared once Unicode-normalized, NFC); "
+            f"each {what} must be unique",
+            field=at,
+        )
+
+
+def _check_tool_outputs(given: str | list[BaseModel]) -> None:
+    """Each tool output answers an earlier call of its kind, found by its call_id."""
+    if isinstance(given, str):
+        return
+    calls: set[tuple[str, str]] = set()
+    for index, item in enumerate(given):
+        kind = getattr(item, "type", None)
+        if kind in ("function_call", "custom_tool_call"):
+            calls.add((kind, item.call_id))
+        elif kind in TOOL_OUTPUTS and (TOOL_OUTPUTS[kind], item.call_id) not in calls:
+            field = f"input[{index}].call_id"
+            raise RequestError(
+                400,
+                f"{field}: {item.call_id!r} matches no earlier {TOOL_OUTPUTS[kind]} in input",
+                field=field,
+            )
+
+
+FORMAT = DecisionsFormat(
+    "decisions-openai",
+    DecisionsRequest,
+    shape_keys=("input",),
+    shape_text="`input` and a `questions` list (OpenAI decisions)",
+)
