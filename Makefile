@@ -10,7 +10,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: run test rehearse bench synth deploy integ mutation clean
+.PHONY: run test models rehearse bench synth deploy integ mutation clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -37,11 +37,18 @@ run: $(VENV)/.runtime
 # The serial part collects only the files that use the marker (importing all of them: 4 s).
 SERIAL_FILES = $(shell grep -l "mark\.serial" tests/test_*.py)
 test: export PYTHONDONTWRITEBYTECODE :=
-test: $(VENV)/.dev node_modules/.package-lock.json
+test: $(VENV)/.dev node_modules/.package-lock.json models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(PYTHON) -m pytest -m serial $(SERIAL_FILES)
+
+# The suite's model matrix (README, The model matrix): tiny random-weight models of the families
+# users deploy, with their real vocabularies and chat templates, built by llama.cpp once per
+# machine into ~/.cache/decision-bench/ (seconds; the first run also unpacks llama.cpp's source
+# from the llama-cpp-python sdist, as `make bench` does).
+models: $(VENV)/.dev
+	$(PYTHON) -m tests.model_matrix
 
 # Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild
 # buildspecs and cdk bootstrap/deploy/destroy against a local moto server.

@@ -94,6 +94,16 @@ def ensure_llama_server(root: Path | None = None, version: str | None = None) ->
     return Build(version, directory, binary=binary, built_now=True)
 
 
+def vendored_llama_cpp(root: Path | None = None, version: str | None = None) -> Path:
+    """The llama.cpp source itself, unpacked once into the cache beside the build (its models/
+    holds the real vocabularies and chat templates the suite's model matrix uses); raises
+    BuildFailed."""
+    version = version or installed_version()
+    directory = (root or cache_root()) / f"llama-server-{version}"
+    directory.mkdir(parents=True, exist_ok=True)
+    return _vendored_source(directory, version, directory / "build.log")
+
+
 def _read(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
