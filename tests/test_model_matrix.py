@@ -1,5 +1,6 @@
 """The serving contract on every family of the model matrix (tests/model_matrix.py): tiny
-random-weight models of each architecture, with the family's real vocabulary and template.
+random-weight models of each architecture, with the family's real vocabulary and template; and
+on SmolLM2-135M-Instruct, real weights of a second family.
 
 Random weights say nothing about accuracy; they do exercise each architecture's memory
 (attention, hybrid, recurrent) under the engine's branching, the real tokenizers and templates,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -21,8 +23,12 @@ from decision_adapter.scoring import build_plan, score
 from decision_adapter.state_cache import StateCache
 
 from launcher import run_adapter_until_exit, running_adapter
+from launcher.models import local_model
 from tests.conftest import MODEL_THREADS
-from tests.model_matrix import REFUSED, SERVED, ensure_matrix
+from tests.model_matrix import FAMILIES, REFUSED, SERVED, Family, ensure_matrix
+
+# A real model beside the random ones: SmolLM2-135M-Instruct (llama, BPE, its own template).
+SMOLLM2 = Family("smollm2", "llama", "SmolLM2", "its own", "attention")
 
 ROUTE = Question(
     "Which queue should handle this request?",
@@ -51,10 +57,10 @@ CHAT = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 1
 
 @pytest.fixture(scope="module")
 def matrix():
-    return ensure_matrix()
+    return {**ensure_matrix(), SMOLLM2.name: local_model("smollm2")}
 
 
-@pytest.fixture(scope="module", params=SERVED, ids=lambda family: family.name)
+@pytest.fixture(scope="module", params=[*SERVED, SMOLLM2], ids=lambda family: family.name)
 def family(request):
     return request.param
 
@@ -109,12 +115,8 @@ def _assert_exact(expected, *others):
             assert np.array_equal(a, b), (a, b)
 
 
-@pytest.mark.parametrize("state", [SHORT_STATE, LONG_STATE], ids=["short", "past-a-batch"])
-def test_every_readout_is_exact_alone_shared_and_from_the_state_cache(served, state):
-    engine, renderer = served
+def _every_readout_is_exact(engine, renderer, state):
     questions = [_with(q, readout) for readout in READOUTS for q in (ROUTE, ANGRY, LEVEL)]
-    if state is LONG_STATE:
-        assert len(build_plan(renderer, state, questions).prefix_tokens) > engine.n_batch
     alone = [_logits(engine, renderer, state, [q])[0][0] for q in questions]
     # Every readout shares one request, in the reverse order.
     shared = _logits(engine, renderer, state, questions[::-1])[0][::-1]
@@ -123,6 +125,19 @@ def test_every_readout_is_exact_alone_shared_and_from_the_state_cache(served, st
     hit, hit_timing = _logits(engine, renderer, state, questions, cache=cache)
     assert (miss.state_cache, hit_timing.state_cache) == ("miss", "hit")
     _assert_exact(alone, shared, missed, hit)
+
+
+def test_every_readout_is_exact_alone_shared_and_from_the_state_cache(served):
+    _every_readout_is_exact(*served, SHORT_STATE)
+
+
+# The random models only: SmolLM2's llama architecture is here already, and its 30 prefills
+# of a long state would double this file's time.
+@pytest.mark.parametrize("family", SERVED, ids=lambda family: family.name, indirect=True)
+def test_every_readout_is_exact_past_a_batch(served):
+    engine, renderer = served
+    assert len(build_plan(renderer, LONG_STATE, [ROUTE]).prefix_tokens) > engine.n_batch
+    _every_readout_is_exact(engine, renderer, LONG_STATE)
 
 
 def test_a_question_of_60_options_is_exact_through_the_prefix_tree(served):
@@ -190,8 +205,7 @@ def test_chat_streamed_or_not_gives_the_same_text_before_and_after_a_decision(
 ):
     before = _chat(family_adapter)
     assert before and _streamed_chat(family_adapter) == before
-    decision = {**SYSTEM_ONE, "state": LONG_STATE}
-    reply = httpx.post(family_adapter.url + "/v1/systemone", json=decision, timeout=60)
+    reply = httpx.post(family_adapter.url + "/v1/systemone", json=SYSTEM_ONE, timeout=60)
     assert reply.status_code == 200, reply.text
     assert _chat(family_adapter) == before  # the decision left nothing in the memory
 
@@ -222,3 +236,22 @@ def test_a_model_the_engine_cannot_serve_is_refused_at_start_up_with_one_line(re
     assert finished.returncode == 1 and len(lines) == 1, finished.stderr
     print(lines[0])
     assert f"is a {refused.architecture} model: " in lines[0] and refused.memory in lines[0]
+
+
+def test_the_readme_table_lists_every_model_of_the_matrix():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## The model matrix", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| `")
+    ]
+    for family in FAMILIES:
+        template = f"`{family.template}`" if family.template else "none"
+        assert any(
+            row[0].startswith(f"`{family.architecture}`")
+            and row[1].startswith(f"`{family.vocabulary}`")
+            and row[2] == template
+            and row[3].startswith(family.memory)
+            for row in rows
+        ), family.name
