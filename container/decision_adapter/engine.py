@@ -223,7 +223,7 @@ class Engine:
         # Reading the vocabulary (0.4 s of Python) overlaps creating the context (0.25 s in
         # llama.cpp, which releases the GIL): both only read the loaded model.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocabulary") as reader:
-            user_text = reader.submit(self._user_text_tokenizer)
+            user_text = reader.submit(user_text_tokenizer, self.vocab)
             self.ctx = llama_cpp.llama_init_from_model(self.model, context_params)
         if not self.ctx:  # the reader is done with the model: it may go
             llama_cpp.llama_model_free(self.model)
@@ -291,9 +291,6 @@ class Engine:
 
     def _tokenize_bytes(self, data: bytes, *, special: bool = False) -> list[int]:
         return tokenize_bytes(self.vocab, data, special=special)
-
-    def _user_text_tokenizer(self) -> UserTextTokenizer:
-        return user_text_tokenizer(self.vocab)
 
     def piece(self, token: int, *, special: bool = True) -> bytes:
         buffer = ctypes.create_string_buffer(128)
