@@ -38,7 +38,6 @@ ROUTE = Question(
 ANGRY = Question(
     "Is the customer angry?", ["true", "false"], [None, None], answer_words=["yes", "no"]
 )
-LEVEL = Question("How urgent is it?", ["0", "1", "2"], ["Not urgent.", "Soon.", "Now."])
 SHORT_STATE = "I was charged twice for my March invoice and the refund never arrived."
 # Past one batch of 512 tokens in every vocabulary here (asserted below).
 LONG_STATE = "Ledger: " + " ".join(f"invoice {i} paid {i % 13} times;" for i in range(75))
@@ -116,7 +115,8 @@ def _assert_exact(expected, *others):
 
 
 def _every_readout_is_exact(engine, renderer, state):
-    questions = [_with(q, readout) for readout in READOUTS for q in (ROUTE, ANGRY, LEVEL)]
+    # Options with descriptions, and answer words; tests/test_readouts.py has more shapes.
+    questions = [_with(q, readout) for readout in READOUTS for q in (ROUTE, ANGRY)]
     alone = [_logits(engine, renderer, state, [q])[0][0] for q in questions]
     # Every readout shares one request, in the reverse order.
     shared = _logits(engine, renderer, state, questions[::-1])[0][::-1]
