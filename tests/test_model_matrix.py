@@ -24,6 +24,7 @@ from decision_adapter.state_cache import StateCache
 
 from launcher import run_adapter_until_exit, running_adapter
 from launcher.models import local_model
+from tests.adapter_process import LONG_CHAT
 from tests.conftest import MODEL_THREADS
 from tests.model_matrix import FAMILIES, REFUSED, SERVED, Family, ensure_matrix
 
@@ -87,7 +88,6 @@ def family_adapter(family, matrix, tmp_path_factory):
         tmp_path_factory.mktemp(family.name),
         DECISION_MODEL_PATH=str(matrix[family.name]),
         DECISION_GRACEFUL_SHUTDOWN_S="0.2",
-        DECISION_MAX_CHAT_TOKENS="6000",
     ) as running:
         yield running
 
@@ -214,8 +214,8 @@ def test_sigterm_mid_chat_ends_the_stream_with_an_error_and_the_process_cleanly(
     family_adapter,
 ):
     """Last for its adapter (tests run grouped by family, in this file's order)."""
-    # Thousands of tokens at a few ms each: still generating when the grace period ends.
-    body = {**CHAT, "max_tokens": 6000, "stream": True, "stop": ["@@@"]}
+    # A thousand tokens at a few ms each: still generating when the grace period ends.
+    body = {**LONG_CHAT, "stream": True}
     url = family_adapter.url + "/v1/chat/completions"
     with httpx.stream("POST", url, json=body, timeout=60) as response:
         lines = (line for line in response.iter_lines() if line)
@@ -225,7 +225,7 @@ def test_sigterm_mid_chat_ends_the_stream_with_an_error_and_the_process_cleanly(
         family_adapter.process.send_signal(signal.SIGTERM)
         rest = list(lines)
     assert family_adapter.process.wait(timeout=30) == 0
-    assert rest[-1] == "data: [DONE]" and len(rest) < 1000
+    assert rest[-1] == "data: [DONE]" and len(rest) < LONG_CHAT["max_tokens"]
     assert json.loads(rest[-2][6:])["error"]["type"] == "server_shutting_down"
 
 
