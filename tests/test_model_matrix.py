@@ -3,7 +3,7 @@ random-weight models of each architecture, with the family's real vocabulary and
 on SmolLM2-135M-Instruct, real weights of a second family.
 
 Random weights say nothing about accuracy; they do exercise each architecture's memory
-(attention, hybrid, recurrent) under the engine's branching, the real tokenizers and templates,
+(attention, hybrid) under the engine's branching, the real tokenizers and templates,
 and every route. Exact means bit for bit: a partial llama_memory_seq_rm, a chunking that depends
 on the batch's other work, or a state restored wrongly shows up as a different float.
 """
