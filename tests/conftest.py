@@ -24,6 +24,9 @@ def pytest_configure(config):
     # two workers' first adapters.
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         bundled_gguf()
+        from tests.model_matrix import ensure_matrix  # `make models` has built it: a check
+
+        ensure_matrix()
 
 
 def bundled_gguf() -> Path:
@@ -34,7 +37,15 @@ def bundled_gguf() -> Path:
 
 # Fixtures that load the real model (in process or in an adapter process). Their tests carry the
 # `real_model` marker, so a run can leave them out: `make mutation` does for the adapter group.
-MODEL_FIXTURES = {"gemma_gguf", "engine", "renderer", "adapter", "secured_adapter"}
+MODEL_FIXTURES = {
+    "gemma_gguf",
+    "engine",
+    "renderer",
+    "adapter",
+    "secured_adapter",
+    "matrix",
+    "engines",
+}
 
 
 # Seconds of work in the files that take 10 or more of make test's parallel part (measured on
@@ -44,6 +55,7 @@ MODEL_FIXTURES = {"gemma_gguf", "engine", "renderer", "adapter", "secured_adapte
 LONG_FILES = {
     "test_state_cache.py": 110,
     "test_openai_decisions.py": 70,
+    "test_model_matrix.py": 66,  # measured 2026-12-02
     "test_readouts.py": 60,
     "test_fuzz_api.py": 60,
     "test_budgets.py": 60,

@@ -1,5 +1,6 @@
-"""README's first command, `make run`, as a user runs it: the bundled model, served with the
-readout and temperature its profile (model_packaging/profiles/) names."""
+"""README's first command, `make run`, as a user runs it: the bundled model (or SmolLM2 with
+`MODEL=smollm2`), served with the readout and temperature its profile
+(model_packaging/profiles/) names."""
 
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ from decision_adapter.openapi import DECISION_EXAMPLE
 from launcher import free_port, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = ROOT / "model_packaging" / "profiles" / "gemma3-270m.json"
+PROFILES = ROOT / "model_packaging" / "profiles"
+# make's MODEL, the GGUF it serves, its profile
+MODELS = {
+    "": ("gemma-3-270m-q4_k_m.gguf", "gemma3-270m.json"),
+    "smollm2": ("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct.json"),
+}
 
 
-@pytest.fixture(scope="module")
-def make_run(tmp_path_factory):
+@pytest.fixture(scope="module", params=MODELS, ids=lambda model: model or "bundled")
+def make_run(request, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("make-run") / "make-run.log"
     environment = {
@@ -30,7 +36,7 @@ def make_run(tmp_path_factory):
     }
     with log.open("wb") as output:
         process = subprocess.Popen(
-            ["make", "--no-print-directory", "run", f"PORT={port}"],
+            ["make", "--no-print-directory", "run", f"PORT={port}", f"MODEL={request.param}"],
             cwd=ROOT,
             env=environment,
             stdout=output,
@@ -40,16 +46,19 @@ def make_run(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(process, url + "/ping", log.read_text, 180, "make run")
-        yield url
+        yield url, *MODELS[request.param]
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
 
 
-def test_make_run_serves_the_bundled_model_with_its_profiles_readout(make_run):
-    profile = json.loads(PROFILE.read_text())
-    response = httpx.post(make_run + "/invocations", json=DECISION_EXAMPLE, timeout=60)
+def test_make_run_serves_the_model_with_its_profiles_readout(make_run):
+    url, gguf, profile_name = make_run
+    profile = json.loads((PROFILES / profile_name).read_text())
+    response = httpx.post(url + "/invocations", json=DECISION_EXAMPLE, timeout=60)
     assert response.status_code == 200, response.text
     answer = response.json()["result"]
-    assert answer["readout"] == profile["readout"] != "letters"
+    assert answer["model"]["gguf_file"] == gguf
+    assert answer["readout"] == profile["readout"]
     assert answer["temperature"] == pytest.approx(profile["temperature"])
+    assert (profile["readout"], profile["temperature"]) != ("letters", 1.0)  # not the default

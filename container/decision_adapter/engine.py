@@ -106,15 +106,86 @@ class DecodeStats:
         }
 
 
-def _silence_llama_logs() -> None:
+def silence_llama_logs() -> None:
     """llama.cpp logs every load to stderr; keep our JSON log lines the only output."""
 
     @llama_cpp.llama_log_callback
     def _drop(level, text, user_data):  # noqa: ARG001 - ctypes signature
         return None
 
-    _silence_llama_logs.callback = _drop  # keep a reference: ctypes must not collect it
+    silence_llama_logs.callback = _drop  # keep a reference: ctypes must not collect it
     llama_cpp.llama_log_set(_drop, ctypes.c_void_p())
+
+
+# How a model remembers a sequence. A decision copies the state's whole sequence to each branch
+# (llama_memory_seq_cp) and drops whole sequences after, never cutting one back, which a
+# recurrent state could not undo: attention, sliding-window and hybrid memories all serve it.
+MEMORY_KINDS = ("attention", "sliding window", "hybrid")
+
+
+def memory_kind(model) -> str:
+    """One of MEMORY_KINDS, as llama.cpp describes the loaded model (after `unservable`)."""
+    if llama_cpp.llama_model_is_hybrid(model):
+        return "hybrid"
+    if llama_cpp.llama_model_n_swa(model) > 0:
+        return "sliding window"
+    return "attention"
+
+
+def unservable(model, causal: str | None) -> str | None:
+    """Why decisions cannot be read from this model, or None. `causal` is its
+    `<architecture>.attention.causal` metadata ("false" for a bidirectional encoder)."""
+    if llama_cpp.llama_model_is_diffusion(model):
+        return (
+            "a diffusion model attends both ways, so a state's logits depend on what follows "
+            "it and no prefix can be shared"
+        )
+    if not llama_cpp.llama_model_has_decoder(model) or causal == "false":
+        return "an encoder-only model has no causal next-token logits to read"
+    if llama_cpp.llama_model_is_recurrent(model):
+        # llama.cpp: "sequential split is not supported when there are coupled sequences".
+        return (
+            "llama.cpp cannot decode a token shared by several sequences of a pure recurrent "
+            "memory, which the options' prefix tree needs"
+        )
+    return None
+
+
+def tokenize_bytes(vocab, data: bytes, *, special: bool = False) -> list[int]:
+    """llama.cpp's tokens of `data`, without BOS; `special` parses control-token strings."""
+    capacity = len(data) + 8
+    buffer = (llama_cpp.llama_token * capacity)()
+    count = llama_cpp.llama_tokenize(vocab, data, len(data), buffer, capacity, False, special)
+    if count < 0:  # never for capacity >= bytes + a few, but keep llama.cpp's contract
+        buffer = (llama_cpp.llama_token * -count)()
+        count = llama_cpp.llama_tokenize(vocab, data, len(data), buffer, -count, False, special)
+    return list(buffer[:count])
+
+
+def user_text_tokenizer(vocab, tokenize=None) -> UserTextTokenizer:
+    """The user-defined tokens llama.cpp cuts plain text at, read from the vocabulary; text is
+    tokenized by `tokenize` (bytes -> ids; default: llama.cpp's, uninterruptible)."""
+    control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+    strips = llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP | llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP
+    # Two calls into llama.cpp per token of a 262k vocabulary at every start: mapped over
+    # the ctypes functions directly, no Python frame per token (0.31 s here, not 0.64).
+    tokens = range(llama_cpp.llama_vocab_n_tokens(vocab))
+    texts = list(map(llama_cpp.llama_vocab_get_text, repeat(vocab), tokens))
+    attributes = list(map(llama_cpp.llama_vocab_get_attr, repeat(vocab), tokens))
+    # The bytes one token can cover: a piece is its vocabulary text unescaped (SentencePiece's
+    # "\u2581" and byte-level BPE's characters back to bytes, "<0xNN>" to one byte), never
+    # longer, so the texts bound it without reading 262k pieces (half a second per start).
+    longest = max(map(len, filter(None, texts)), default=1)
+    user_defined = [
+        (text or b"", attribute)
+        for text, attribute in zip(texts, attributes)
+        if attribute & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and not attribute & control
+    ]
+    specials = [text for text, _ in user_defined]
+    # Stripping reaches past a cut: then llama.cpp's own tokenizer cuts the text.
+    exact = not any(attribute & strips for _, attribute in user_defined) and cuttable(specials)
+    tokenize = tokenize or (lambda data: tokenize_bytes(vocab, data))
+    return UserTextTokenizer(tokenize, specials if exact else None, longest)
 
 
 class Engine:
@@ -122,7 +193,7 @@ class Engine:
 
     def __init__(self, gguf: Path, config: EngineConfig, *, quiet: bool = True) -> None:
         if quiet:
-            _silence_llama_logs()
+            silence_llama_logs()
         llama_cpp.llama_backend_init()
         if config.n_gpu_layers != 0 and not llama_cpp.llama_supports_gpu_offload():
             raise EngineError(
@@ -134,6 +205,12 @@ class Engine:
         self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), model_params)
         if not self.model:
             raise EngineError(f"llama.cpp could not load {gguf} (corrupt or unsupported GGUF?)")
+        self.architecture = self.metadata("general.architecture") or "unknown"
+        refusal = unservable(self.model, self.metadata(f"{self.architecture}.attention.causal"))
+        if refusal is not None:
+            llama_cpp.llama_model_free(self.model)
+            raise EngineError(f"{gguf.name} is a {self.architecture} model: {refusal}")
+        self.memory_kind = memory_kind(self.model)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
 
@@ -152,7 +229,7 @@ class Engine:
         # Reading the vocabulary (0.4 s of Python) overlaps creating the context (0.25 s in
         # llama.cpp, which releases the GIL): both only read the loaded model.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocabulary") as reader:
-            user_text = reader.submit(self._user_text_tokenizer)
+            user_text = reader.submit(user_text_tokenizer, self.vocab, self._tokenize_bytes)
             self.ctx = llama_cpp.llama_init_from_model(self.model, context_params)
         if not self.ctx:  # the reader is done with the model: it may go
             llama_cpp.llama_model_free(self.model)
@@ -222,40 +299,7 @@ class Engine:
     def _tokenize_bytes(self, data: bytes, *, special: bool = False) -> list[int]:
         if self._interrupt_flag[0] != b"\0":  # shutting down: long texts go in many calls
             raise EngineError("tokenizing interrupted: the server is shutting down")
-        capacity = len(data) + 8
-        buffer = (llama_cpp.llama_token * capacity)()
-        count = llama_cpp.llama_tokenize(
-            self.vocab, data, len(data), buffer, capacity, False, special
-        )
-        if count < 0:  # never for capacity >= bytes + a few, but keep llama.cpp's contract
-            buffer = (llama_cpp.llama_token * -count)()
-            count = llama_cpp.llama_tokenize(
-                self.vocab, data, len(data), buffer, -count, False, special
-            )
-        return list(buffer[:count])
-
-    def _user_text_tokenizer(self) -> UserTextTokenizer:
-        """The user-defined tokens llama.cpp cuts plain text at, read from the vocabulary."""
-        control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
-        strips = llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP | llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP
-        # Two calls into llama.cpp per token of a 262k vocabulary at every start: mapped over
-        # the ctypes functions directly, no Python frame per token (0.31 s here, not 0.64).
-        tokens = range(self.n_vocab)
-        texts = list(map(llama_cpp.llama_vocab_get_text, repeat(self.vocab), tokens))
-        attributes = list(map(llama_cpp.llama_vocab_get_attr, repeat(self.vocab), tokens))
-        # The bytes one token can cover: a piece is its vocabulary text unescaped (SentencePiece's
-        # "\u2581" and byte-level BPE's characters back to bytes, "<0xNN>" to one byte), never
-        # longer, so the texts bound it without reading 262k pieces (half a second per start).
-        longest = max(map(len, filter(None, texts)), default=1)
-        user_defined = [
-            (text or b"", attribute)
-            for text, attribute in zip(texts, attributes)
-            if attribute & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and not attribute & control
-        ]
-        specials = [text for text, _ in user_defined]
-        # Stripping reaches past a cut: then llama.cpp's own tokenizer cuts the text.
-        exact = not any(attribute & strips for _, attribute in user_defined) and cuttable(specials)
-        return UserTextTokenizer(self._tokenize_bytes, specials if exact else None, longest)
+        return tokenize_bytes(self.vocab, data, special=special)
 
     def piece(self, token: int, *, special: bool = True) -> bytes:
         buffer = ctypes.create_string_buffer(128)

@@ -67,6 +67,8 @@ def model_identity(
         "gguf_sha256": model_file.sha256,
         "gguf_source": model_file.source,
         "description": engine.description,
+        "architecture": engine.architecture,
+        "memory": engine.memory_kind,
         "quantization": FILE_TYPES.get(int(file_type), file_type) if file_type else None,
         "context_tokens": engine.n_ctx,
         "threads": settings.n_threads,

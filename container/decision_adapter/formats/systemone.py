@@ -299,6 +299,8 @@ class SystemOneFormat(WireFormat):
             extensions={
                 "gguf_sha256": model.info["gguf_sha256"],
                 "context_tokens": model.info["context_tokens"],
+                "architecture": model.info.get("architecture"),
+                "memory": model.info.get("memory"),
             },
         )
 
