@@ -1,8 +1,8 @@
 """SageMaker Runtime's InvokeEndpoint in front of a running adapter, for a real boto3 client.
 
 botocore builds the request and parses the reply as it does against AWS; in between, the
-request's body, content headers and custom attributes go to the adapter's /invocations (as SageMaker forwards
-them) and its answer comes back as InvokeEndpoint documents it: a 200 with the body and its
+request's body, content headers and custom attributes go to the adapter's /invocations (as
+SageMaker forwards them) and its answer comes back as InvokeEndpoint documents it: a 200 with the body and its
 Content-Type, any other status as a 424 ModelError carrying OriginalStatusCode and
 OriginalMessage, the container's own headers (Retry-After among them) dropped. The reply is
 handed back through botocore's `before-send` event, as moto's in-process mode does, so nothing
@@ -56,9 +56,7 @@ def runtime_in_front_of(adapter_url: str, invoked: list[str] | None = None):
         endpoint = PATH.match(urllib.parse.urlsplit(request.url).path)["endpoint"]
         if invoked is not None:
             invoked.append(urllib.parse.unquote(endpoint))
-        forwarded = {
-            k: request.headers[k] for k in PASSED_ON if k in request.headers
-        }
+        forwarded = {k: request.headers[k] for k in PASSED_ON if k in request.headers}
         answer = http.post(adapter_url + "/invocations", content=request.body, headers=forwarded)
         if answer.status_code == 200:
             passed_back = {"Content-Type": answer.headers.get("content-type", "application/json")}
