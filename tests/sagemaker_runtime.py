@@ -2,8 +2,8 @@
 
 botocore builds the request and parses the reply as it does against AWS; in between, the
 request's body, content headers and custom attributes go to the adapter's /invocations (as
-SageMaker forwards them) and its answer comes back as InvokeEndpoint documents it: a 200 with the body and its
-Content-Type, any other status as a 424 ModelError carrying OriginalStatusCode and
+SageMaker forwards them) and its answer comes back as InvokeEndpoint documents it: a 200 with
+the body and its Content-Type, any other status as a 424 ModelError carrying OriginalStatusCode and
 OriginalMessage, the container's own headers (Retry-After among them) dropped. The reply is
 handed back through botocore's `before-send` event, as moto's in-process mode does, so nothing
 leaves the machine but the call to the adapter.
