@@ -48,10 +48,11 @@ ENV = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
 
 def first_deployment_capacity() -> dict:
     """What README's "First deployment" gives a decision endpoint whose model and instance type
-    have no measurement yet (its one `-c decisionCpuEndpoint='...'`)."""
+    have no measurement yet (its `-c decisionCpuEndpoint='...'`, the same in every step)."""
     readme = (ROOT / "README.md").read_text()
-    (value,) = re.findall(r"-c decisionCpuEndpoint='(\{.*?\})'", readme)
-    return json.loads(value.replace('\\"', '"'))  # written inside CDK_ARGS="..."
+    # Written inside CDK_ARGS="...", once for each deploy before the measurement.
+    (value,) = set(re.findall(r"-c decisionCpuEndpoint='(\{.*?\})'", readme))
+    return json.loads(value.replace('\\"', '"'))
 
 
 def cdk_json_context() -> dict:

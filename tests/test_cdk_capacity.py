@@ -215,7 +215,7 @@ def test_a_gpu_pool_derives_from_its_slowest_measured_type():
         **SMALL_RELEASE,
         "decisionCpuEndpoint": {"enabled": False},
         "decisionGpuImage": GPU_IMAGE,
-        "decisionGpuEndpoint": {"instancePool": pool},
+        "decisionGpuEndpoint": {"enabled": True, "instancePool": pool},
     }
     filed(SMALL, "ml.g6e.xlarge", rps=20.0, p95_ms=60.0)
     (error,) = refusal(**release)
@@ -334,4 +334,6 @@ def test_readmes_first_deployment_measures_then_deploys_again():
     measure = next(i for i, line in enumerate(lines) if "ops ARGS='measure " in line)
     commit = next(i for i, line in enumerate(lines) if line.startswith("git add stacks/measure"))
     deploys = [i for i, line in enumerate(lines) if " deploy " in line]
-    assert deploys[0] < measure < commit < deploys[-1]
+    assert measure < commit < deploys[-1]
+    # The deploy before measuring is step 3's, with the values first_deployment_capacity read.
+    assert "-c decisionCpuEndpoint=" in first[: first.index(steps[-1])]

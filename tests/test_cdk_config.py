@@ -256,9 +256,11 @@ def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
 def test_the_first_release_needs_no_gpu_endpoint_quota():
     """Off unless asked: a new account has no GPU endpoint quota, and a quota refusal fails
     (and rolls back) the whole deploy; no pool falls back from it."""
-    first = config(modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE)
+    first = config(
+        modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE, decisionCpuEndpoint=GIVEN_CAPACITY
+    )
     assert first.deploys_endpoints and not first.decision_gpu_endpoint.enabled
-    assert config(**RELEASE, decisionGpuEndpoint='{"enabled": true}').decision_gpu_endpoint.enabled
+    assert config(**RELEASE_WITH_GPU).decision_gpu_endpoint.enabled
 
 
 def test_images_without_a_model_archive_fail_instead_of_deploying_nothing():

@@ -70,7 +70,17 @@ SKIPPED_BY_MOTO = {
 FIRST_DEPLOYMENT, REMOVING = "First deployment in an account", "Removing it"
 SYSTEM_PYTHON_USED = 97
 # The rehearsal's CDK CLI: the pinned one, each deploy direct (see the docstring).
+# A decision endpoint's section given with `-c` replaces cdk.json's: it gets the rehearsal's c5
+# type too (moto's SageMaker knows no c6i).
 CDK_STANDIN = """#!/bin/sh
+for word; do
+  shift
+  case "$word" in
+    decisionCpuEndpoint={{*)
+      word="decisionCpuEndpoint={{\\"instanceType\\": \\"ml.c5.2xlarge\\", ${{word#*{{}}";;
+  esac
+  set -- "$@" "$word"
+done
 if [ "$1" = deploy ]; then set -- "$@" --method=direct; fi
 exec {cdk} "$@"
 """

@@ -84,7 +84,8 @@ def test_every_line_is_answered_in_order_bad_ones_as_their_formats_error_objects
     assert (got[3]["line"], got[3]["status"], got[3]["field"]) == (4, 415, "body")
     assert got[3]["error_type"] == "unsupported_media_type"
     assert got[3]["error"] == (
-        "line 4: a chat body cannot be a JSON Lines line; lines hold decision or systemone bodies"
+        "line 4: a chat body cannot be a JSON Lines line; lines hold decision or decisions-openai"
+        " or systemone bodies"
     )
     # System One's own 422 shape, the decision format's own, each with its line.
     assert got[5]["status"] == 422 and got[5]["line"] == 6

@@ -78,7 +78,7 @@ def test_the_check_catches_a_command_outside_the_venv():
 def test_the_make_targets_use_the_venvs_python_and_the_pinned_cdk():
     def dry_run(*arguments: str) -> str:
         return subprocess.run(
-            ["make", "-n", "-B", *arguments],
+            ["make", "--no-print-directory", "-n", "-B", *arguments],
             cwd=ROOT,
             capture_output=True,
             text=True,
