@@ -1,5 +1,9 @@
 """Built-in specs. Refresh a pin deliberately: change revision, size and checksum together."""
 
+import json
+from pathlib import Path
+
+from model_packaging.errors import SpecError
 from model_packaging.spec import ModelSpec, parse_spec
 
 DEFAULT_SPEC_NAME = "qwen3.5-4b-q4_k_m"
@@ -48,3 +52,18 @@ GEMMA3_270M = parse_spec(
 )
 
 BUILTIN_SPECS: dict[str, ModelSpec] = {spec.name: spec for spec in (QWEN35_4B_Q4_K_M, GEMMA3_270M)}
+
+
+def load_spec(name_or_file: str) -> ModelSpec:
+    """A built-in spec by name, otherwise a JSON spec file (as printed by --print-spec)."""
+    if name_or_file in BUILTIN_SPECS:
+        return BUILTIN_SPECS[name_or_file]
+    path = Path(name_or_file)
+    if not path.is_file():
+        known = ", ".join(sorted(BUILTIN_SPECS))
+        raise SpecError(f"unknown spec {name_or_file!r}: not a built-in ({known}) nor a file")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(f"cannot read spec file {path}: {exc}") from exc
+    return parse_spec(raw, origin=str(path))

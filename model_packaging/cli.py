@@ -8,10 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from model_packaging.catalog import BUILTIN_SPECS, DEFAULT_SPEC_NAME
+from model_packaging.catalog import BUILTIN_SPECS, DEFAULT_SPEC_NAME, load_spec
 from model_packaging.errors import PackagingError, SpecError
 from model_packaging.sources import HubFetcher
-from model_packaging.spec import load_spec
 from model_packaging.upload import ARCHIVE_NAME, parse_s3_destination
 
 EXIT_REFUSED = 1

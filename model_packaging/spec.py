@@ -87,20 +87,3 @@ def parse_spec(raw: object, *, origin: str) -> ModelSpec:
         return ModelSpec.model_validate(raw)
     except ValidationError as exc:
         raise SpecError(f"invalid model spec {origin}: {exc}") from exc
-
-
-def load_spec(name_or_file: str) -> ModelSpec:
-    """A built-in spec by name, otherwise a JSON spec file (as printed by --print-spec)."""
-    from model_packaging.catalog import BUILTIN_SPECS
-
-    if name_or_file in BUILTIN_SPECS:
-        return BUILTIN_SPECS[name_or_file]
-    path = Path(name_or_file)
-    if not path.is_file():
-        known = ", ".join(sorted(BUILTIN_SPECS))
-        raise SpecError(f"unknown spec {name_or_file!r}: not a built-in ({known}) nor a file")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecError(f"cannot read spec file {path}: {exc}") from exc
-    return parse_spec(raw, origin=str(path))
