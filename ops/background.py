@@ -11,7 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
-from ops.cli import (
+from ops.clients import ClientFactory
+from ops.common import (
     EXIT_FAILED,
     UsageError,
     _error,
@@ -20,7 +21,6 @@ from ops.cli import (
     _stack_option,
     _waiting_options,
 )
-from ops.clients import ClientFactory
 from ops.s3_objects import S3Error, S3Location, fetch, upload, wait_for_first
 from ops.transform import (
     JSON_LINES,

@@ -15,11 +15,17 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ops.clients import ClientFactory, boto3_clients
-from ops.polling import Polling
+from ops.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    UsageError,
+    _error,
+    _info,
+    _polling,
+    _stack_option,
+    _waiting_options,
+)
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 # Help texts are wording, not behaviour: `# pragma: no mutate` keeps mutation testing off them
@@ -184,33 +190,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stack_option(parser, env: str, help: str) -> None:
-    parser.add_argument(
-        "--stack",
-        default=os.environ.get(env),
-        help=f"{help} (default: ${env})",  # pragma: no mutate
-    )
-
-
-def _waiting_options(parser, *, poll: float, timeout: float) -> None:
-    parser.add_argument(
-        "--poll-seconds",
-        type=float,
-        default=poll,
-        help=f"seconds between polls (default: {poll:g})",  # pragma: no mutate
-    )
-    parser.add_argument(
-        "--timeout-minutes",
-        type=float,
-        default=timeout,
-        help=f"give up waiting after this long (default: {timeout:g})",  # pragma: no mutate
-    )
-
-
-def _polling(args, sleep, clock) -> Polling:
-    return Polling(args.poll_seconds, args.timeout_minutes * 60, sleep, clock)
-
-
 def _endpoint_option(parser) -> None:
     parser.add_argument(
         "--endpoint",
@@ -263,10 +242,6 @@ def main(
         # itself (an endpoint that does not exist, access denied): one line, not a traceback.
         _error(f"AWS: {exc}")
         return EXIT_FAILED
-
-
-class UsageError(Exception):
-    pass
 
 
 def _build(args, make_client: ClientFactory, sleep, clock) -> int:
@@ -448,11 +423,3 @@ def _measure(args, make_client: ClientFactory, sleep, rng) -> int:
     path = write(measured, args.output)
     print(f"MEASUREMENT={path}")
     return 0
-
-
-def _info(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _error(line: str) -> None:
-    print("ops: error: " + " ".join(line.split()), file=sys.stderr)

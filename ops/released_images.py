@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from ops.cli import EXIT_FAILED, UsageError, _error, _info
 from ops.clients import ClientFactory
+from ops.common import EXIT_FAILED, UsageError, _error, _info
 
 RELEASED_TAG_PREFIX = "released-"
 _IMAGE = re.compile(

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from model_manifest import MANIFEST_FILENAME, Manifest
-from model_packaging.catalog import BUILTIN_SPECS, DEFAULT_SPEC_NAME
+from model_packaging.catalog import BUILTIN_SPECS, DEFAULT_SPEC_NAME, load_spec
 from model_packaging.cli import main
-from model_packaging.catalog import load_spec
 from tests.model_specs import local_spec_file
 
 QWEN_REVISION = "4168f45a16a1290d65a4ec0fa312ae917a4c15d6"
