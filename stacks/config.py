@@ -23,9 +23,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from model_packaging.catalog import BUILTIN_SPECS
+from model_packaging.catalog import BUILTIN_SPECS, load_spec
 from model_packaging.errors import SpecError
-from model_packaging.catalog import load_spec
 from stacks import capacity
 from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
 from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
