@@ -1,4 +1,4 @@
-"""`python -m bench.report [RESULT.json]`: the README's benchmark table (Markdown) from a
+"""`python -m bench.report [RESULT.json]`: docs/benchmarks.md's table (Markdown) from a
 result file, the newest in bench/results/ by default, with links to its charts."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def latest(results: Path = RESULTS) -> Path:
     return files[-1]
 
 
-def markdown(result: dict, link_prefix: str = "bench/results/") -> str:
+def markdown(result: dict, link_prefix: str = "../bench/results/") -> str:
     a, s = result["single_decision"], result["shared_state"]
     machine = result["machine"]
     lines = [

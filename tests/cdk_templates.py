@@ -47,11 +47,12 @@ ENV = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
 
 
 def first_deployment_capacity() -> dict:
-    """What README's "First deployment" gives a decision endpoint whose model and instance type
-    have no measurement yet (its `-c decisionCpuEndpoint='...'`, the same in every step)."""
-    readme = (ROOT / "README.md").read_text()
+    """What the deploy steps give a decision endpoint whose model and instance type have no
+    measurement yet (its `-c decisionCpuEndpoint='...'`, the same in every step: README's and
+    docs/deploy.md's GPU step)."""
+    steps = (ROOT / "README.md").read_text() + (ROOT / "docs" / "deploy.md").read_text()
     # Written inside CDK_ARGS="...", once for each deploy before the measurement.
-    (value,) = set(re.findall(r"-c decisionCpuEndpoint='(\{.*?\})'", readme))
+    (value,) = set(re.findall(r"-c decisionCpuEndpoint='(\{.*?\})'", steps))
     return json.loads(value.replace('\\"', '"'))
 
 

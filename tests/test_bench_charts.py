@@ -1,4 +1,5 @@
-"""bench's charts, README table and helpers on a synthetic result (no model, no server)."""
+"""bench's charts, docs/benchmarks.md's table and helpers on a synthetic result (no model, no
+server)."""
 
 import json
 
@@ -142,7 +143,7 @@ def test_markdown_table_names_every_experiment():
         "4096: 12288 ms (1.07x floor)",
         "DECISION_MAX_QUEUE=16",
         "one-token chat",
-        "![a-single-decision](bench/results/x-a.png)",
+        "![a-single-decision](../bench/results/x-a.png)",
     ):
         assert needle in table
     json.dumps(result)  # the result stays JSON

@@ -35,6 +35,7 @@ from tests.cdk_templates import (
     one,
     run_app,
 )
+from tests.readme_steps import DEPLOY, section
 
 SMALL = "gemma3-270m"
 TYPE = "ml.c6i.large"
@@ -315,7 +316,7 @@ def test_a_very_slow_instance_still_scales_at_one_invocation_per_minute():
     assert capacity.derive(_measured(0.01, 200.0)).invocations_per_instance == 1
 
 
-def test_readmes_first_deployment_measures_then_deploys_again():
+def test_readmes_deploy_steps_measure_then_deploy_again():
     """README's deploy steps: the values a first deployment gives make the default release (no
     measurement) deployable, hold one instance and admit every measuring client; then measure,
     commit the file, deploy again."""
@@ -325,8 +326,7 @@ def test_readmes_first_deployment_measures_then_deploys_again():
     assert cpu.autoscaling.min_capacity == cpu.autoscaling.max_capacity == 1
     assert cpu.max_queue >= Limits().max_clients - 1
     assert cpu.alarms.model_latency_p90_ms == 60_000  # InvokeEndpoint's limit
-    readme = (capacity.ROOT / "README.md").read_text()
-    first = readme[readme.index("### First deployment") : readme.index("**In CI**")]
+    first = section(DEPLOY)
     steps = re.findall(r"^\d+\. \*\*(.+?)\*\*", first, flags=re.MULTILINE)
     assert steps[-1] == "Measure, then deploy again."
     measuring = first[first.index(steps[-1]) :]

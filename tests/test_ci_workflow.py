@@ -214,9 +214,9 @@ def test_the_aws_session_outlasts_the_deploy_job():
     assert duration_s <= 43_200
 
 
-def test_readme_sets_the_roles_max_session_duration_the_workflow_asks_for():
+def test_the_deploy_page_sets_the_roles_max_session_duration_the_workflow_asks_for():
     duration_s = int(_credentials_step()["with"]["role-duration-seconds"])
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "deploy.md").read_text()
     (documented,) = re.findall(r"--max-session-duration (\d+)", readme)
     assert int(documented) >= duration_s
     assert f"`MaxSessionDuration` of at least {duration_s} seconds" in readme

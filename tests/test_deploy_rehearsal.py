@@ -40,7 +40,7 @@ from tests.codebuild_rehearsal import (
     run_build,
 )
 from tests.codebuild_view import build_projects, staged_source
-from tests.readme_steps import block_with, commands, sh_blocks
+from tests.readme_steps import DEPLOY, block_with, commands
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.timeout(480)]
 
@@ -67,7 +67,6 @@ SKIPPED_BY_MOTO = {
     "AWS::ApplicationAutoScaling::ScalingPolicy",
     "AWS::CloudWatch::Alarm",
 }
-FIRST_DEPLOYMENT, REMOVING = "First deployment in an account", "Removing it"
 SYSTEM_PYTHON_USED = 97
 # The rehearsal's CDK CLI: the pinned one, each deploy direct (see the docstring).
 # A decision endpoint's section given with `-c` replaces cdk.json's: it gets the rehearsal's c5
@@ -260,11 +259,11 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         assert old_way.returncode != 0 and "system python used" in old_way.stderr
 
         # 0. Bootstrap, as README writes it; what exists then is not the app's.
-        assert "bootstrapped" in shell(block_with(FIRST_DEPLOYMENT, "make bootstrap"))
+        assert "bootstrapped" in shell(block_with(DEPLOY, "make bootstrap"))
         before = inventory(client)
 
         # 1. The stateful stack (no model yet: the app holds only this stack).
-        shell(block_with(FIRST_DEPLOYMENT, f"STACKS={STATEFUL}"))
+        shell(block_with(DEPLOY, f"STACKS={STATEFUL}"))
         stateful = shell.outputs()[STATEFUL]
         assert stateful["ImageRepositoryUri"] == (
             f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{REPOSITORY}"
@@ -272,7 +271,7 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         assert stateful["ModelArtifactsUri"] == f"s3://{stateful['ArtifactBucketName']}/models/"
 
         # 2. The builds on what it created; README's build commands are `make ops` ones.
-        builds = commands(block_with(FIRST_DEPLOYMENT, "build model"))
+        builds = commands(block_with(DEPLOY, "build model"))
         assert [c for c in builds if "ops" in c] == [
             "make ops ARGS='build model'",
             "make ops ARGS='build cpu-image'",
@@ -283,7 +282,7 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         release = {"MODEL_URI": produced["MODEL_URI"], "CPU_IMAGE_URI": produced["IMAGE_URI"]}
 
         # 3. The release, step by step as README writes it, with what the builds printed.
-        step = commands(block_with(FIRST_DEPLOYMENT, 'mark-released $CPU_IMAGE_URI"'))
+        step = commands(block_with(DEPLOY, 'mark-released $CPU_IMAGE_URI"'))
         mark, deploy, status = step
         assert "marked released-" in shell(mark, **release)
         shell(deploy, **release)
@@ -322,7 +321,7 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
             for logical_id, resource in template["Resources"].items()
             if resource.get("DeletionPolicy") == "Retain" and logical_id in ids
         }
-        shell(sh_blocks(REMOVING)[0], **release)
+        shell(block_with(DEPLOY, "make destroy"), **release)
         left = inventory(client)
         stacks = {
             s["StackName"]: s["StackStatus"]

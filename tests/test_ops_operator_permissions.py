@@ -1,5 +1,5 @@
-"""The operator CLI with exactly the permissions README lists: `ops submit --wait` runs to its
-answer against S3 answering as AWS answers that policy (tests/s3_under_policy.py), and
+"""The operator CLI with exactly the permissions docs/operate.md lists: `ops submit --wait` runs to
+its answer against S3 answering as AWS answers that policy (tests/s3_under_policy.py), and
 `ops mark-released` tags an image the lifecycle rules then keep."""
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ ANSWER = {"result": {"id": "d", "probabilities": [0.75, 0.25]}}
 
 
 def readme_operator_policy() -> list[dict]:
-    """README's list as an identity policy: every action on any resource, except where README
-    limits one (s3:ListBucket to its condition, logs:FilterLogEvents to the endpoint's group)."""
-    readme = (ROOT / "README.md").read_text()
+    """docs/operate.md's list as an identity policy: every action on any resource, except where
+    it limits one (s3:ListBucket to its condition, logs:FilterLogEvents to the endpoint's group)."""
+    readme = (ROOT / "docs" / "operate.md").read_text()
     (listed,) = re.findall(r"The operator's credentials need:\s+([^.]+)\.", readme)
     actions = set(re.findall(r"`([a-z0-9-]+:[A-Za-z]+)`", listed))
     statements = [
@@ -60,7 +60,7 @@ def client(service: str):
 
 @pytest.fixture
 def s3_pair():
-    """(a client under README's policy, an unrestricted one) on one moto account."""
+    """(a client under the documented policy, an unrestricted one) on one moto account."""
     with mock_aws():
         unrestricted = client("s3")
         unrestricted.create_bucket(
@@ -102,7 +102,7 @@ def test_submit_waits_for_its_answer_with_readmes_operator_permissions(s3_pair, 
     seen = restrict(s3, readme_operator_policy(), unrestricted=unrestricted)
     assert submit_and_wait(s3, unrestricted, tmp_path) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == ANSWER
-    # It polled while the answer was missing, under the prefix README's condition names.
+    # It polled while the answer was missing, under the prefix the documented condition names.
     assert f"s3:ListBucket on arn:aws:s3:::{BUCKET} s3:prefix=async/output/abc.out" in seen
 
 

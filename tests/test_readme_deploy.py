@@ -1,8 +1,8 @@
-"""README's deploy steps as written: every command runs in the project's virtual environment
-(through `make` or a `.venv/bin/` path, never the system interpreter or an unpinned CDK), the
-endpoint quotas README lists are those the synthesized templates need, and the GPU step's
-command line switches the GPU endpoint on. The deploy rehearsal (test_deploy_rehearsal.py)
-runs the steps themselves against moto."""
+"""The deploy steps as written (README and docs/deploy.md): every command runs in the project's
+virtual environment (through `make` or a `.venv/bin/` path, never the system interpreter or an
+unpinned CDK), the endpoint quotas docs/deploy.md lists are those the synthesized templates
+need, and the GPU step's command line switches the GPU endpoint on. The deploy rehearsal
+(test_deploy_rehearsal.py) runs the steps themselves against moto."""
 
 from __future__ import annotations
 
@@ -28,14 +28,24 @@ from tests.cdk_templates import (
     synthesize,
 )
 from tests.make_dry_run import cdk_command
-from tests.readme_steps import block_with, commands, section, sh_blocks
-
-FIRST_DEPLOYMENT = "First deployment in an account"
-DEPLOY_SECTIONS = (
-    "Operator CLI",
+from tests.readme_steps import (
+    DEPLOY,
+    DEPLOY_PAGE,
+    DOCS,
     FIRST_DEPLOYMENT,
-    "Integration test (real account)",
-    "Removing it",
+    README,
+    block_with,
+    commands,
+    section,
+    sh_blocks,
+)
+
+# Every section that tells a user which commands to run on AWS, and the page it is on.
+DEPLOY_SECTIONS = (
+    (README, DEPLOY),
+    (DOCS / "operate.md", "Operator CLI"),
+    (DEPLOY_PAGE, FIRST_DEPLOYMENT),
+    (DEPLOY_PAGE, "Integration test (real account)"),
 )
 # Programs that would run outside the venv: the system interpreter, pip, an unpinned CDK CLI.
 OUTSIDE_THE_VENV = {"python", "python3", "pip", "pip3", "npx", "cdk"}
@@ -58,9 +68,9 @@ def programs(command: str) -> list[str]:
     return started
 
 
-@pytest.mark.parametrize("heading", DEPLOY_SECTIONS)
-def test_every_deploy_command_runs_in_the_virtual_environment(heading):
-    blocks = sh_blocks(heading)
+@pytest.mark.parametrize(("page", "heading"), DEPLOY_SECTIONS)
+def test_every_deploy_command_runs_in_the_virtual_environment(page, heading):
+    blocks = sh_blocks(heading, page)
     assert blocks
     for block in blocks:
         for command in commands(block):
@@ -132,9 +142,9 @@ def quotas(tmp_path_factory) -> dict[str, Counter]:
 
 
 def readme_quotas() -> tuple[dict[str, int], dict[str, int]]:
-    """README's two quota tables: the default deploy's, and the GPU step's."""
-    text = section(FIRST_DEPLOYMENT)
-    default, gpu = text.split("**GPU decision endpoint**")
+    """docs/deploy.md's two quota tables: the default deploy's, and the GPU step's."""
+    text = section(FIRST_DEPLOYMENT, DEPLOY_PAGE)
+    default, gpu = text.split("### The GPU decision endpoint")
     as_dict = lambda part: {name: int(n) for name, n in _QUOTA_ROW.findall(part)}  # noqa: E731
     return as_dict(default), as_dict(gpu)
 
@@ -143,7 +153,7 @@ def test_readme_lists_every_endpoint_quota_the_default_deploy_needs(quotas):
     default, _ = readme_quotas()
     assert default == dict(quotas["default"])
     # The check README gives runs get-service-quota for each of them.
-    check = block_with(FIRST_DEPLOYMENT, "get-service-quota")
+    check = block_with(FIRST_DEPLOYMENT, "get-service-quota", DEPLOY_PAGE)
     (names,) = re.findall(r"^for quota in (.*); do$", check, re.M)
     assert shlex.split(names) == sorted(default)
 
@@ -164,7 +174,9 @@ def test_the_first_deploy_needs_no_gpu_quota(quotas):
 def test_the_gpu_step_deploys_the_endpoint_switched_on_with_its_image(tmp_path):
     """Its quoting survives bash and make: the `-c` values reach cdk as the config reads them."""
     deploy = next(
-        c for c in commands(block_with(FIRST_DEPLOYMENT, "$GPU_IMAGE_URI")) if "deploy" in c
+        c
+        for c in commands(block_with(FIRST_DEPLOYMENT, "$GPU_IMAGE_URI", DEPLOY_PAGE))
+        if "deploy" in c
     )
     recorder = 'make() { printf "%s\\0" "$@"; }\n'
     done = subprocess.run(
@@ -183,5 +195,6 @@ def test_the_gpu_step_deploys_the_endpoint_switched_on_with_its_image(tmp_path):
 
 
 def test_readme_says_where_the_operator_cli_runs():
-    assert "make ops ARGS=" in section(FIRST_DEPLOYMENT)
+    assert "make ops ARGS=" in section(DEPLOY)
+    assert "make ops ARGS=" in section(FIRST_DEPLOYMENT, DEPLOY_PAGE)
     assert Path(ROOT / "Makefile").read_text().count("\nops:") == 1
