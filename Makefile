@@ -48,10 +48,11 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV)/.dev node_modules/.package-lock.json models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/md-dead-link-check --no-color
 	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image"
 	$(PYTHON) -m pytest -m serial $(SERIAL_FILES)
 
-# The suite's model matrix (README, The model matrix): tiny random-weight models of the families
+# The suite's model matrix (docs/models.md): tiny random-weight models of the families
 # users deploy, with their real vocabularies and chat templates, built by llama.cpp once per
 # machine into ~/.cache/decision-bench/ (seconds; the first run also unpacks llama.cpp's source
 # from the llama-cpp-python sdist, as `make bench` does).
@@ -64,14 +65,14 @@ rehearse: $(VENV)/.dev node_modules/.package-lock.json
 	$(PYTHON) -m pytest -m rehearsal
 
 # The CPU image built by a real Docker engine on a stand-in for the DLC and run as SageMaker runs
-# it (README, "What is rehearsed offline"). Needs a running engine and debootstrap; the first
+# it (docs/development.md, "What is rehearsed offline"). Needs a running engine and debootstrap; the first
 # build compiles llama-cpp-python (about 12 minutes on 2 cores), the engine's cache keeps it.
 # /usr/bin/docker: the engine package's client, which builds with BuildKit on its own.
 DOCKER ?= /usr/bin/docker
 image-test: $(VENV)/.dev
 	DOCKER=$(DOCKER) $(PYTHON) -m pytest -m image tests/test_cpu_image.py
 
-# The benchmark (README, Benchmarks). Its first run also builds llama-server from the llama.cpp
+# The benchmark (docs/benchmarks.md). Its first run also builds llama-server from the llama.cpp
 # that llama-cpp-python vendors (minutes, once) into ~/.cache/decision-bench/ for the side-by-side
 # columns; BENCH_ARGS=--no-llama-server leaves it out.
 BENCH_ARGS ?=
@@ -93,7 +94,7 @@ node_modules/.package-lock.json: package.json package-lock.json
 synth: $(VENV)/.runtime node_modules/.package-lock.json
 	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
 
-# The AWS steps (README, "First deployment"), each with this venv's python and the pinned CDK
+# The AWS steps (README, "Deploy to AWS"), each with this venv's python and the pinned CDK
 # CLI, from any shell: nothing needs the venv activated. All need AWS credentials.
 # Once per account and region: CDK's bootstrap stack.
 bootstrap: $(VENV)/.runtime node_modules/.package-lock.json
@@ -112,7 +113,7 @@ deploy: $(VENV)/.runtime node_modules/.package-lock.json
 destroy: $(VENV)/.runtime node_modules/.package-lock.json
 	$(CDK) destroy $(STACKS) --force --no-notices $(CDK_ARGS)
 
-# The operator CLI (README, "Operator CLI"): make ops ARGS='status --endpoint NAME'
+# The operator CLI (docs/operate.md): make ops ARGS='status --endpoint NAME'
 ARGS ?= --help
 ops: $(VENV)/.runtime
 	@$(PYTHON) -m ops $(ARGS)
@@ -125,7 +126,7 @@ INTEG_CDK = INTEG_MODEL_DATA_URI=$(INTEG_MODEL_DATA_URI) \
 	--app "python3 integ/integ_decision_release.py" -o cdk.out/integ --no-notices
 integ: $(VENV)/.runtime node_modules/.package-lock.json
 	@test -n "$(INTEG_MODEL_DATA_URI)" -a -n "$(INTEG_DECISION_CPU_IMAGE)" || { echo \
-	  "set INTEG_MODEL_DATA_URI and INTEG_DECISION_CPU_IMAGE (README, Integration test)"; exit 2; }
+	  "set INTEG_MODEL_DATA_URI and INTEG_DECISION_CPU_IMAGE (docs/deploy.md, Integration test)"; exit 2; }
 	$(INTEG_CDK) deploy --all --require-approval never --outputs-file cdk.out/integ-outputs.json; \
 	deployed=$$?; \
 	$(PYTHON) -m integ.results cdk.out/integ-outputs.json; passed=$$?; \

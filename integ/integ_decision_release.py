@@ -1,7 +1,7 @@
 """Integration test for a real account (integ-runner): one CPU decision endpoint on a built
 release of the bundled Gemma 3 270M, checked through SageMaker's InvokeEndpoint, then destroyed.
 
-Needs a release built by the stateful stack's projects (README, "Integration test"):
+Needs a release built by the stateful stack's projects (docs/deploy.md, "Integration test"):
   INTEG_MODEL_DATA_URI      from `python -m ops build model --env MODEL_SPEC=gemma3-270m`
   INTEG_DECISION_CPU_IMAGE  from `python -m ops build cpu-image`
 Without them (the snapshot check in `make test`) fixed placeholders stand in, so the snapshot

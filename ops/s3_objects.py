@@ -58,8 +58,9 @@ def exists(s3, location: S3Location) -> bool:
     """Whether the object is there, asked as a one-key listing under its own key.
 
     HeadObject answers 403 for a missing key to a caller without s3:ListBucket, the same as
-    for a forbidden one; a listing needs only s3:ListBucket conditioned on the prefix (README's
-    operator permissions) and tells the two apart: an empty listing, or AccessDenied.
+    for a forbidden one; a listing needs only s3:ListBucket conditioned on the prefix
+    (docs/operate.md's operator permissions) and tells the two apart: an empty listing, or
+    AccessDenied.
     """
     from botocore.exceptions import ClientError
 

@@ -464,7 +464,7 @@ class AppConfig(_Config):
     retain_artifacts: bool = True
     # Unset: CloudFormation generates the ECR repository's name, so a retained repository
     # never blocks a fresh deploy. Set it for a stable name (and for moto, which rejects the
-    # generated one; see README, "Rehearsed offline").
+    # generated one; see docs/development.md, "What is rehearsed offline").
     image_repository_name: str | None = Field(
         None,
         pattern=r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$",

@@ -42,7 +42,8 @@ def free_port() -> int:
 
 @contextmanager
 def moto_server():
-    """A moto server on a free port; yields its endpoint URL (named `localhost`, see README)."""
+    """A moto server on a free port; yields its endpoint URL (named `localhost`, see
+    docs/development.md)."""
     from moto.server import ThreadedMotoServer
 
     port = free_port()

@@ -1,5 +1,5 @@
 """Tiny random-weight models of the families users deploy, each with its family's real
-vocabulary and chat template: the suite's model matrix (README, "The model matrix").
+vocabulary and chat template: the suite's model matrix (docs/models.md, "The model matrix").
 
 llama.cpp itself lays out each architecture's tensors: a model is created from metadata alone
 (`llama_model_init_from_user`, as llama.cpp's tests/test-llama-archs.cpp does), filled with

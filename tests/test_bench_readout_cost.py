@@ -1,5 +1,6 @@
 """make bench's readout experiment: every strategy asked by name on one 6-option request, the
-default's cost against letters, and its README row (in process, over the fake service)."""
+default's cost against letters, and its docs/benchmarks.md row (in process, over the fake
+service)."""
 
 import json
 

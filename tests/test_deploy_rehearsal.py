@@ -5,8 +5,8 @@ for the system interpreter (which lacks aws_cdk) fails here. Between the stack d
 builds run as CodeBuild would run them on the deployed resources; afterwards what is left is
 checked against what the templates retain.
 
-Where moto 5.2.5 differs from AWS, the rehearsal adapts and says so (README, "Rehearsed
-offline"): its checkout's cdk.json carries the rehearsal's context (an explicit image
+Where moto 5.2.5 differs from AWS, the rehearsal adapts and says so (docs/development.md, "What
+is rehearsed offline"): its checkout's cdk.json carries the rehearsal's context (an explicit image
 repository name, since moto rejects the generated one; c5 instance types, since moto's
 SageMaker knows no c6i; the bundled model's spec); its CDK CLI deploys with `--method=direct`
 (moto's change-set execution drops stack outputs); `ops status` is given the endpoint's name
@@ -54,7 +54,7 @@ REHEARSAL_CONTEXT = {
     "builds": {"modelSpec": "gemma3-270m"},
     "textGenerationEndpoint": {"instanceType": "ml.c5.2xlarge"},
     # No measurement of the small model on it (stacks/measurements/): a first deployment's
-    # values, as README's "First deployment" gives them.
+    # values, as README's "Deploy to AWS" gives them.
     "decisionCpuEndpoint": {"instanceType": "ml.c5.2xlarge", **first_deployment_capacity()},
     "decisionGpuEndpoint": {"enabled": False},
 }
@@ -253,7 +253,7 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         work = checkout(tmp_path)
         shell = Shell(work, shell_environment(tmp_path, aws))
 
-        # The shell really has no interpreter with aws_cdk outside the venv: the old README's
+        # The shell really has no interpreter with aws_cdk outside the venv: the old deploy steps'
         # `npx cdk deploy` (cdk.json's `python3 app.py` on this PATH) fails at once.
         old_way = shell.run(f"npx --no-install cdk synth {STATEFUL} --no-notices")
         assert old_way.returncode != 0 and "system python used" in old_way.stderr
@@ -263,7 +263,7 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         before = inventory(client)
 
         # 1. The stateful stack (no model yet: the app holds only this stack).
-        shell(block_with(DEPLOY, f"STACKS={STATEFUL}"))
+        shell(block_with(DEPLOY, f"make deploy STACKS={STATEFUL}"))
         stateful = shell.outputs()[STATEFUL]
         assert stateful["ImageRepositoryUri"] == (
             f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{REPOSITORY}"
@@ -313,7 +313,7 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         assert len(deployed["models"]) == len(deployed["endpoint configs"]) == 2
         assert deployed["roles"] and deployed["log groups"]
 
-        # 4. Removing it, as README writes it: what is left is what the templates retain.
+        # Removing it, as README writes it: what is left is what the templates retain.
         template = json.loads((work / "cdk.out" / f"{STATEFUL}.template.json").read_text())
         ids = physical_ids(cloudformation, STATEFUL)
         retained = {

@@ -87,7 +87,7 @@ def test_shared_state_matches_single_decisions(adapter):
     assert body["timing"]["prefix_tokens"] > 0
     for item, result in zip(questions, body["results"]):
         alone = post(adapter, {"decision": item}).json()["result"]
-        assert result["probabilities"] == alone["probabilities"]  # bit-identical (README)
+        assert result["probabilities"] == alone["probabilities"]  # bit-identical (docs/api.md)
         assert result["input_tokens"] == alone["input_tokens"]
 
 

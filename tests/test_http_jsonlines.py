@@ -255,7 +255,7 @@ def test_lines_get_the_errors_their_bodies_get_alone(adapter):
     got = answers(httpx.post(adapter.url + "/invocations", content=body, headers=JSONL))
     assert got[0]["field"] == alone(surrogate).json()["field"] == "decision.state"
     assert got[0]["status"] == 400
-    # Chat is refused as README says, 415, as forcing format=chat on the body is.
+    # Chat is refused as docs/api.md says, 415, as forcing format=chat on the body is.
     assert (got[1]["status"], got[1]["error_type"]) == (415, "unsupported_media_type")
     assert got[2]["error"].startswith("line 3: malformed JSON at column 16")
     # One rule for encodings: UTF-8 (RFC 8259), alone as in lines.

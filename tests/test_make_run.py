@@ -15,6 +15,7 @@ import pytest
 from decision_adapter.openapi import DECISION_EXAMPLE
 
 from launcher import free_port, wait_until_healthy
+from tests.readme_steps import sh_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "model_packaging" / "profiles"
@@ -62,3 +63,28 @@ def test_make_run_serves_the_model_with_its_profiles_readout(make_run):
     assert answer["readout"] == profile["readout"]
     assert answer["temperature"] == pytest.approx(profile["temperature"])
     assert (profile["readout"], profile["temperature"]) != ("letters", 1.0)  # not the default
+
+
+def test_readmes_curl_examples_answer_as_written(make_run):
+    """README's "Try it" block in bash against `make run` (its port in place of 8080): every
+    request succeeds (curl --fail-with-body) and answers its kind of body."""
+    url, gguf, _ = make_run
+    (block,) = sh_blocks("Try it")
+    port = url.rsplit(":", 1)[1]
+    # Each curl's answer, then a record separator; a 4xx or 5xx stops the script.
+    answers = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _SEPARATED_CURL + block.replace(":8080", f":{port}")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert answers.returncode == 0, answers.stdout + answers.stderr
+    decision, systemone, chat = [json.loads(a) for a in answers.stdout.split("\x1e")[:-1]]
+    assert decision["result"]["option_ids"] == ["account_access", "billing"]
+    assert sum(decision["result"]["probabilities"]) == pytest.approx(1.0)
+    assert decision["result"]["model"]["gguf_file"] == gguf
+    assert set(systemone["answers"]) == {"refund", "team"}
+    assert chat["object"] == "chat.completion" and chat["choices"][0]["message"]["content"]
+
+
+_SEPARATED_CURL = 'curl() { command curl --fail-with-body "$@"; printf "\\x1e"; }\n'

@@ -5,7 +5,7 @@ The limit bounds time as well as the context: a prompt token is decoded, but a b
 vocabulary row read (262k floats on Gemma 3), measured at 2 to 3.3 times a prompt token on this
 model at 2 threads (a 1,000-token option against a 1,000-token state; a tree of 7,400 branch
 tokens about twice). So a branch token costs READ_TOKEN_COST, and every pass a readout makes
-is counted: the default limit's worst case then fits SageMaker's 60 s (README, Budget).
+is counted: the default limit's worst case then fits SageMaker's 60 s (docs/scoring.md, Budget).
 
 A plan is built piece by piece (the state, each question's suffix, each option's words, each
 rotation) and every piece is tokenized against what is left and spent at once: a request over

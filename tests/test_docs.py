@@ -1,0 +1,89 @@
+"""README.md and docs/ cannot rot: every shell block README shows is one a test runs as
+written, the front page stays a front page, and the link check that `make test` runs
+(md-dead-link-check, offline, configured in pyproject.toml) fails on a broken relative link or
+anchor."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.readme_steps import DEPLOY, DOCS, README, ROOT, all_sh_blocks, commands, sh_blocks
+
+LINK_CHECK = Path(sys.executable).parent / "md-dead-link-check"
+# The deploy blocks the rehearsal (test_deploy_rehearsal.py) runs on a moto server, found by
+# these needles; the measure step's ordering and values are tests/test_cdk_capacity.py's.
+REHEARSED = (
+    "make bootstrap",
+    "deploy STACKS=DecisionModels-Stateful",
+    "build model",
+    "mark-released",
+)
+
+
+def test_every_readme_shell_block_is_one_a_test_runs():
+    quick_start, try_it, *deploy = all_sh_blocks()
+    # The two commands: `make run` is test_make_run.py's, `make test` is what CI runs.
+    assert commands(quick_start) == ["make run", "make test"]
+    assert "\nmake test\n" in (ROOT / ".ci" / "run").read_text()
+    assert '"make", "--no-print-directory", "run"' in (ROOT / "tests/test_make_run.py").read_text()
+    # The curl examples: test_make_run.py runs this section's one block against `make run`.
+    assert sh_blocks("Try it") == [try_it]
+    # The deploy steps: every block of that section, in README's order.
+    assert deploy == sh_blocks(DEPLOY)
+    rehearsal = (ROOT / "tests" / "test_deploy_rehearsal.py").read_text()
+    assert 'block_with(DEPLOY, "make destroy")' in rehearsal
+    for needle in REHEARSED:
+        assert sum(needle in block for block in deploy) == 1, needle
+
+
+def test_readme_is_a_front_page():
+    text = README.read_text()
+    assert text.count("\n") <= 250
+    assert "```mermaid" in text
+    # Every docs page is linked from it, and none speaks of the project's history.
+    pages = sorted(path.name for path in DOCS.glob("*.md"))
+    assert pages and all(f"](docs/{page})" in text for page in pages)
+    for page in [README, *DOCS.glob("*.md")]:
+        assert not re.search(r"\bissue \d+|#\d{2,}\b", page.read_text()), page
+
+
+def link_check(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(LINK_CHECK), "--no-color", "--config", str(ROOT / "pyproject.toml")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_link_check_passes_on_the_repository():
+    done = link_check(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_link_check_fails_on_a_broken_link_and_a_broken_anchor(tmp_path):
+    """A copy of README and docs/ in a repository of its own, with one link to a page that
+    does not exist and one to a heading that does not."""
+    shutil.copy(README, tmp_path / "README.md")
+    shutil.copytree(DOCS, tmp_path / "docs")
+    api = tmp_path / "docs" / "api.md"
+    api.write_text(
+        api.read_text()
+        + "\nSee [gone](configurations.md) and [also gone](deploy.md#no-such-heading).\n"
+    )
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+    done = link_check(tmp_path)
+    assert done.returncode != 0
+    broken = re.findall(r"Link: (\S+) • Error: (.+)", done.stdout)
+    # README's own links outside README and docs/ (bench/results, ...) are absent from the copy.
+    ours = {link: error for link, error in broken if link.startswith(("configurations", "deploy"))}
+    assert ours == {
+        "configurations.md": "Path not found",
+        "deploy.md#no-such-heading": "Fragment not found",
+    }
