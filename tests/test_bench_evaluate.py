@@ -499,7 +499,7 @@ def test_the_committed_readout_splits_are_what_make_data_makes():
 
 
 def test_readout_study_reads_the_splits_as_the_adapter_would():
-    from bench import readout_study
+    from research.readout_study import study as readout_study
 
     items = readout_study.load_items(readout_study.DATA / "readout_dev.jsonl")
     kept = readout_study.take_per_source(items, 2)
@@ -520,7 +520,7 @@ def test_readout_study_reads_the_splits_as_the_adapter_would():
 def test_pride_divides_out_the_position_prior_measured_on_rotations():
     import numpy as np
 
-    from bench import readout_study
+    from research.readout_study import study as readout_study
 
     prior = np.log([0.7, 0.2, 0.1])
     rotated = [{"n_options": 3, "original": {"_position_log_prior": (prior + 1.5).tolist()}}]
