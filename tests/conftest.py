@@ -71,7 +71,6 @@ LONG_FILES = {
     "test_packaged_model.py": 17,
     "test_logs_metrics.py": 17,
     "test_bench_readout_cost.py": 15,
-    "test_ops_background.py": 14,
     "test_chat_templates.py": 13,
     "test_bench_evaluate.py": 12,
     "test_http_jsonlines.py": 11,

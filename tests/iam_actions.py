@@ -66,3 +66,14 @@ def boto3_operation(service: str, method: str) -> str | None:
     """The operation a boto3 client method calls (`describe_stacks` -> DescribeStacks)."""
     operations = {xform_name(op): op for op in _model(service).operation_names}
     return operations.get(method)
+
+
+# What docker does against ECR (ECR's documentation of the permissions a push and a pull need).
+DOCKER_PUSH = (
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:InitiateLayerUpload",
+    "ecr:UploadLayerPart",
+    "ecr:CompleteLayerUpload",
+    "ecr:PutImage",
+)
+DOCKER_PULL = ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")

@@ -124,3 +124,30 @@ def allows(statements: list[dict], request: Request, rendered: Rendered) -> bool
     if any(s["Effect"] == "Deny" for s in applying):
         return False
     return any(s["Effect"] == "Allow" for s in applying)
+
+
+# Stand-ins for a template's unknowns when a script runs here or a linter reads a policy;
+# mapped back afterwards.
+KNOWN_STANDINS = {
+    "<AWS.AccountId>": "123456789012",
+    "<AWS.Region>": "eu-west-1",
+    "<DlcRepositoryAccountMap>": "763104351884",
+}
+
+
+class Standins:
+    """Concrete values for a project's environment, and the way back to template text."""
+
+    def __init__(self) -> None:
+        self.to_value = dict(KNOWN_STANDINS)
+
+    def value(self, text: str) -> str:
+        for token in re.findall(r"<[^<>]+>", text):
+            self.to_value.setdefault(token, f"standin{len(self.to_value):02d}")
+            text = text.replace(token, self.to_value[token])
+        return text
+
+    def back(self, text: str) -> str:
+        for token, value in sorted(self.to_value.items(), key=lambda i: -len(i[1])):
+            text = text.replace(value, token)
+        return text

@@ -1,91 +1,30 @@
 """Admission to the one model slot, in process: run at once, wait in a bounded FIFO queue, the
-slot grace, 503s with their Retry-After, shutdown, streaming. Jobs here are plain functions
-held on a threading.Event, so every state is reached by waiting on the runner's counters,
-never on a sleep. The same rules over real adapters: test_robustness.py, test_overload.py,
-test_admission_grace.py."""
+slot grace, 503s with their Retry-After. Jobs are held on a threading.Event
+(tests/admission_scenarios.py), so every state is reached by waiting on the runner's counters,
+never on a sleep. Failures and shutdown: test_admission_shutdown.py; streaming:
+test_admission_streaming.py. The same rules over real adapters: test_robustness.py,
+test_overload.py, test_admission_grace.py."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 import time
 
 import pytest
-from decision_adapter import metrics
-from decision_adapter.admission import Busy, Loading, ModelRunner, ShuttingDown
+from decision_adapter.admission import Busy
+
+from tests.admission_scenarios import (
+    SCENARIO_LIMIT_S,
+    Gate,
+    hold_the_slot,
+    request,
+    scenario,
+    until,
+)
 
 # Waits under a second must be met: runs in make test's serial part, alone on the machine.
 pytestmark = pytest.mark.serial
-
-SCENARIO_LIMIT_S = 10  # a scenario takes well under a second; a broken runner fails, not hangs
-GATES: list[Gate] = []
-
-
-class Gate:
-    """A job that holds the model thread until `open()`; `entered` is set once it runs."""
-
-    def __init__(self, result=None) -> None:
-        self.entered = threading.Event()
-        self._may_end = threading.Event()
-        self.result = result
-        self.thread: str | None = None
-        GATES.append(self)
-
-    def __call__(self):
-        self.thread = threading.current_thread().name
-        self.entered.set()
-        self._may_end.wait(SCENARIO_LIMIT_S)
-        return self.result
-
-    def open(self) -> None:
-        self._may_end.set()
-
-
-async def until(condition, poll_s: float = 0.001) -> None:
-    """Yield to the loop until `condition()` holds (each request is a task of its own)."""
-    deadline = time.monotonic() + SCENARIO_LIMIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the runner never reached the expected state")
-        await asyncio.sleep(poll_s)
-
-
-def request(runner: ModelRunner, job, *args) -> asyncio.Task:
-    """A request as the server makes one: its own task, its own context (and metrics record)."""
-
-    async def handle():
-        outcome = metrics.start_request()
-        try:
-            result, waited_ms = await runner.run(job, *args)
-        except Busy as error:
-            return error, outcome
-        return (result, waited_ms), outcome
-
-    return asyncio.create_task(handle(), context=contextvars.Context())
-
-
-async def hold_the_slot(runner: ModelRunner) -> tuple[Gate, asyncio.Task]:
-    """A request whose job is on the model thread until its gate opens."""
-    gate = Gate()
-    running = request(runner, gate)
-    await until(gate.entered.is_set)
-    return gate, running
-
-
-def scenario(coroutine_function, **runner_args):
-    """Run `coroutine_function(runner)` on a fresh loop and runner; close the runner after."""
-
-    async def main():
-        runner = ModelRunner(**{"max_queue": 0, "wait_s": 0.0, "retry_after_s": 7, **runner_args})
-        try:
-            return await asyncio.wait_for(coroutine_function(runner), SCENARIO_LIMIT_S)
-        finally:
-            while GATES:  # a failed scenario must not leave the model thread held
-                GATES.pop().open()
-            runner.close()
-
-    return asyncio.run(main())
 
 
 def test_a_free_model_runs_the_job_at_once_on_the_model_thread():
@@ -324,170 +263,3 @@ def test_jobs_submitted_together_still_run_one_after_the_other():
         return bool(done), overlapped
 
     assert scenario(body) == (False, [False])
-
-
-def test_a_failing_job_raises_its_own_error_and_frees_the_slot():
-    def fails():
-        raise ValueError("decode failed")
-
-    async def body(runner):
-        with pytest.raises(ValueError, match="decode failed"):
-            await runner.run(fails)
-        await until(lambda: runner.in_flight == 0)
-        return (await runner.run(lambda: "next"))[0]
-
-    assert scenario(body) == "next"
-
-
-def test_after_the_shutdown_deadline_work_is_refused_and_running_work_ends_retryable():
-    async def body(runner):
-        gate = Gate()
-
-        def interrupted():
-            gate()
-            raise RuntimeError("llama_decode aborted")
-
-        running = asyncio.create_task(runner.run(interrupted))
-        await until(gate.entered.is_set)
-        runner.stop_work()
-        gate.open()
-        with pytest.raises(ShuttingDown) as ended:
-            await running
-        with pytest.raises(ShuttingDown) as refused:
-            await runner.run(lambda: "never")
-        return ended.value, refused.value
-
-    ended, refused = scenario(body, retry_after_s=9)
-    for error in (ended, refused):
-        assert error.retry_after_s == 9
-        assert str(error) == "the server is shutting down; retry the request"
-
-
-def test_an_error_before_the_deadline_is_not_called_a_shutdown():
-    async def body(runner):
-        def fails():
-            raise RuntimeError("boom")
-
-        with pytest.raises(RuntimeError, match="boom"):
-            await runner.run(fails)
-
-    scenario(body)
-
-
-def test_a_reserved_slot_refuses_work_after_the_deadline():
-    async def body(runner):
-        async with runner.reserved():
-            assert (await runner.run(lambda: 1))[0] == 1
-            runner.stop_work()
-            with pytest.raises(ShuttingDown) as refused:
-                await runner.run(lambda: 2)
-        return refused.value.retry_after_s
-
-    assert scenario(body, retry_after_s=8) == 8
-
-
-def test_the_busy_family_reads_as_its_cause():
-    assert str(Loading(5)) == "the model is still loading; retry shortly"
-    assert Loading(5).retry_after_s == 5 and isinstance(Loading(5), Busy)
-    assert Busy(2).retry_after_s == 2 and ShuttingDown(3).retry_after_s == 3
-
-
-# --- streaming -------------------------------------------------------------------------
-def test_a_stream_admits_on_its_first_item_and_hands_items_over_in_order():
-    async def body(runner):
-        stream = runner.stream(lambda: iter(["a", "b", "c"]))
-        assert runner.stats.admitted == 0  # nothing admitted before the first item is asked
-        items = [item async for item in stream]
-        return items, runner.counters()
-
-    items, counters = scenario(body)
-    assert items == ["a", "b", "c"]
-    assert counters["admitted"] == 1 and counters["in_flight"] == 0
-
-
-def test_a_closed_stream_stops_production_and_frees_the_slot_before_it_returns():
-    produced = []
-
-    def produce():
-        for i in range(250):
-            produced.append(i)
-            yield i
-            time.sleep(0.02)  # 5 s for all: only a stream nobody stopped gets far
-
-    async def body(runner):
-        stream = runner.stream(produce)
-        assert await anext(stream) == 0
-        await stream.aclose()
-        in_flight = runner.in_flight
-        return in_flight, len(produced)
-
-    in_flight, count = scenario(body)
-    assert in_flight == 0 and count < 250
-
-
-def test_a_stream_refused_for_a_busy_model_and_a_failing_one_raise_to_the_reader():
-    def fails():
-        yield "first"
-        raise ValueError("tokenizer broke")
-
-    async def body(runner):
-        gate, running = await hold_the_slot(runner)
-        with pytest.raises(Busy):
-            await anext(runner.stream(lambda: iter(["x"])))
-        gate.open()
-        await running
-        await until(lambda: runner.in_flight == 0)
-        got = []
-        with pytest.raises(ValueError, match="tokenizer broke"):
-            async for item in runner.stream(fails):
-                got.append(item)
-        return got, runner.in_flight
-
-    got, in_flight = scenario(body)
-    assert got == ["first"] and in_flight == 0
-
-
-def test_a_stream_at_the_shutdown_deadline_ends_with_a_retryable_error():
-    async def body(runner):
-        paused, release = threading.Event(), threading.Event()
-
-        def produce():
-            yield "first"
-            paused.set()
-            release.wait(SCENARIO_LIMIT_S)
-            yield "second"
-            yield "third"
-
-        stream = runner.stream(produce)
-        assert await anext(stream) == "first"
-        await until(paused.is_set)  # past the first item's checks, producing the second
-        runner.stop_work()
-        release.set()
-        got = []
-        with pytest.raises(ShuttingDown) as ended:
-            async for item in stream:
-                got.append(item)
-        with pytest.raises(ShuttingDown) as refused:
-            await anext(runner.stream(lambda: iter(["x"])))
-        return got, ended.value.retry_after_s, refused.value.retry_after_s
-
-    assert scenario(body, retry_after_s=6) == (["second"], 6, 6)
-
-
-def test_close_returns_once_the_job_on_the_model_thread_has_ended():
-    async def body(runner):
-        started, ended = threading.Event(), threading.Event()
-
-        def job():
-            started.set()
-            time.sleep(0.2)  # still running when close() is called
-            ended.set()
-
-        running = asyncio.ensure_future(runner.run(job))
-        await until(started.is_set)
-        runner.close()
-        closed_after_the_job = ended.is_set()
-        await running
-        return closed_after_the_job
-
-    assert scenario(body) is True

@@ -189,7 +189,7 @@ def test_every_execution_role_reads_the_one_archive_and_pulls_its_own_image(endp
         running = prefix == "DecisionCpu"  # its model also runs batch transform jobs
         assert granted[("s3:GetObject",)] == ([batch, archive] if running else [archive])
         assert granted[pull] == [repository]
-        # Plus the ECR token, logs and instance metrics (test_iam_scripts_vs_roles.py checks
+        # Plus the ECR token, logs and instance metrics (test_iam_execution_roles.py checks
         # them against what SageMaker does with the role); the batch model also lists and
         # writes its prefix (evaluated in test_cdk_async_endpoint.py).
         expected = {

@@ -16,6 +16,7 @@ PACKAGES = {
     "ops": ROOT / "ops",
     "stacks": ROOT / "stacks",
     "bench": ROOT / "bench",
+    "research": ROOT / "research",
     "launcher": ROOT / "launcher",
 }
 

@@ -15,9 +15,9 @@ from ops.measure import Limits
 from ops.retry import Backoff, Retryable
 from stacks import capacity
 from tests.aws_stubs import stubbed_client
+from tests.endpoint_descriptions import config, endpoint, pool_config, pool_variant
 from tests.fake_service import overload_bodies
 from tests.test_ops_invoke import streaming
-from tests.test_ops_status import config, endpoint, pool_config, pool_variant
 
 ENDPOINT = "decisions"
 INVOKE = {

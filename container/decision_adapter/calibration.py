@@ -29,12 +29,12 @@ CALIBRATION_FILENAME = "calibration.json"
 # larger file is not one, and reading it (or /dev/zero) would hold start-up.
 MAX_FILE_BYTES = 1 << 20
 
-# How a question's option scores are read (the scoring layer implements each; bench/results/
-# readout_study.md measured them): `letters`, the options listed with letter labels and the
-# label read; `option_text`, each option's id as the continuation of "The correct answer is"
-# (mean log-probability per token); `option_text_desc`, its id and description; `calibrated`,
-# option_text minus the same scores against a content-free state; `permuted_letters`, letters
-# averaged over every cyclic rotation of the options.
+# How a question's option scores are read (the scoring layer implements each; research/
+# readout_study/results/readout_study.md measured them): `letters`, the options listed with
+# letter labels and the label read; `option_text`, each option's id as the continuation of "The
+# correct answer is" (mean log-probability per token); `option_text_desc`, its id and
+# description; `calibrated`, option_text minus the same scores against a content-free state;
+# `permuted_letters`, letters averaged over every cyclic rotation of the options.
 ReadoutName = Literal[
     "letters", "option_text", "option_text_desc", "calibrated", "permuted_letters"
 ]

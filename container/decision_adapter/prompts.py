@@ -29,7 +29,7 @@ SYSTEM_TEXT = (
 )
 # The option-text readouts: the question, then this; each option's words are the continuation.
 # The options are not listed, so the prompt does not depend on them or their order (listing
-# them brought the position bias back: bench/results/readout_study.md).
+# them brought the position bias back: research/readout_study/results/readout_study.md).
 CLOZE_LEAD = "\nThe correct answer is"
 CONTENT_FREE_STATE = "N/A"  # what the calibrated readout asks about instead of the state
 

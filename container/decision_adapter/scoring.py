@@ -414,8 +414,8 @@ def _add_branch_log_probs(
 
     The batches are the plan's `tree_batches`, sorted by tokens, not in the request's order:
     llama.cpp rounds by batch composition and KV-cell layout, and the same branches batched in
-    reverse order moved scores by up to 0.5 (bench/results/readout_study.md), so any option
-    order decodes the same batches and gives bit-identical scores.
+    reverse order moved scores by up to 0.5 (research/readout_study/results/readout_study.md), so
+    any option order decodes the same batches and gives bit-identical scores.
     """
     continuations = reading.continuations
     options_of: defaultdict[tuple[int, ...], list[int]] = defaultdict(list)

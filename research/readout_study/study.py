@@ -1,4 +1,4 @@
-"""python -m bench.readout_study: which readout should read a decision from this model?
+"""python -m research.readout_study: which readout should read a decision from this model?
 
 Measures, straight on llama.cpp (no adapter), every readout strategy of issue 15 on the
 labelled splits in bench/data (tune on dev, report held-out numbers on test):
@@ -16,7 +16,8 @@ labelled splits in bench/data (tune on dev, report held-out numbers on test):
 Every question is decoded the way the adapter does: the state prefix once on sequence 0 (as its
 own batch), each question suffix on a copy of it, each option's later tokens on copies of the
 question's sequence, all branches of a question together in one batch. Writes
-bench/results/readout_study-<date>.json; `--summary` prints the tables from such a file.
+research/readout_study/results/readout_study-<date>.json; `--summary` prints the tables from such
+a file.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ import numpy as np
 
 from bench import labelled, metrics
 
+# The study is research behind the readout choice, not part of `make bench`; it reads the same
+# labelled splits as bench.evaluate and keeps its own results beside it.
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "bench" / "data"
 
 # decision-prompt-v1, as container/decision_adapter/prompts.py renders it without a chat
 # template (the bundled Gemma 3 270M GGUF has none). Copied, not imported: this study must keep
@@ -614,7 +617,7 @@ def table(result: dict[str, Any], split: str = "dev", top: int | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.readout_study", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m research.readout_study", description=__doc__)
     parser.add_argument("--dev", type=Path, default=DATA / "readout_dev.jsonl")
     parser.add_argument("--test", type=Path, default=DATA / "readout_test.jsonl")
     parser.add_argument("--per-source", type=int, help="first N items of each generator")
@@ -751,7 +754,3 @@ def finish(result: dict[str, Any], out: Path | None) -> int:
         print(table(result, "test_at_t"))
     print(f"\nwrote {out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

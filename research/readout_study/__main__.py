@@ -1,0 +1,3 @@
+from research.readout_study.study import main
+
+raise SystemExit(main())
