@@ -5,7 +5,7 @@ the `aws` commands the buildspec names (mapped to IAM actions through botocore's
 models), their arguments as a run of its commands records them, the docker pushes and pulls,
 and the boto3 calls the packaging CLI makes against moto's S3. Each call must be allowed by the
 synthesized policy of that role on the resource it touches. The operator CLI's calls are the
-actions README lists for the operator. The execution roles and parliament's lint of every
+actions docs/operate.md lists for the operator. The execution roles and parliament's lint of every
 policy: tests/test_iam_execution_roles.py.
 """
 
@@ -288,8 +288,8 @@ def operator_actions() -> set[str]:
     return actions
 
 
-def test_readme_lists_exactly_the_actions_the_operator_cli_calls():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_list_exactly_the_actions_the_operator_cli_calls():
+    readme = (ROOT / "docs" / "operate.md").read_text()
     (listed,) = re.findall(r"The operator's credentials need:\s+([^.]+)\.", readme)
     assert set(re.findall(r"`([a-z0-9-]+:[A-Za-z]+)`", listed)) == operator_actions()
 
