@@ -5,6 +5,7 @@ anchor."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -87,3 +88,29 @@ def test_the_link_check_fails_on_a_broken_link_and_a_broken_anchor(tmp_path):
         "configurations.md": "Path not found",
         "deploy.md#no-such-heading": "Fragment not found",
     }
+
+
+def test_readmes_held_out_figures_are_the_committed_profiles():
+    """README's decision-quality table, row by row, against each profile `bench.evaluate
+    --choose-readout` wrote (its held-out metrics, readout and fitted temperature)."""
+    rows = re.findall(
+        r"^\| ([^|]+) \| `([a-z0-9.-]+\.json)` \| `(\w+)`, T = ([\d.]+) \| ([\d.]+) \| ([\d.]+) "
+        r"\| ([\d.]+) \|$",
+        README.read_text(),
+        re.M,
+    )
+    assert len(rows) == 2
+    for _, profile_name, readout, temperature, accuracy, ece, nll in rows:
+        profile = json.loads((ROOT / "model_packaging" / "profiles" / profile_name).read_text())
+        held_out = profile["held_out_metrics"]
+        assert (readout, float(temperature)) == (profile["readout"], round(profile["temperature"]))
+        assert [float(accuracy), float(ece), float(nll)] == [
+            round(held_out[key], 3) for key in ("accuracy", "ece", "nll")
+        ]
+        assert held_out["n"] == 208
+
+
+def test_readmes_quota_is_the_deploy_pages_table():
+    quota = re.search(r"quota for the instance types: (\d+) `([^`]+)`", README.read_text())
+    table = re.search(r"\| `([^`]+)` \| (\d+) \|", (DOCS / "deploy.md").read_text())
+    assert quota and table and (quota[2], quota[1]) == (table[1], table[2])
