@@ -9,8 +9,11 @@ Where moto 5.2.5 differs from AWS, the rehearsal adapts and says so (docs/develo
 is rehearsed offline"): its checkout's cdk.json carries the rehearsal's context (an explicit image
 repository name, since moto rejects the generated one; c5 instance types, since moto's
 SageMaker knows no c6i; the bundled model's spec); its CDK CLI deploys with `--method=direct`
-(moto's change-set execution drops stack outputs); `ops status` is given the endpoint's name
-from the stack outputs (moto ignores EndpointName). moto's CloudFormation skips some resource
+(moto's change-set execution drops stack outputs) and `--previous-parameters=false` (moto's
+stack update loses the SSM-typed BootstrapVersion parameter's previous value); `ops status` is
+given the endpoint's name from the stack outputs (moto ignores EndpointName); step 4's measure
+gets one answer for every request from moto (naming the release's model), so what it proves is
+the file's place, its commit and the deploy that reads it. moto's CloudFormation skips some resource
 types; the test pins that list so a change in either direction is noticed.
 """
 
@@ -18,17 +21,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
+import urllib.request
 import warnings
 from pathlib import Path
 
 import boto3
 import pytest
 
-from tests.cdk_templates import first_deployment_capacity
+from stacks import capacity
 from tests.codebuild_rehearsal import (
     ACCOUNT,
     REGION,
@@ -48,14 +53,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CDK = ROOT / "node_modules/.bin/cdk"
 STATEFUL, ENDPOINTS = "DecisionModels-Stateful", "DecisionModels-Endpoints"
 REPOSITORY = "decision-models"
+MODEL_SPEC = "gemma3-270m"  # the bundled model, which the rehearsal's model build packages
 # What this rehearsal changes in cdk.json's configuration, each for a reason in the docstring.
 REHEARSAL_CONTEXT = {
     "imageRepositoryName": REPOSITORY,
-    "builds": {"modelSpec": "gemma3-270m"},
+    "builds": {"modelSpec": MODEL_SPEC},
     "textGenerationEndpoint": {"instanceType": "ml.c5.2xlarge"},
-    # No measurement of the small model on it (stacks/measurements/): a first deployment's
-    # values, as README's "Deploy to AWS" gives them.
-    "decisionCpuEndpoint": {"instanceType": "ml.c5.2xlarge", **first_deployment_capacity()},
+    # No measurement of the small model on it until step 4 writes one: step 3 gives the first
+    # deployment's values on the command line, as README's "Deploy to AWS" does.
+    "decisionCpuEndpoint": {"instanceType": "ml.c5.2xlarge"},
     "decisionGpuEndpoint": {"enabled": False},
 }
 # Resource types moto's CloudFormation does not implement: created by AWS, skipped by moto.
@@ -80,7 +86,7 @@ for word; do
   esac
   set -- "$@" "$word"
 done
-if [ "$1" = deploy ]; then set -- "$@" --method=direct; fi
+if [ "$1" = deploy ]; then set -- "$@" --method=direct --previous-parameters=false; fi
 exec {cdk} "$@"
 """
 # Stands for the system interpreter: it has no aws_cdk, and no step may reach it.
@@ -110,9 +116,15 @@ def checkout(tmp_path: Path) -> Path:
     work = tmp_path / "checkout"
     work.mkdir()
     own = {".git", "cdk.json", "node_modules", "cdk.out", "cdk-outputs.json", "__pycache__"}
+    # Copied: step 4 writes and commits a measurement under stacks/, and the app must read it
+    # there (Python puts a linked script's real folder first on its path).
+    own |= {"stacks", "app.py"}
     for entry in ROOT.iterdir():
         if entry.name not in own:
             (work / entry.name).symlink_to(entry.resolve())
+    shutil.copytree(ROOT / "stacks", work / "stacks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "app.py", work / "app.py")
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     cdk_json = json.loads((ROOT / "cdk.json").read_text())
     cdk_json["context"] = {**cdk_json["context"], **REHEARSAL_CONTEXT}
     (work / "cdk.json").write_text(json.dumps(cdk_json, indent=2))
@@ -130,12 +142,15 @@ def shell_environment(tmp_path: Path, aws: dict[str, str]) -> dict[str, str]:
     system_bin.mkdir()
     for name in ("python", "python3", f"python3.{sys.version_info.minor}"):
         executable(system_bin / name, NO_SYSTEM_PYTHON)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = Operator\n\temail = operator@example.com\n")
     venv_bin = str(Path(sys.executable).parent)
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p and p != venv_bin]
     path = [p for p in path if ".venv" not in Path(p).parts]
     return {
         "PATH": os.pathsep.join([str(system_bin), *path]),
-        "HOME": str(tmp_path / "home"),
+        "HOME": str(home),
         "LANG": "C.UTF-8",
         # jsii's unpacked packages stay where the user's are: under the HOME above, the first
         # synthesis would unpack aws-cdk-lib again (about 10 CPU-seconds).
@@ -172,6 +187,20 @@ class Shell:
 
     def outputs(self) -> dict:
         return json.loads((self.work / "cdk-outputs.json").read_text())
+
+
+def moto_answers(moto: str, body: str) -> None:
+    """What moto's InvokeEndpoint answers from now on (each distinct request body takes the
+    next queued result and keeps it): `body`, as JSON."""
+    result = {"Body": body, "ContentType": "application/json"}
+    result |= {"InvokedProductionVariant": "AllTraffic", "CustomAttributes": ""}
+    request = urllib.request.Request(
+        f"{moto}/moto-api/static/sagemaker/endpoint-results",
+        data=json.dumps({"account_id": ACCOUNT, "region": REGION, "results": [result]}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=30).close()
 
 
 def physical_ids(cloudformation, stack: str) -> dict[str, str]:
@@ -312,6 +341,35 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         assert deployed["endpoints"] == set(outputs.values())
         assert len(deployed["models"]) == len(deployed["endpoint configs"]) == 2
         assert deployed["roles"] and deployed["log groups"]
+
+        # 4. Measure, then deploy again. moto's InvokeEndpoint answers each distinct body with
+        # what it was given, here what the release's adapter says of its model (the manifest's
+        # spec): the figures measure moto, not a model; rehearsed are the file's place, its
+        # commit and the deploy that takes the endpoint's capacity from it.
+        answer = {"result": {"id": "measure", "model": {"manifest": {"spec": MODEL_SPEC}}}}
+        moto_answers(endpoint, json.dumps(answer))
+        measure, commit, redeploy = commands(block_with(DEPLOY, "ops ARGS='measure "))
+        printed = shell(measure.replace("decision-models-decision-cpu", cpu_endpoint))
+        written = f"stacks/measurements/{MODEL_SPEC}/ml.c5.2xlarge.json"
+        (measured,) = re.findall(r"^MEASUREMENT=(.+)$", printed, re.M)
+        assert Path(measured).resolve() == (work / written).resolve()
+        shell(commit)
+        assert shell("git ls-files stacks/measurements").split() == [written]
+        shell(redeploy, **release)
+        derived = capacity.derive(capacity.Measurement.read(work / written))
+        # The model the updated stack holds (moto's update replaces it, records its ARN as the
+        # physical id and leaves the endpoint config naming the old one, where AWS would
+        # replace the config and update the endpoint).
+        (model_name,) = [
+            physical.rsplit("/", 1)[-1]
+            for logical, physical in physical_ids(cloudformation, ENDPOINTS).items()
+            if logical.startswith("DecisionCpuModel")
+        ]
+        environment = sagemaker.describe_model(ModelName=model_name)["PrimaryContainer"][
+            "Environment"
+        ]
+        assert environment["DECISION_MAX_QUEUE"] == str(derived.max_queue)
+        assert environment["DECISION_ADMISSION_WAIT_S"] == str(derived.admission_wait_s)
 
         # Removing it, as README writes it: what is left is what the templates retain.
         template = json.loads((work / "cdk.out" / f"{STATEFUL}.template.json").read_text())

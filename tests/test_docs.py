@@ -16,12 +16,13 @@ from tests.readme_steps import DEPLOY, DOCS, README, ROOT, all_sh_blocks, comman
 
 LINK_CHECK = Path(sys.executable).parent / "md-dead-link-check"
 # The deploy blocks the rehearsal (test_deploy_rehearsal.py) runs on a moto server, found by
-# these needles; the measure step's ordering and values are tests/test_cdk_capacity.py's.
+# these needles.
 REHEARSED = (
     "make bootstrap",
     "deploy STACKS=DecisionModels-Stateful",
     "build model",
     "mark-released",
+    "ops ARGS='measure ",
 )
 
 
