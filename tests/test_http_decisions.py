@@ -47,7 +47,7 @@ def test_single_decision_returns_probabilities_in_request_order(adapter):
     assert result["id"] == "support-route"
     assert result["option_ids"] == ["account_access", "billing"]
     assert sum(result["probabilities"]) == pytest.approx(1.0)
-    assert len(result["option_logits"]) == 2 and result["readout_mode"] == "single-token"
+    assert len(result["option_logits"]) == 2 and result["readout_mode"] == "letter-spellings"
     assert 0 < result["allowed_token_mass"] <= 1
     assert result["input_tokens"] > 20 and len(result["prompt_sha256"]) == 64
     assert result["readout"] == "letters" and "no tokens generated" in result["readout_text"]
