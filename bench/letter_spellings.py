@@ -38,9 +38,7 @@ def _engine(path: Path, threads: int):
     from decision_adapter.engine import Engine, EngineConfig
     from decision_adapter.prompts import PromptRenderer
 
-    config = EngineConfig(
-        n_ctx=4096, n_batch=512, n_threads=threads, n_gpu_layers=0, n_seq_max=64
-    )
+    config = EngineConfig(n_ctx=4096, n_batch=512, n_threads=threads, n_gpu_layers=0, n_seq_max=64)
     engine = Engine(path, config)
     return engine, PromptRenderer(engine)
 
@@ -75,9 +73,7 @@ def _readings(items, engine, renderer) -> dict[str, list[tuple[QuestionScores, i
         ids = list(item.expected)
         questions = [request.questions[qid].as_question("letters") for qid in ids]
         plan = build_plan(renderer, request.state, questions)
-        expected = [
-            request.questions[qid].option_keys.index(item.expected[qid]) for qid in ids
-        ]
+        expected = [request.questions[qid].option_keys.index(item.expected[qid]) for qid in ids]
         for name, read in (("spellings", plan), ("single", _single_spelling(plan))):
             results, _ = score(engine, read)
             out[name] += list(zip(results, expected))
@@ -94,7 +90,9 @@ def _summary(readings: list[tuple[QuestionScores, int]]) -> dict[str, Any]:
     def accuracy(subset):
         if not subset:
             return None
-        return metrics.accuracy([s.probabilities().tolist() for s, _ in subset], [e for _, e in subset])
+        return metrics.accuracy(
+            [s.probabilities().tolist() for s, _ in subset], [e for _, e in subset]
+        )
 
     return {
         **metrics.summary(probabilities, expected),
@@ -140,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.letter_spellings", description=__doc__)
     parser.add_argument("--model", action="append", default=[], help="launcher.models name")
     parser.add_argument("--matrix", action="store_true", help="also the random-weight matrix")
-    parser.add_argument("--matrix-limit", type=int, default=10, help="held-out items per matrix model")
+    parser.add_argument(
+        "--matrix-limit", type=int, default=10, help="held-out items per matrix model"
+    )
     parser.add_argument("--limit", type=int, help="held-out items per real model (default: all)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path)
@@ -157,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in args.model:
         chosen = items[: args.limit] if args.limit else items
-        result["models"][name] = {"items": len(chosen), **measure(local_model(name), chosen, args.threads)}
+        result["models"][name] = {
+            "items": len(chosen),
+            **measure(local_model(name), chosen, args.threads),
+        }
         print(name, "done", file=sys.stderr)
     if args.matrix:
         from tests.model_matrix import SERVED, ensure_matrix

@@ -209,9 +209,7 @@ def _plan_question(
             raise TokenLimitExceeded(budget.limit)
         return tokens
 
-    def reading(
-        suffix: list[int], continuations: list[list[int]], spellings=None
-    ) -> Reading:
+    def reading(suffix: list[int], continuations: list[list[int]], spellings=None) -> Reading:
         batches = prefix_tree_batches(
             continuations, engine.n_batch, engine.n_seq_max - FIRST_BRANCH_SEQ
         )
