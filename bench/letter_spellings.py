@@ -7,7 +7,10 @@ each reading, and how many answers fall under MIN_CONFIDENT_MASS. Per vocabulary
 tokens each label counts. Both readings decode the same plan in this process (the spellings
 dropped for the single one), so they differ by the readout alone.
 
-    python -m bench.letter_spellings --model gemma --model smollm2 [--matrix] [--limit N]
+    python -m bench.letter_spellings --model gemma3 --model smollm2 [--matrix] [--limit N]
+
+The metrics are bench.metrics.summary, the ones bench.evaluate reports; the readings run in this
+process (not over HTTP) so that both spellings read the very same decoded logits.
 """
 
 from __future__ import annotations
