@@ -47,7 +47,7 @@ def test_single_decision_returns_probabilities_in_request_order(adapter):
     assert result["id"] == "support-route"
     assert result["option_ids"] == ["account_access", "billing"]
     assert sum(result["probabilities"]) == pytest.approx(1.0)
-    assert len(result["option_logits"]) == 2 and result["readout_mode"] == "single-token"
+    assert len(result["option_logits"]) == 2 and result["readout_mode"] == "letter-spellings"
     assert 0 < result["allowed_token_mass"] <= 1
     assert result["input_tokens"] > 20 and len(result["prompt_sha256"]) == 64
     assert result["readout"] == "letters" and "no tokens generated" in result["readout_text"]
@@ -252,3 +252,61 @@ def test_a_state_in_nfd_or_with_a_final_newline_is_the_same_state(adapter):
     ]
     assert len({r["prompt_sha256"] for r in results}) == 1
     assert all(r["probabilities"] == results[0]["probabilities"] for r in results)
+
+
+# A state that shows Gemma the answer format (a worked question) makes it answer with a letter
+# (allowed mass 0.68 measured); an angry message and a yes/no question make it start a
+# sentence instead (0.07). MIN_CONFIDENT_MASS is 0.5.
+WORKED = "Question: 2+2?\nOptions:\nA. 4\nB. 5\nAnswer: A\n"
+CONFIDENT = decision(
+    id="alphabet",
+    state=WORKED,
+    question="Which letter comes first in the alphabet?",
+    options=[
+        {"id": "A", "description": "The letter A."},
+        {"id": "B", "description": "The letter B."},
+    ],
+)
+UNSURE = decision(
+    id="angry",
+    state="I am furious! Refund me now!!!",
+    question="Reply A or B. Which one?",
+    options=[{"id": "first"}, {"id": "second"}],
+)
+
+
+def test_a_letters_answer_under_the_mass_threshold_is_flagged_and_one_above_is_not(adapter):
+    body = {"decisions": [{**CONFIDENT, "readout": "letters"}, {**UNSURE, "readout": "letters"}]}
+    response = post(adapter, body)
+    assert response.status_code == 200, response.text
+    confident, unsure = response.json()["results"]
+    assert confident["readout_mode"] == unsure["readout_mode"] == "letter-spellings"
+    assert confident["allowed_token_mass"] > 0.6 and confident["low_allowed_mass"] is False
+    assert unsure["allowed_token_mass"] < 0.3 and unsure["low_allowed_mass"] is True
+    # The flag says how far to trust them; the probabilities are still the readout's.
+    assert sum(unsure["probabilities"]) == pytest.approx(1.0)
+
+
+def test_system_one_carries_the_mass_and_the_flag(adapter):
+    body = {
+        "model": "jev-latest",
+        "x_readout": "letters",
+        "state": WORKED,
+        "questions": {
+            "first": {
+                "type": "choice",
+                "instructions": CONFIDENT["question"],
+                "criteria": {"A": "The letter A.", "B": "The letter B."},
+            }
+        },
+    }
+    response = post(adapter, body, path="/v1/systemone")
+    assert response.status_code == 200, response.text
+    answer = response.json()["answers"]["first"]
+    assert answer["x_allowed_token_mass"] > 0.6 and answer["x_low_allowed_mass"] is False
+
+
+def test_other_readouts_are_never_flagged(adapter):
+    response = post(adapter, {"decision": {**UNSURE, "readout": "option_text"}})
+    result = response.json()["result"]
+    assert result["allowed_token_mass"] < 0.5 and result["low_allowed_mass"] is False

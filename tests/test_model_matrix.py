@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from decision_adapter.contract import READOUTS, Question
+from decision_adapter.contract import MIN_CONFIDENT_MASS, READOUTS, Question
 from decision_adapter.formats.systemone import SystemOneRequest
+from decision_adapter.letter_spellings import letter_spellings
 from decision_adapter.scoring import build_plan, score
 from decision_adapter.state_cache import StateCache
 
@@ -164,6 +165,18 @@ def test_system_one_noul_choice_and_score_are_exact_alone_shared_and_cached(serv
     hit, timing = _logits(engine, renderer, request.state, questions, cache=cache)
     assert timing.state_cache == "hit" and [len(a) for a in alone] == [2, 2, 3]
     _assert_exact(alone, shared, hit)
+
+
+def test_letters_read_every_spelling_of_each_label_in_every_vocabulary(served):
+    engine, renderer = served
+    index = letter_spellings(engine)
+    counted = np.concatenate(list(index.tokens.values())).tolist()
+    assert len(counted) == len(set(counted))  # no token counts for two labels
+    for letter, tokens in index.tokens.items():
+        assert len(tokens) >= 2 and renderer.label_tokens(letter)[0] in tokens  # "A" and " A"
+    (answer,), _ = score(engine, build_plan(renderer, SHORT_STATE, [_with(ROUTE, "letters")]))
+    assert answer.readout == "letter-spellings"
+    assert answer.low_allowed_mass == (answer.allowed_token_mass < MIN_CONFIDENT_MASS)
 
 
 def test_models_and_the_start_up_line_name_the_architecture_and_its_memory(family, family_adapter):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from decision_adapter.contract import Question
 from decision_adapter.engine import Branch
+from decision_adapter.letter_spellings import letter_spellings, spelled_letter
 from decision_adapter.scoring import build_plan, option_labels, score
 
 STATE = "The customer cannot receive a password reset email. They tried twice and checked spam."
@@ -59,8 +62,15 @@ def test_shared_state_is_prefilled_once(engine, renderer):
     assert engine.stats.tokens_decoded - before == plan.total_tokens
 
 
+def _one_spelling(plan):
+    """The plan as read before spellings: each letter label's own token only."""
+    for question in plan.questions:
+        question.readings = [replace(r, spellings=None) for r in question.readings]
+    return plan
+
+
 def test_sequence_readout_agrees_with_single_token_readout(engine, renderer):
-    plan = build_plan(renderer, STATE, [ROUTE])
+    plan = _one_spelling(build_plan(renderer, STATE, [ROUTE]))
     (single,), _ = score(engine, plan)
     (sequence,), _ = score(engine, plan, force_sequence=True)
     assert single.readout == "single-token" and sequence.readout == "label-sequence"
@@ -247,3 +257,44 @@ def test_a_chat_template_frames_user_text_that_stays_plain(engine):
     assert len(tokens) - 1 - tokens[::-1].index(start_of_turn) > tokens.index(end_of_turn)
     (scores,), _ = score(engine, plan)
     assert scores.probabilities().sum() == pytest.approx(1.0)
+
+
+# --- letters: every spelling of a label --------------------------------------------------
+def test_a_token_spells_a_letter_when_only_openers_and_punctuation_surround_it():
+    for text in ("A", " A", "\nA", "(A", " (A", "**A", "A)", "A.", "A:", "A**", "`A`", "## A"):
+        assert spelled_letter(text) == "A", text
+    for text in ("An", "AB", "A1", "a", " a)", "-A", ".A", "_A", "Aé", "", " ", "(", "B A"):
+        assert spelled_letter(text) is None, text
+
+
+def test_gemmas_index_counts_each_token_for_one_letter_and_holds_the_labels_own(engine, renderer):
+    index = letter_spellings(engine)
+    assert letter_spellings(engine) is index  # built once per model
+    every = np.concatenate(list(index.tokens.values()))
+    assert len(every) == len(set(every.tolist()))
+    for letter, tokens in index.tokens.items():
+        assert renderer.label_tokens(letter)[0] in tokens
+        assert {spelled_letter(engine.piece(int(t)).decode()) for t in tokens} == {letter}
+
+
+def test_letters_sum_each_labels_spellings_of_one_log_softmax(engine, renderer):
+    plan = build_plan(renderer, STATE, [ROUTE])
+    (spelled,), _ = score(engine, plan)
+    (single,), _ = score(engine, _one_spelling(build_plan(renderer, STATE, [ROUTE])))
+    assert spelled.readout == "letter-spellings" and single.readout == "single-token"
+    reference = _question_on_sequence_1(engine, plan)
+    engine.reset()
+    index = letter_spellings(engine)
+    expected = [math.log(math.fsum(np.exp(reference[index.of(label)]))) for label in "ABC"]
+    np.testing.assert_allclose(spelled.option_log_probs, expected, atol=1e-9)
+    # More spellings, more mass: every label's own token is one of its spellings.
+    assert all(spelled.option_log_probs >= single.option_log_probs)
+    assert spelled.allowed_token_mass > single.allowed_token_mass
+
+
+def test_past_26_options_two_letter_labels_are_read_as_before(engine, renderer):
+    question = Question("Which queue fits best?", [f"q{i}" for i in range(27)], [None] * 27)
+    plan = build_plan(renderer, STATE, [question])
+    assert plan.questions[0].readings[0].spellings is None
+    (result,), _ = score(engine, plan)
+    assert result.readout in ("single-token", "label-sequence")

@@ -104,7 +104,9 @@ def test_extensions_are_x_prefixed(baseline):
     for answer in baseline["answers"].values():
         assert len(answer["x_prompt_sha256"]) == 64 and answer["x_temperature"] == 1.0
         assert answer["x_readout"] == "letters"
-        assert answer["x_readout_mode"] in ("single-token", "label-sequence")
+        assert answer["x_readout_mode"] == "letter-spellings"
+        assert 0 < answer["x_allowed_token_mass"] <= 1
+        assert answer["x_low_allowed_mass"] == (answer["x_allowed_token_mass"] < 0.5)
 
 
 @pytest.mark.parametrize(

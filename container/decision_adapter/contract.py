@@ -18,6 +18,12 @@ from .calibration import BUILT_IN_READOUT, READOUTS, Calibration, ReadoutName
 __all__ = ["BUILT_IN_READOUT", "READOUTS", "ReadoutName"]  # the formats name readouts from here
 
 MAX_OPTIONS = 255
+# Below this allowed_token_mass a letters answer is not called confident (low_allowed_mass):
+# the model then more likely writes something other than a label than any label, so the
+# probabilities are a distribution given an event the model itself thinks unlikely. Half is
+# where that flips; letter readouts of instruction-tuned models measured far above it when
+# they follow the prompt (letters-spellings in bench/results).
+MIN_CONFIDENT_MASS = 0.5
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,12 @@ class QuestionScores:
     @property
     def allowed_token_mass(self) -> float:
         return math.fsum(np.exp(self.option_log_probs))
+
+    @property
+    def low_allowed_mass(self) -> bool:
+        """A letters answer whose labels hold under MIN_CONFIDENT_MASS of the next token's
+        probability. Other readouts read words, whose mass is small by nature: never flagged."""
+        return self.strategy == "letters" and self.allowed_token_mass < MIN_CONFIDENT_MASS
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import numpy as np
 from .budget import READ_TOKEN_COST, TokenBudget
 from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
 from .engine import Branch, Engine, log_partition
+from .letter_spellings import letter_spellings
 from .prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
 from .prompts import CONTENT_FREE_STATE, PromptRenderer
 from .state_cache import StateCache
@@ -49,11 +50,13 @@ def option_labels(count: int) -> list[str]:
 class Reading:
     """One question suffix decoded after the state, and each option's continuation read after
     it (request order): its label, or its own words; `tree_batches` are the batches that read
-    the continuations' later tokens (prefix_tree_batches)."""
+    the continuations' later tokens (prefix_tree_batches). `spellings`: the letters readout's
+    single-letter labels, every token that spells each (letter_spellings), summed when read."""
 
     suffix_tokens: list[int]
     continuations: list[list[int]]
     tree_batches: list[list[tuple[int, ...]]]
+    spellings: list[np.ndarray] | None = None
 
     @property
     def single_tokens(self) -> bool:
@@ -206,11 +209,11 @@ def _plan_question(
             raise TokenLimitExceeded(budget.limit)
         return tokens
 
-    def reading(suffix: list[int], continuations: list[list[int]]) -> Reading:
+    def reading(suffix: list[int], continuations: list[list[int]], spellings=None) -> Reading:
         batches = prefix_tree_batches(
             continuations, engine.n_batch, engine.n_seq_max - FIRST_BRANCH_SEQ
         )
-        read = Reading(suffix, continuations, batches)
+        read = Reading(suffix, continuations, batches, spellings)
         budget.spend(passes * READ_TOKEN_COST * read.branch_tokens)
         return read
 
@@ -218,6 +221,7 @@ def _plan_question(
     if readout in ("letters", "permuted_letters"):
         labels = option_labels(n)
         label_tokens = [renderer.label_tokens(label) for label in labels]
+        spellings = _spellings(engine, labels, label_tokens) if readout == "letters" else None
         options = list(zip(question.option_ids, question.descriptions))
         # Rotation r lists option (r + p) % n at position p; the request's own order is r = 0.
         rotations = [0] if readout == "letters" else list(range(n))
@@ -232,13 +236,30 @@ def _plan_question(
             first = first or prompt
             # Option i sits at position (i - r) % n and is read through that position's label.
             continuations = [label_tokens[(i - r) % n] for i in range(n)]
-            readings.append(reading(suffix_tokens(prompt), continuations))
+            readings.append(reading(suffix_tokens(prompt), continuations, spellings))
         return QuestionPlan(readout, labels, readings, first.sha256)
     words = _option_words(question, with_descriptions=readout == "option_text_desc")
     prompt = renderer.cloze(state, question.question)
     suffix = suffix_tokens(prompt)
     continuations = [continuation(w) for w in words]
     return QuestionPlan(readout, words, [reading(suffix, continuations)], prompt.sha256)
+
+
+def _spellings(
+    engine: Engine, labels: list[str], label_tokens: list[list[int]]
+) -> list[np.ndarray] | None:
+    """Per label (the letters readout lists option i as label i), every token that spells it;
+    None where labels are two letters (past 26 options: read as whole sequences, as before) or
+    a label's own token is not among its spellings (it is one token spelling it everywhere
+    measured)."""
+    if any(len(label) != 1 for label in labels):
+        return None
+    index = letter_spellings(engine)
+    spellings = [index.of(label) for label in labels]
+    for tokens, spelled in zip(label_tokens, spellings):
+        if len(tokens) != 1 or tokens[0] not in spelled:
+            return None
+    return spellings
 
 
 class QuestionsOverBudget(TokenLimitExceeded):
@@ -372,6 +393,7 @@ class _Read:
     lengths: np.ndarray  # tokens per continuation
     single_tokens: bool  # every continuation one distinct token (read in one pass)
     argmax: int
+    spelled: bool = False  # log_probs: each label's mass summed over its spellings
 
 
 def _read(
@@ -391,6 +413,17 @@ def _read(
     (logits,) = engine.decode_branches([branch], first_seq_id=QUESTION_SEQ)
     last_logits = logits[last_position]
     firsts = np.array([tokens[0] for tokens in reading.continuations])
+    if reading.spellings is not None and not force_sequence:
+        log_probs = _spelled_log_probs(last_logits, reading.spellings)
+        engine.drop_sequence(QUESTION_SEQ)
+        return _Read(
+            log_probs=log_probs,
+            first_logits=log_probs,
+            lengths=np.ones(len(firsts)),
+            single_tokens=True,
+            argmax=int(np.argmax(last_logits)),
+            spelled=True,
+        )
     log_probs = _log_softmax(last_logits, firsts)
     single = reading.single_tokens and not force_sequence
     if not single:
@@ -402,6 +435,17 @@ def _read(
         lengths=np.array([len(t) for t in reading.continuations], dtype=np.float64),
         single_tokens=single,
         argmax=int(np.argmax(last_logits)),
+    )
+
+
+def _spelled_log_probs(logits: np.ndarray, spellings: list[np.ndarray]) -> np.ndarray:
+    """Each label's log-probability summed over the tokens that spell it: exactly rounded sums
+    (fsum) of one log-softmax, so a label's figure depends on nothing but the logits."""
+    every = _log_softmax(logits, np.concatenate(spellings))
+    ends = np.cumsum([len(tokens) for tokens in spellings])
+    return np.array(
+        [math.log(math.fsum(np.exp(part))) for part in np.split(every, ends[:-1])],
+        dtype=np.float64,
     )
 
 
@@ -489,6 +533,14 @@ def _combine(
 ) -> QuestionScores:
     """The strategy's option scores from its readings."""
     first = reads[0]
+    if question.readout == "letters" and first.spelled:
+        return QuestionScores(
+            readout="letter-spellings",
+            option_log_probs=first.log_probs,
+            option_logits=first.log_probs,
+            full_vocab_argmax_id=first.argmax,
+            strategy="letters",
+        )
     if question.readout == "letters":
         return QuestionScores(
             readout="single-token" if first.single_tokens else "label-sequence",

@@ -21,6 +21,11 @@ READOUT_TEXT = {
         "log-probability of each option's whole multi-token label after the prompt (its tokens "
         "decoded as branches of the prompt), softmax over them; no tokens generated"
     ),
+    "letter-spellings": (
+        "last-position log-probabilities of the prompt, each option's summed over every token "
+        "that spells its letter label (A, ' A', '(A', '**A', 'A)', ...), softmax over the "
+        "sums; no tokens generated"
+    ),
     "rotation-mean": (
         "letter labels read once per cyclic rotation of the options, each rotation's "
         "distribution over the options averaged (as log-probabilities); no tokens generated"
@@ -115,6 +120,9 @@ def encode_result(
         "labels": answer.labels,
         "input_tokens": answer.input_tokens,
         "allowed_token_mass": scores.allowed_token_mass,
+        # True: a letters answer whose labels hold too little of the next token to be called
+        # confident (contract.MIN_CONFIDENT_MASS); its probabilities are still the readout's.
+        "low_allowed_mass": scores.low_allowed_mass,
         "full_vocab_argmax_id": scores.full_vocab_argmax_id,
         "full_vocab_argmax_token": answer.full_vocab_argmax_token,
         "prompt_sha256": answer.prompt_sha256,

@@ -187,6 +187,10 @@ def encode_answer(
         "x_logits": dict(zip(question.option_keys, scores.option_logits.tolist())),
         "x_readout": scores.strategy,
         "x_readout_mode": scores.readout,
+        # The letters readout's labels' share of the next token, and whether it is too small to
+        # call the answer confident (contract.MIN_CONFIDENT_MASS).
+        "x_allowed_token_mass": scores.allowed_token_mass,
+        "x_low_allowed_mass": scores.low_allowed_mass,
         "x_temperature": temperature,
         "x_prompt_sha256": answer.prompt_sha256,
     }
