@@ -22,7 +22,7 @@ MAX_OPTIONS = 255
 # the model then more likely writes something other than a label than any label, so the
 # probabilities are a distribution given an event the model itself thinks unlikely. Half is
 # where that flips; letter readouts of instruction-tuned models measured far above it when
-# they follow the prompt (letters-spellings in bench/results).
+# they follow the prompt (research/letter_spellings).
 MIN_CONFIDENT_MASS = 0.5
 
 

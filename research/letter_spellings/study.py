@@ -1,4 +1,4 @@
-"""python -m bench.letter_spellings: the `letters` readout summed over every spelling of a label
+"""python -m research.letter_spellings: the `letters` readout summed over every spelling of a label
 (decision_adapter.letter_spellings) against today's single spelling, as JSON.
 
 Per model, on the held-out split (bench/data/readout_test.jsonl, System One questions read with
@@ -7,7 +7,7 @@ each reading, and how many answers fall under MIN_CONFIDENT_MASS. Per vocabulary
 tokens each label counts. Both readings decode the same plan in this process (the spellings
 dropped for the single one), so they differ by the readout alone.
 
-    python -m bench.letter_spellings --model gemma3 --model smollm2 [--matrix] [--limit N]
+    python -m research.letter_spellings --model gemma3 --model smollm2 [--matrix] [--limit N]
 
 The metrics are bench.metrics.summary, the ones bench.evaluate reports; the readings run in this
 process (not over HTTP) so that both spellings read the very same decoded logits.
@@ -32,8 +32,9 @@ from decision_adapter.scoring import build_plan, score
 
 from bench import labelled, metrics
 
-HELD_OUT = Path(__file__).resolve().parent / "data" / "readout_test.jsonl"
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[2]
+HELD_OUT = ROOT / "bench" / "data" / "readout_test.jsonl"
+RESULTS = Path(__file__).resolve().parent / "results"  # where its committed result lives
 MASS_CUTS = (0.05, 0.1, 0.2, 0.3, 0.5)
 
 
@@ -138,7 +139,9 @@ def measure(path: Path, items, threads: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.letter_spellings", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.letter_spellings", description=__doc__
+    )
     parser.add_argument("--model", action="append", default=[], help="launcher.models name")
     parser.add_argument("--matrix", action="store_true", help="also the random-weight matrix")
     parser.add_argument(
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--limit", type=int, help="held-out items per real model (default: all)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help=f"also write the JSON here (e.g. {RESULTS}/)")
     args = parser.parse_args(argv)
     from launcher.models import local_model
 

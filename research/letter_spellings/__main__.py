@@ -1,0 +1,3 @@
+from research.letter_spellings.study import main
+
+raise SystemExit(main())
