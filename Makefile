@@ -65,8 +65,8 @@ rehearse: $(VENV)/.dev node_modules/.package-lock.json
 	$(PYTHON) -m pytest -m rehearsal
 
 # The CPU image built by a real Docker engine on a stand-in for the DLC and run as SageMaker runs
-# it (docs/development.md, "What is rehearsed offline"). Needs a running engine and debootstrap; the first
-# build compiles llama-cpp-python (about 12 minutes on 2 cores), the engine's cache keeps it.
+# it (docs/development.md, "What is rehearsed offline"). Needs a running engine and debootstrap;
+# the first build compiles llama-cpp-python (about 12 minutes on 2 cores), the engine's cache keeps it.
 # /usr/bin/docker: the engine package's client, which builds with BuildKit on its own.
 DOCKER ?= /usr/bin/docker
 image-test: $(VENV)/.dev

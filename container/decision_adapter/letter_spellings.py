@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import string
+import threading
 import weakref
 from itertools import repeat
 
@@ -73,11 +74,15 @@ class LetterSpellings:
 
 
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BUILDING = threading.Lock()
 
 
 def letter_spellings(engine) -> LetterSpellings:
-    """The engine's index, built on first use (model thread only)."""
-    found = _BUILT.get(engine)
-    if found is None:
-        found = _BUILT[engine] = LetterSpellings(engine)
+    """The engine's index, built on first use. Plans are built on preparation threads, which
+    read the vocabulary as the tokenizer does; the lock keeps two first requests from building
+    it twice."""
+    with _BUILDING:
+        found = _BUILT.get(engine)
+        if found is None:
+            found = _BUILT[engine] = LetterSpellings(engine)
     return found

@@ -533,17 +533,11 @@ def _combine(
 ) -> QuestionScores:
     """The strategy's option scores from its readings."""
     first = reads[0]
-    if question.readout == "letters" and first.spelled:
-        return QuestionScores(
-            readout="letter-spellings",
-            option_log_probs=first.log_probs,
-            option_logits=first.log_probs,
-            full_vocab_argmax_id=first.argmax,
-            strategy="letters",
-        )
     if question.readout == "letters":
+        mode = "single-token" if first.single_tokens else "label-sequence"
         return QuestionScores(
-            readout="single-token" if first.single_tokens else "label-sequence",
+            # A spelled read's first_logits are its summed log-probabilities.
+            readout="letter-spellings" if first.spelled else mode,
             option_log_probs=first.log_probs,
             option_logits=first.first_logits if first.single_tokens else first.log_probs,
             full_vocab_argmax_id=first.argmax,
