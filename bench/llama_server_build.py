@@ -3,9 +3,10 @@ installed llama-cpp-python vendors (same commit, so the same kernels), cached ou
 repository: ~/.cache/decision-bench/llama-server-<version>/ (DECISION_BENCH_CACHE moves it).
 
 Flags follow llama-cpp-python's own build: its CMakeLists forces shared libraries and no curl,
-and leaves llama.cpp's defaults (Release, GGML_NATIVE, OpenMP) alone; CMAKE_ARGS, if set for
-its install, is honoured here too. Beyond that only what a server needs offline: no web UI
-download, no HTTPS, no tests or examples. A failed step returns its reason; it never raises.
+and the CPU features come from the same recipe (container/llama_build.py) that built the
+installed llama-cpp-python, so the side-by-side compares one build with itself. Beyond that
+only what a server needs offline: no web UI download, no HTTPS, no tests or examples. A failed
+step returns its reason; it never raises.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import tarfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+import llama_build
 
 PACKAGE = "llama-cpp-python"
 CMAKE_FLAGS = (
@@ -67,12 +70,15 @@ def installed_version() -> str:
     return metadata.version(PACKAGE)
 
 
-def cmake_flags(environ: dict[str, str] | None = None) -> list[str]:
-    environ = os.environ if environ is None else environ
-    return [*CMAKE_FLAGS, *shlex.split(environ.get("CMAKE_ARGS", ""))]
+def cmake_flags(recipe_args: list[str] | None = None) -> list[str]:
+    """The server's flags: the recipe's CPU flags (default: this machine's) after ours."""
+    recipe_args = llama_build.local_cmake_args() if recipe_args is None else recipe_args
+    return [*CMAKE_FLAGS, *recipe_args]
 
 
-def ensure_llama_server(root: Path | None = None, version: str | None = None) -> Build:
+def ensure_llama_server(
+    root: Path | None = None, version: str | None = None, recipe_args: list[str] | None = None
+) -> Build:
     """The cached binary, or a fresh build of it; a failure comes back as Build.reason."""
     try:
         version = version or installed_version()
@@ -81,7 +87,7 @@ def ensure_llama_server(root: Path | None = None, version: str | None = None) ->
     directory = (root or cache_root()) / f"llama-server-{version}"
     binary = directory / "build" / "bin" / "llama-server"
     flags_file = directory / "build" / "bench-cmake-flags"
-    flags = cmake_flags()
+    flags = cmake_flags(recipe_args)
     if binary.is_file() and _read(flags_file) == "\n".join(flags):
         return Build(version, directory, binary=binary)
     try:

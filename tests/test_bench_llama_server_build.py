@@ -5,6 +5,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+import llama_build
 import llama_cpp
 
 from bench.llama_server import ServerSettings, built_cpu_features, cpu_features, start_beside
@@ -27,8 +28,7 @@ def _cached(root: Path, version: str, flags: list[str]) -> Path:
     return binary
 
 
-def test_a_cached_build_with_the_same_flags_is_reused(tmp_path, monkeypatch):
-    monkeypatch.delenv("CMAKE_ARGS", raising=False)
+def test_a_cached_build_with_the_same_flags_is_reused(tmp_path):
     binary = _cached(tmp_path, "9.9.9", cmake_flags())
     build = ensure_llama_server(tmp_path, "9.9.9")
     assert build.binary == binary
@@ -44,19 +44,24 @@ def test_no_cmake_is_a_reason_not_an_exception(tmp_path, monkeypatch):
 
 
 def test_other_cmake_flags_mean_a_rebuild(tmp_path, monkeypatch):
-    """CMAKE_ARGS (as given to llama-cpp-python's install) changes the kernels: the cached
-    binary built without them is not reused."""
-    _cached(tmp_path, "9.9.9", cmake_flags({}))
-    monkeypatch.setenv("CMAKE_ARGS", "-DGGML_NATIVE=OFF -DGGML_AVX2=ON")
+    """Other CPU flags change the kernels: the cached binary built without them is not
+    reused."""
+    _cached(tmp_path, "9.9.9", cmake_flags([]))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-venv" / "python"))
-    build = ensure_llama_server(tmp_path, "9.9.9")
+    build = ensure_llama_server(tmp_path, "9.9.9", ["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON"])
     assert build.binary is None and "cmake not found" in build.reason
 
 
-def test_cmake_flags_add_cmake_args_after_ours():
-    flags = cmake_flags({"CMAKE_ARGS": "-DGGML_NATIVE=OFF '-DX=a b'"})
-    assert flags == [*CMAKE_FLAGS, "-DGGML_NATIVE=OFF", "-DX=a b"]
+def test_the_server_is_built_with_the_recipe_of_the_installed_bindings():
+    """The recipe's flags for this machine, the same the venv's llama-cpp-python was built
+    with (its record), follow the server's own."""
+    flags = cmake_flags()
+    assert flags[: len(CMAKE_FLAGS)] == list(CMAKE_FLAGS)
+    assert flags[len(CMAKE_FLAGS) :] == llama_build.local_cmake_args()
+    record = llama_build.installed_record(Path(sys.executable))
+    assert record is not None, "the venv's llama-cpp-python was not installed by the recipe"
+    assert record["cmake_args"] == llama_build.local_cmake_args()
 
 
 def test_a_failed_step_names_itself_with_its_log_tail(tmp_path):

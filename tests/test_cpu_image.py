@@ -15,6 +15,7 @@ import sys
 import tarfile
 import time
 
+import llama_build
 import pytest
 
 from launcher import REPO, adapter_environment
@@ -209,6 +210,21 @@ def test_start_up_line_names_the_llama_libraries_the_image_compiled(served):
     assert all(path.startswith(f"{package}/lib/") for path in libraries), libraries
     assert loaded["ld_library_path"] == ""
     assert loaded["layers"] == {"offloaded": 0, "total": loaded["layers"]["total"]}
+
+
+def test_the_image_runs_the_best_cpu_variant_without_amx(served):
+    """The runtime dispatch chose a CPU backend this host supports (AVX2's at least where it
+    has AVX2), never an excluded one, and the start-up line says which."""
+    (loaded,) = [line for line in served.log_lines() if line.get("event") == "model_loaded"]
+    backend = loaded["cpu_backend"]
+    variant = backend["variant"]
+    print(f"CPU backend variant loaded by the container: {variant}; features {backend['features']}")
+    assert variant not in ("built in", *llama_build.EXCLUDED_VARIANTS)
+    assert any(path.endswith(f"/libggml-cpu-{variant}.so") for path in loaded["llama_libraries"])
+    assert not set(llama_build.EXCLUDED) & set(backend["features"])
+    assert all("AMX" not in name for name in backend["extra_buffer_types"])
+    host = llama_build.local_features(llama_build.cpu_flags())
+    assert set(host) & {"AVX2", "AVX512"} <= set(backend["features"]), (host, backend)
 
 
 def test_a_decision_through_invocations_reads_the_mounted_model(served, model_dir):

@@ -123,6 +123,7 @@ def test_build_context_ignore_file_admits_only_what_the_image_copies(name):
     assert admitted == {
         "container/decision_adapter/",
         "container/requirements.txt",
+        "container/llama_build.py",
         "model_manifest/",
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -49,6 +50,7 @@ class EngineConfig:
     n_threads: int
     n_gpu_layers: int
     n_seq_max: int
+    extra_buffer_types: bool = True
 
 
 @dataclass(frozen=True)
@@ -106,12 +108,23 @@ class DecodeStats:
         }
 
 
+# llama.cpp names the buffer type of each part of the loaded weights in one log line each
+# ("load_tensors:   CPU_REPACK model buffer size =  52.50 MiB"): the only place it tells
+# whether weights went to an extra buffer type (repacked, AMX) rather than the plain mapping.
+_MODEL_BUFFER = re.compile(rb"(\S+) model buffer size\s*=\s*([0-9.]+) MiB")
+_model_buffers: dict[str, float] = {}
+
+
 def silence_llama_logs() -> None:
-    """llama.cpp logs every load to stderr; keep our JSON log lines the only output."""
+    """llama.cpp logs every load to stderr; keep our JSON log lines the only output. Its model
+    buffer lines are kept (model_buffers) for the start-up line."""
 
     @llama_cpp.llama_log_callback
     def _drop(level, text, user_data):  # noqa: ARG001 - ctypes signature
-        return None
+        match = _MODEL_BUFFER.search(text or b"")
+        if match:
+            name = match.group(1).decode("ascii", "replace")
+            _model_buffers[name] = _model_buffers.get(name, 0.0) + float(match.group(2))
 
     silence_llama_logs.callback = _drop  # keep a reference: ctypes must not collect it
     llama_cpp.llama_log_set(_drop, ctypes.c_void_p())
@@ -202,7 +215,11 @@ class Engine:
             )
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 2**31 - 1 if config.n_gpu_layers < 0 else config.n_gpu_layers
+        model_params.use_extra_bufts = config.extra_buffer_types
+        _model_buffers.clear()
         self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), model_params)
+        # MiB of weights per buffer type, as llama.cpp logged them (empty when not quiet).
+        self.model_buffers = dict(_model_buffers)
         if not self.model:
             raise EngineError(f"llama.cpp could not load {gguf} (corrupt or unsupported GGUF?)")
         self.architecture = self.metadata("general.architecture") or "unknown"

@@ -75,6 +75,7 @@ class DecisionService:
                 n_threads=settings.n_threads,
                 n_gpu_layers=settings.n_gpu_layers,
                 n_seq_max=settings.n_seq_max,
+                extra_buffer_types=settings.extra_buffer_types,
             ),
         )
         self.renderer = PromptRenderer(self.engine)

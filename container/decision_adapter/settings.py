@@ -59,6 +59,9 @@ class Settings(BaseModel):
     n_gpu_layers: int = from_env(
         "DECISION_N_GPU_LAYERS", "SM_LLAMA_CPP_N_GPU_LAYERS", default=0, ge=-1
     )
+    # llama.cpp's extra CPU buffer types (weights repacked for its wider kernels at load): off
+    # keeps the weights as the file lays them out, a way around a kernel that misbehaves.
+    extra_buffer_types: bool = from_env("DECISION_EXTRA_BUFFER_TYPES", default=True)
     n_batch: int = from_env("DECISION_N_BATCH", default=512, ge=32, le=65536)
     # Sequences in the context: the state, the question being read, and its label branches.
     n_seq_max: int = from_env("DECISION_N_SEQ_MAX", default=64, ge=4, le=256)
