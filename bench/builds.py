@@ -7,12 +7,14 @@ the floor's prefill of a 1,024-token prompt, for:
   the adapter's DECISION_EXTRA_BUFFER_TYPES=false, the floor likewise);
 - `native_no_amx`: llama.cpp's default `-march=native`, with gcc told to leave AMX out;
 - `avx2_only`: the flags the CPU image used before the recipe (AVX, AVX2, FMA, F16C);
-- `image_dispatch`: the images' runtime CPU dispatch (every variant, AMX pruned), whichever
-  variant it picks here.
-Each other build is compiled once from the llama.cpp source the installed llama-cpp-python
-vendors (libllama and its ggml libraries only) into ~/.cache/decision-bench/builds/ and loaded
-through LLAMA_CPP_LIB_PATH, by the adapter and the floor alike, in a child process per build;
-the result records which CPU backend each really ran (the adapter's start-up line).
+- `image_dispatch`: the CPU image's own libraries (runtime CPU dispatch, every variant but
+  AMX's), copied out of the image `make image-test` built (--image), whichever variant they
+  pick here.
+`native_no_amx` and `avx2_only` are compiled once from the llama.cpp source the installed
+llama-cpp-python vendors (libllama and its ggml libraries only) into
+~/.cache/decision-bench/builds/. Each build is loaded through LLAMA_CPP_LIB_PATH, by the adapter
+and the floor alike, in a child process per build; the result records which CPU backend each
+really ran (the adapter's start-up line).
 
 Writes bench/results/<date>-<machine>-builds.json.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,39 +49,68 @@ RESULTS = Path(__file__).resolve().parent / "results"
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 LONG_PROMPT_TOKENS = 1024
 LONG_REPEATS = 5
+IMAGE = "decision-adapter:cpu-standin"  # tests/cpu_image.py's tag
 
 
-def build_flags(name: str, directory: Path) -> list[str] | None:
-    """The CMake flags of each compared build (None: the installed one)."""
-    return {
-        "recipe": None,
-        "recipe_no_extra_buffers": None,
-        "native_no_amx": [
-            "-DGGML_NATIVE=ON",
-            f"-DCMAKE_C_FLAGS={NO_AMX}",
-            f"-DCMAKE_CXX_FLAGS={NO_AMX}",
-        ],
-        "avx2_only": [
-            "-DGGML_NATIVE=OFF",
-            "-DGGML_AVX=ON",
-            "-DGGML_AVX2=ON",
-            "-DGGML_FMA=ON",
-            "-DGGML_F16C=ON",
-        ],
-        "image_dispatch": llama_build.image_cmake_args(str(directory / "build" / "bin")),
-    }[name]
-
-
+# The builds compiled here, by their CMake flags (the others are installed or copied).
+COMPILED = {
+    "native_no_amx": [
+        "-DGGML_NATIVE=ON",
+        f"-DCMAKE_C_FLAGS={NO_AMX}",
+        f"-DCMAKE_CXX_FLAGS={NO_AMX}",
+    ],
+    "avx2_only": [
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_AVX=ON",
+        "-DGGML_AVX2=ON",
+        "-DGGML_FMA=ON",
+        "-DGGML_F16C=ON",
+    ],
+}
 BUILDS = ("recipe", "recipe_no_extra_buffers", "native_no_amx", "avx2_only", "image_dispatch")
 
 
-def ensure_libraries(name: str) -> Path | None:
+def image_libraries(image: str) -> Path:
+    """The image's llama_cpp/lib, copied out of it (the image stays as it is)."""
+    destination = cache_root() / "builds" / "image_dispatch"
+    shutil.rmtree(destination, ignore_errors=True)
+    destination.mkdir(parents=True)
+    docker = os.environ.get("DOCKER", "docker")
+    # Where the image's venv keeps its packages (its Python's version is the base image's).
+    purelib = subprocess.run(
+        [
+            docker,
+            "run",
+            "--rm",
+            "--entrypoint",
+            "/opt/venv/bin/python",
+            image,
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('purelib'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    container = subprocess.run(
+        [docker, "create", image], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        inside = f"{container}:{purelib}/llama_cpp/lib/."
+        subprocess.run([docker, "cp", inside, str(destination)], check=True)
+    finally:
+        subprocess.run([docker, "rm", container], capture_output=True, check=False)
+    return destination
+
+
+def ensure_libraries(name: str, image: str) -> Path | None:
     """The directory holding the build's libllama (None: the installed package's)."""
-    version = installed_version()
-    directory = cache_root() / "builds" / f"{name}-{version}"
-    flags = build_flags(name, directory)
-    if flags is None:
+    if name == "image_dispatch":
+        return image_libraries(image)
+    if name not in COMPILED:
         return None
+    directory = cache_root() / "builds" / f"{name}-{installed_version()}"
+    flags = COMPILED[name]
     binaries = directory / "build" / "bin"
     flags_file = directory / "build" / "bench-cmake-flags"
     everything = [*CMAKE_FLAGS, "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_TOOLS=OFF", *flags]
@@ -105,8 +137,6 @@ def ensure_libraries(name: str) -> Path | None:
         ],
         log,
     )
-    if name == "image_dispatch":
-        llama_build.prune(binaries)
     flags_file.write_text("\n".join(everything))
     return binaries
 
@@ -187,26 +217,72 @@ def _tokens(gguf: Path, state, question, options, prompt_tokens) -> tuple[list[i
     return short, long
 
 
+MARKERS = ("<!-- bench.builds report: begin -->", "<!-- bench.builds report: end -->")
+SIMD = ("AVX2", "AVX512", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI", "AMX_INT8")
+
+
+def newest_result(directory: Path = RESULTS) -> Path:
+    return max(directory.glob("*-builds.json"))
+
+
+def report(result: dict) -> str:
+    """The comparison as a Markdown table, the recipe's figures the reference."""
+    runs = [run for run in result["builds"] if "single_decision" in run]
+    base = next(run for run in runs if run["build"] == "recipe")
+    base_rate = base["llama_cpp_prefill_1024"]["tokens_per_s"]
+    lines = [
+        f"Measured {result['measured_at'][:10]} on {result['machine']} ({result['threads']} "
+        f"threads; CPU features {', '.join(result['cpu_flags_x86_features'])}), llama-cpp-python "
+        f"{result['llama_cpp_python']}, the bundled model.",
+        "",
+        "| build | CPU backend | extra buffers in use | (a) HTTP | (a) floor | (a) ratio "
+        "| prefill of 1,024 tokens | vs recipe |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        backend = run["cpu_backend"]
+        simd = [feature for feature in backend["features"] if feature in SIMD]
+        single = run["single_decision"]
+        rate = run["llama_cpp_prefill_1024"]["tokens_per_s"]
+        lines.append(
+            f"| `{run['build']}` | {backend['variant']}: {', '.join(simd)} "
+            f"| {', '.join(backend['extra_buffer_types_in_use']) or 'none'} "
+            f"| {single['http_median_ms']:.0f} ms | {single['llama_cpp_prefill_median_ms']:.0f} ms "
+            f"| {single['overhead_ratio']:.2f}x | {rate:.0f} tokens/s | {rate / base_rate:.2f}x |"
+        )
+    for run in result["builds"]:
+        if "skipped_reason" in run:
+            lines.append(f"| `{run['build']}` | not measured: {run['skipped_reason'][:120]} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.builds", description=__doc__)
     parser.add_argument("--builds", nargs="+", choices=BUILDS, default=list(BUILDS))
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--image", default=IMAGE, help="the CPU image (image_dispatch)")
     parser.add_argument("--measure", choices=BUILDS, help=argparse.SUPPRESS)
+    parser.add_argument("--report", action="store_true", help="print the newest result's table")
     args = parser.parse_args(argv)
+    if args.report:
+        print(report(json.loads(newest_result().read_text())), end="")
+        return 0
     if args.measure:
         print(json.dumps(measure(args.measure, args.repeats)))
         return 0
     runs = []
     for name in args.builds:
         try:
-            libraries = ensure_libraries(name)
-        except BuildFailed as error:
+            libraries = ensure_libraries(name, args.image)
+        except (BuildFailed, subprocess.CalledProcessError) as error:
             runs.append({"build": name, "skipped_reason": str(error)})
             continue
         env = dict(os.environ)
         if libraries is not None:
             env["LLAMA_CPP_LIB_PATH"] = str(libraries)
         print(f"measuring {name}", flush=True)
+        # The image's build looks for its CPU variants in the image's venv, absent here, and
+        # then in the working directory, which is where they are.
         finished = subprocess.run(
             [
                 sys.executable,
@@ -218,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.repeats),
             ],
             env=env,
+            cwd=libraries if name == "image_dispatch" else None,
             capture_output=True,
             text=True,
             check=False,

@@ -16,7 +16,12 @@ from launcher import Adapter
 from tests.bodies import decision
 
 LONG_CHAT = {
-    "messages": [{"role": "user", "content": "Count from 1 to 1000: 1, 2, 3,"}],
+    "messages": [
+        {
+            "role": "user",
+            "content": "Write every number from 1 to 1000, separated by commas, and nothing else.",
+        }
+    ],
     "max_tokens": 1000,
     "temperature": 0,
     "stop": ["@@@"],

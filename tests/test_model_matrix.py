@@ -1,6 +1,6 @@
 """The serving contract on every family of the model matrix (tests/model_matrix.py): tiny
 random-weight models of each architecture, with the family's real vocabulary and template; and
-on SmolLM2-135M-Instruct, real weights of a second family.
+on real weights of two more families: SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct.
 
 Random weights say nothing about accuracy; they do exercise each architecture's memory
 (attention, hybrid) under the engine's branching, the real tokenizers and templates,
@@ -29,8 +29,11 @@ from tests.adapter_process import LONG_CHAT
 from tests.conftest import MODEL_THREADS
 from tests.model_matrix import FAMILIES, REFUSED, SERVED, Family, ensure_matrix
 
-# A real model beside the random ones: SmolLM2-135M-Instruct (llama, BPE, its own template).
+# Real models beside the random ones: SmolLM2-135M-Instruct (llama, BPE, its own template)
+# and Qwen2.5-Coder-0.5B-Instruct (qwen2, ChatML), an instruct model of the kind users deploy.
 SMOLLM2 = Family("smollm2", "llama", "SmolLM2", "its own", "attention")
+QWEN_CODER = Family("qwen2.5-coder-0.5b", "qwen2", "qwen2", "its own", "attention")
+REAL = (SMOLLM2, QWEN_CODER)
 
 ROUTE = Question(
     "Which queue should handle this request?",
@@ -58,10 +61,10 @@ CHAT = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 1
 
 @pytest.fixture(scope="module")
 def matrix():
-    return {**ensure_matrix(), SMOLLM2.name: local_model("smollm2")}
+    return {**ensure_matrix(), **{family.name: local_model(family.name) for family in REAL}}
 
 
-@pytest.fixture(scope="module", params=[*SERVED, SMOLLM2], ids=lambda family: family.name)
+@pytest.fixture(scope="module", params=[*SERVED, *REAL], ids=lambda family: family.name)
 def family(request):
     return request.param
 
@@ -239,7 +242,7 @@ def test_sigterm_mid_chat_ends_the_stream_with_an_error_and_the_process_cleanly(
         rest = list(lines)
     assert family_adapter.process.wait(timeout=30) == 0
     assert rest[-1] == "data: [DONE]" and len(rest) < LONG_CHAT["max_tokens"]
-    assert json.loads(rest[-2][6:])["error"]["type"] == "server_shutting_down"
+    assert json.loads(rest[-2][6:])["error"]["type"] == "server_shutting_down", rest[-3:]
 
 
 @pytest.mark.parametrize("refused", REFUSED, ids=lambda family: family.name)

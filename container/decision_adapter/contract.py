@@ -79,6 +79,27 @@ class QuestionScores:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """What the probabilities decide: the top option (None when the caller's minimum
+    confidence is not reached: an abstention, the probabilities still answered), its
+    probability and its margin over the second."""
+
+    top: int | None
+    top_probability: float
+    margin: float
+    abstained: bool
+
+    @classmethod
+    def of(cls, probabilities: np.ndarray, min_confidence: float | None = None) -> Verdict:
+        ranked = np.sort(probabilities)[::-1]
+        top = float(ranked[0])
+        margin = top - float(ranked[1]) if len(ranked) > 1 else top
+        abstained = min_confidence is not None and top < min_confidence
+        best = None if abstained else int(np.argmax(probabilities))
+        return cls(best, top, margin, abstained)
+
+
+@dataclass(frozen=True)
 class Answer:
     """One question's result: the option scores and what the model read, as text and counts."""
 

@@ -6,9 +6,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
-from ..contract import Answer, ModelIdentity, ModelService, Question, ReadoutName, StateQuestion
+from ..contract import (
+    Answer,
+    ModelIdentity,
+    ModelService,
+    Question,
+    ReadoutName,
+    StateQuestion,
+    Verdict,
+)
 from .base import Call, WireFormat, score
-from .fields import NonBlank, OptionName, check_unique_names, options_field
+from .fields import NonBlank, OptionName, check_unique_names, min_confidence_field, options_field
 
 State = StrictStr | dict[str, Any] | list[Any]
 
@@ -55,6 +63,8 @@ class Decision(BaseModel):
     question: NonBlank
     options: list[Option] = options_field()
     readout: ReadoutName | None = None  # None: the model's own (its per-model file)
+    # Below this top probability the result's `answer` is null and `abstained` true.
+    min_confidence: float | None = min_confidence_field()
 
     @field_validator("options")
     @classmethod
@@ -110,10 +120,17 @@ def encode_result(
         extra["option_mean_log_probs"] = scores.option_mean_log_probs.tolist()
     if scores.content_free is not None:
         extra["content_free_scores"] = scores.content_free.tolist()
+    probabilities = scores.probabilities(temperature)
+    verdict = Verdict.of(probabilities, decision.min_confidence)
     return {
         "id": decision.id,
         "option_ids": [o.id for o in decision.options],
-        "probabilities": scores.probabilities(temperature).tolist(),
+        "probabilities": probabilities.tolist(),
+        "answer": None if verdict.top is None else decision.options[verdict.top].id,
+        "top_probability": verdict.top_probability,
+        "margin": verdict.margin,
+        "abstained": verdict.abstained,
+        "min_confidence": decision.min_confidence,
         "option_logits": scores.option_logits.tolist(),
         "option_log_probs": scores.option_log_probs.tolist(),
         **extra,

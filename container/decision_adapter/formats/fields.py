@@ -91,3 +91,8 @@ def check_unique_names(names: Iterable[str], what: str) -> None:
                 "text once Unicode-normalized (NFC)"
             )
         seen[key] = name
+
+
+def min_confidence_field() -> Any:
+    """A caller's minimum top probability, below which the answer abstains (None: never)."""
+    return Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False, strict=True)

@@ -16,10 +16,18 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
-from ..contract import Answer, ModelIdentity, ModelService, Question, ReadoutName, StateQuestion
+from ..contract import (
+    Answer,
+    ModelIdentity,
+    ModelService,
+    Question,
+    ReadoutName,
+    StateQuestion,
+    Verdict,
+)
 from ..errors import RequestError
 from .base import Call, WireFormat, score
-from .fields import OptionName, check_unique_names, is_blank, options_field
+from .fields import OptionName, check_unique_names, is_blank, min_confidence_field, options_field
 
 MODEL_ALIAS = "jev-latest"  # the SDKs' default model name; served by whatever model we serve
 MAX_SCORE_LEVELS = 10
@@ -150,8 +158,10 @@ class SystemOneRequest(BaseModel):
     model: StrictStr
     state: State
     questions: dict[QuestionId, SystemOneQuestion] = Field(min_length=1)
-    # The adapter's own: the readout strategy for every question (None: the model's own).
+    # The adapter's own: the readout strategy for every question (None: the model's own), and
+    # the top probability below which every answer says it abstains (None: never).
     x_readout: ReadoutName | None = None
+    x_min_confidence: float | None = min_confidence_field()
 
 
 # --- confidence (the reference formulas) ------------------------------------------------
@@ -177,12 +187,22 @@ def _unit(value: float) -> float:
 
 # --- encoders ----------------------------------------------------------------------------
 def encode_answer(
-    question: SystemOneQuestion, answer: Answer, *, model: ModelIdentity
+    question: SystemOneQuestion,
+    answer: Answer,
+    *,
+    model: ModelIdentity,
+    min_confidence: float | None = None,
 ) -> dict[str, Any]:
     scores = answer.scores
     temperature = model.calibration.temperature_for(scores.strategy)
+    probabilities = scores.probabilities(temperature)
+    verdict = Verdict.of(probabilities, min_confidence)
     return {
-        **question.answer(scores.probabilities(temperature)),
+        **question.answer(probabilities),
+        # The top option's lead over the second, and whether it missed x_min_confidence (the
+        # answer's fields are still the model's; a caller acting on it should not).
+        "x_margin": verdict.margin,
+        "x_abstained": verdict.abstained,
         # What the softmax was taken over: raw label logits, or whole-label log-probabilities.
         "x_logits": dict(zip(question.option_keys, scores.option_logits.tolist())),
         "x_readout": scores.strategy,
@@ -280,7 +300,9 @@ class SystemOneFormat(WireFormat):
         )
         call.log.update(kind="systemone", questions=len(questions), **scored.timing)
         answers = {
-            question_id: encode_answer(question, answer, model=model)
+            question_id: encode_answer(
+                question, answer, model=model, min_confidence=request.x_min_confidence
+            )
             for question_id, question, answer in zip(request.questions, questions, scored.answers)
         }
         return encode_response(
