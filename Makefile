@@ -15,11 +15,19 @@ CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 # llama-cpp-python comes from container/llama_build.py's recipe (the machine's CPU features,
 # never AMX), not from pip's default native build: installed before requirements.txt, which
 # then finds it satisfied.
-$(VENV)/.runtime: requirements.txt container/requirements.txt
+$(VENV)/.venv:
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip==24.3.1
+	touch $@
+
+$(VENV)/.runtime: requirements.txt container/requirements.txt requirements-deploy.txt $(VENV)/.venv
 	$(PYTHON) container/llama_build.py install --python $(PYTHON)
 	$(PYTHON) -m pip install --quiet -r requirements.txt
+	touch $@
+
+# The AWS steps need only the CDK app's and the operator CLI's packages: no llama.cpp, no compiler.
+$(VENV)/.deploy: requirements-deploy.txt $(VENV)/.venv
+	$(PYTHON) -m pip install --quiet -r requirements-deploy.txt
 	touch $@
 
 # Every target that loads llama.cpp checks first that the venv holds the recipe's build (a
@@ -117,31 +125,32 @@ node_modules/.package-lock.json: package.json package-lock.json
 
 # CloudFormation templates into cdk.out/, offline, with the CDK CLI pinned in package.json.
 # Endpoints appear once build outputs are given: make synth CDK_ARGS='-c modelDataUri=...'
-synth: $(VENV)/.runtime node_modules/.package-lock.json
+synth: $(VENV)/.deploy node_modules/.package-lock.json
 	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
 
 # The AWS steps (README, "Deploy to AWS"), each with this venv's python and the pinned CDK
 # CLI, from any shell: nothing needs the venv activated. All need AWS credentials.
 # Once per account and region: CDK's bootstrap stack.
-bootstrap: $(VENV)/.runtime node_modules/.package-lock.json
+bootstrap: $(VENV)/.deploy node_modules/.package-lock.json
 	$(CDK) bootstrap --no-notices $(CDK_ARGS)
 
 # Deploy without prompts (CI has no terminal for the IAM approval prompt); the stacks' outputs
 # go to cdk-outputs.json. `-c` values via CDK_ARGS, one stack via
 # STACKS=DecisionModels-Stateful (default: every stack).
 STACKS ?= --all
-deploy: $(VENV)/.runtime node_modules/.package-lock.json
+deploy: $(VENV)/.deploy node_modules/.package-lock.json
 	$(CDK) deploy $(STACKS) --require-approval never --no-notices \
 	--outputs-file cdk-outputs.json $(CDK_ARGS)
 
 # Deletes without asking, like deploy (the CDK CLI cannot ask without a terminal); a release's
-# stack needs the release's `-c` values again, else the app holds no such stack.
-destroy: $(VENV)/.runtime node_modules/.package-lock.json
-	$(CDK) destroy $(STACKS) --force --no-notices $(CDK_ARGS)
+# stack needs the release's `-c` values again, else the app holds no such stack. forDestroy: an
+# endpoint never measured synthesizes with placeholder capacity, so removal never needs one.
+destroy: $(VENV)/.deploy node_modules/.package-lock.json
+	$(CDK) destroy $(STACKS) --force --no-notices -c forDestroy=true $(CDK_ARGS)
 
 # The operator CLI (docs/operate.md): make ops ARGS='status --endpoint NAME'
 ARGS ?= --help
-ops: $(VENV)/.runtime
+ops: $(VENV)/.deploy
 	@$(PYTHON) -m ops $(ARGS)
 
 # The integration test in a real account (credentials needed): deploys one CPU decision endpoint
@@ -150,7 +159,7 @@ ops: $(VENV)/.runtime
 INTEG_CDK = INTEG_MODEL_DATA_URI=$(INTEG_MODEL_DATA_URI) \
 	INTEG_DECISION_CPU_IMAGE=$(INTEG_DECISION_CPU_IMAGE) $(CDK) \
 	--app "python3 integ/integ_decision_release.py" -o cdk.out/integ --no-notices
-integ: $(VENV)/.runtime node_modules/.package-lock.json
+integ: $(VENV)/.dev node_modules/.package-lock.json
 	@test -n "$(INTEG_MODEL_DATA_URI)" -a -n "$(INTEG_DECISION_CPU_IMAGE)" || { echo \
 	  "set INTEG_MODEL_DATA_URI and INTEG_DECISION_CPU_IMAGE (docs/deploy.md, Integration test)"; exit 2; }
 	$(INTEG_CDK) deploy --all --require-approval never --outputs-file cdk.out/integ-outputs.json; \

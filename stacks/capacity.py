@@ -97,6 +97,13 @@ class Capacity:
     measurement: Measurement
 
 
+# What `make destroy` synthesizes an unmeasured endpoint with: any valid values do, since
+# CloudFormation only deletes what the stack holds.
+DESTROY_PLACEHOLDER = Measurement(
+    throughput_rps=1.0, service_p95_ms=1000.0, source="placeholder: synthesized for destroy"
+)
+
+
 def derive(measurement: Measurement) -> Capacity:
     service_s = measurement.service_p95_ms / 1000
     wait_s = round(WAIT_SERVICE_TIMES * service_s, 1)

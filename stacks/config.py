@@ -476,6 +476,10 @@ class AppConfig(_Config):
     model_data_uri: ModelDataUri | None = None
     decision_cpu_image: EcrImage | None = None
     decision_gpu_image: EcrImage | None = None
+    # Set by `make destroy`: the stacks are synthesized only to be found and deleted, so an
+    # endpoint without a committed measurement gets placeholder capacity instead of a refusal
+    # (a clean-up must never depend on capacity values).
+    for_destroy: bool = False
     text_generation_endpoint: TextGenerationEndpoint = TextGenerationEndpoint()
     # Validated also when absent: a release fills in their measured capacity.
     decision_cpu_endpoint: DecisionCpuEndpoint = Field(
@@ -524,6 +528,8 @@ class AppConfig(_Config):
         builds = info.data.get("builds")  # absent when invalid, and reported as such
         if not (missing and endpoint.enabled and info.data.get("model_data_uri") and builds):
             return endpoint
+        if info.data.get("for_destroy"):
+            return endpoint.with_capacity(capacity.derive(capacity.DESTROY_PLACEHOLDER))
         try:
             derived = capacity.for_release(builds.model, endpoint.instance_types)
         except capacity.MissingMeasurement as absent:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -26,6 +27,7 @@ from stacks.config import (
 from stacks.endpoint_stack import EndpointStack
 from tests.cdk_templates import (
     CPU_IMAGE,
+    ENDPOINTS,
     GIVEN_CAPACITY,
     GPU_IMAGE,
     MODEL,
@@ -337,3 +339,33 @@ def test_readmes_deploy_steps_measure_then_deploy_again():
     assert measure < commit < deploys[-1]
     # The deploy before measuring is step 3's, with the values first_deployment_capacity read.
     assert "-c decisionCpuEndpoint=" in first[: first.index(steps[-1])]
+
+
+def test_readmes_clean_up_synthesizes_a_release_that_was_never_measured(tmp_path):
+    """`make destroy` as README writes it, on a checkout whose release has no measurement
+    (stopped after step 3, a failed `ops measure`, another clone): the CDK CLI's context is
+    what make passes, and the app synthesizes the endpoint stack to delete, not a refusal."""
+    from tests.make_dry_run import cdk_command
+    from tests.readme_steps import block_with, commands
+
+    (endpoints, _stateful) = commands(block_with(DEPLOY, "make destroy"))
+    release = {"MODEL_URI": MODEL, "CPU_IMAGE_URI": CPU_IMAGE}
+    for name, value in release.items():
+        endpoints = endpoints.replace(f"${name}", value)
+    make_args = shlex.split(endpoints)[1:]  # after `make`
+    command = cdk_command(*make_args)
+    assert command[:2] == ["cdk", "destroy"]
+    context = {}
+    for flag, value in zip(command, command[1:], strict=False):
+        if flag == "-c":
+            key, _, given = value.partition("=")
+            context[key] = given
+    assert context["forDestroy"] == "true" and "decisionCpuEndpoint" not in context
+    result = run_app(tmp_path, **context)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / f"{ENDPOINTS}.template.json").is_file()
+    # The same release without the clean-up's flag is refused: the flag is what lets it pass.
+    refused = run_app(
+        tmp_path / "deploy", **{k: v for k, v in context.items() if k != "forDestroy"}
+    )
+    assert refused.returncode == 1 and "no measurement of model" in refused.stderr

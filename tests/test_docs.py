@@ -115,3 +115,31 @@ def test_readmes_quota_is_the_deploy_pages_table():
     quota = re.search(r"quota for the instance types: (\d+) `([^`]+)`", README.read_text())
     table = re.search(r"\| `([^`]+)` \| (\d+) \|", (DOCS / "deploy.md").read_text())
     assert quota and table and (quota[2], quota[1]) == (table[1], table[2])
+
+
+COMPUTE_QUOTA = {
+    "BUILD_GENERAL1_LARGE": "Concurrently running builds for Linux/Large environment",
+    "BUILD_GENERAL1_MEDIUM": "Concurrently running builds for Linux/Medium environment",
+}
+
+
+def test_the_codebuild_quotas_are_those_of_the_build_projects_compute_types(tmp_path):
+    """A new account may run no build at all: the page lists, and its check loop asks for, the
+    concurrency quota of every compute type the synthesized build projects use."""
+    from tests.cdk_templates import STATEFUL, resources, synthesize, template
+
+    stateful = template(synthesize(tmp_path), STATEFUL)
+    types = {
+        project["Properties"]["Environment"]["ComputeType"]
+        for project in resources(stateful, "AWS::CodeBuild::Project").values()
+    }
+    assert types == set(COMPUTE_QUOTA)
+    page = (DOCS / "deploy.md").read_text()
+    rows = dict(
+        re.findall(r"^\| `(Concurrently running builds for [^`]+)` \| (\d+) \|$", page, re.M)
+    )
+    assert rows == {COMPUTE_QUOTA[t]: "1" for t in types}
+    loop = next(block for block in all_sh_blocks(DOCS / "deploy.md") if "codebuild" in block)
+    for name in rows:
+        assert f'"{name}"' in loop
+    assert "CodeBuild quota for one Linux/Large and one Linux/Medium build" in README.read_text()
