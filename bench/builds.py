@@ -278,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
             runs.append({"build": name, "skipped_reason": str(error)})
             continue
         env = dict(os.environ)
+        # Absolute: the image's build runs in another working directory (below).
+        env["PYTHONPATH"] = os.pathsep.join(
+            str(Path(entry).resolve())
+            for entry in env.get("PYTHONPATH", "").split(os.pathsep)
+            if entry
+        )
         if libraries is not None:
             env["LLAMA_CPP_LIB_PATH"] = str(libraries)
         print(f"measuring {name}", flush=True)

@@ -67,8 +67,17 @@ def mark(args, make_client: ClientFactory) -> int:
                 **({"imageManifestMediaType": media_type} if media_type else {}),
             )
         except ClientError as error:
-            # The same tag on the same digest: marked by an earlier release.
-            if error.response["Error"]["Code"] != "ImageAlreadyExistsException":
+            code = error.response["Error"]["Code"]
+            # The same tag on the same digest: marked by an earlier release (an immutable
+            # repository says so with ImageTagAlreadyExistsException; it is accepted once the
+            # tag is seen on this digest).
+            if code == "ImageTagAlreadyExistsException":
+                tagged = ecr.describe_images(**where, imageIds=[{"imageTag": tag}])
+                digests = {detail["imageDigest"] for detail in tagged["imageDetails"]}
+                if digests != {match["digest"]}:
+                    _error(f"{tag} is on {', '.join(sorted(digests))}, not {match['digest']}")
+                    return EXIT_FAILED
+            elif code != "ImageAlreadyExistsException":
                 raise
         _info(f"{match[0]} marked {tag}")
     return 0
