@@ -153,7 +153,7 @@ def test_readme_lists_every_endpoint_quota_the_default_deploy_needs(quotas):
     default, _ = readme_quotas()
     assert default == dict(quotas["default"])
     # The check README gives runs get-service-quota for each of them.
-    check = block_with(FIRST_DEPLOYMENT, "get-service-quota", DEPLOY_PAGE)
+    check = block_with(FIRST_DEPLOYMENT, "--service-code sagemaker", DEPLOY_PAGE)
     (names,) = re.findall(r"^for quota in (.*); do$", check, re.M)
     assert shlex.split(names) == sorted(default)
 

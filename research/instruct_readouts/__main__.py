@@ -1,0 +1,3 @@
+from research.instruct_readouts.prompts import main
+
+raise SystemExit(main())
