@@ -107,3 +107,18 @@ def test_the_bundled_gguf_is_hashed_once_by_its_package_not_again(
     monkeypatch.setattr(model_files, "sha256_of_file", read_again)
     loaded = load_model_file(settings)
     assert loaded.sha256 == found.verified_sha256 and loaded.size_bytes == found.path.stat().st_size
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "link to a file"])
+def test_a_model_directory_entry_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
+    import os
+
+    entry = tmp_path / "model.gguf"
+    if kind == "fifo":
+        os.mkfifo(entry)
+    elif kind == "link to /dev/zero":
+        entry.symlink_to("/dev/zero")
+    else:
+        entry.symlink_to(_gguf(tmp_path / "elsewhere" / "real.bin"))
+    with pytest.raises(ModelFileError, match="regular files only"):
+        discover_gguf(_settings(model_dir=tmp_path))

@@ -183,3 +183,12 @@ def test_a_json_lines_body_may_hold_openai_decisions_lines(in_process):
     assert answered["answers"][0]["type"] == "predicate"
     assert refused["status"] == 400 and refused["error"]["param"] == "questions"
     assert refused["line"] == 2
+
+
+@pytest.mark.parametrize("instructions", ["", "   ", "\u200b", []])
+def test_blank_or_empty_instructions_are_refused_naming_the_field(in_process, instructions):
+    """Not answered as System One's default question: a 400 naming the question's field."""
+    question = {**BODY["questions"][0], "instructions": instructions}
+    reply = in_process.post("/v1/decisions", json={**BODY, "questions": [question]})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "questions[0].instructions"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -40,6 +41,15 @@ class FoundGguf(NamedTuple):
     verified_sha256: str | None = None
 
 
+def _regular_file(path: Path) -> None:
+    """A model archive holds plain files: reading a FIFO, a device or a link to one (say
+    /dev/zero) named *.gguf would hang the start-up or never end."""
+    mode = path.lstat().st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise ModelFileError(f"{path} is {kind}: the model directory serves regular files only")
+
+
 def discover_gguf(settings: Settings) -> FoundGguf:
     """Explicit path, then the one GGUF in the model directory, then (locally) the bundled one."""
     if settings.model_path is not None:
@@ -55,6 +65,7 @@ def discover_gguf(settings: Settings) -> FoundGguf:
         except PermissionError as error:
             raise ModelFileError(f"model directory {model_dir} is not readable: {error}") from None
         if len(candidates) == 1:
+            _regular_file(candidates[0])
             return FoundGguf(candidates[0], f"model directory {model_dir}")
         found = ", ".join(str(c.relative_to(model_dir)) for c in candidates) or "no *.gguf files"
         raise ModelFileError(

@@ -52,7 +52,7 @@ def inspect(gguf: Path, top: int = 8) -> dict:
             best = np.argsort(log_probs)[::-1][:top]
             labels = [renderer.label_tokens(label)[0] for label, _, _ in options]
             found[kind] = {
-                "prompt_end": prompt.text()[-300:],
+                "prompt_end": prompt.text[-300:],
                 "top_next_tokens": [
                     [
                         engine.piece(int(t)).decode("utf-8", "replace"),

@@ -190,7 +190,9 @@ TOOL_OUTPUTS = {
 
 
 # --- questions -------------------------------------------------------------------------------
-Instructions = StrictStr | list[UserPart]
+# Never blank, never an empty list: System One would otherwise ask its default question in
+# their place, a question the caller did not ask.
+Instructions = NonBlank | Annotated[list[UserPart], Field(min_length=1)]
 
 
 class _Question(_Closed):
