@@ -78,9 +78,14 @@ def start_transform(
             "AssembleWith": "Line",
         },
         "TransformResources": {"InstanceType": instance_type, "InstanceCount": instance_count},
-        # The container bounds how long one body may hold the model by SageMaker's real-time
-        # 60 s; here holding it for a whole body is the point, up to the invocation timeout.
-        "Environment": {"DECISION_JSONLINES_TIMEOUT_S": str(invocation_timeout_s)},
+        # The container bounds how long one body, and one line of it, may hold the model by
+        # SageMaker's real-time 60 s; here holding it for a whole body is the point, up to the
+        # invocation timeout, and a long line may take as long (a line past it is that line's
+        # error, the body's other lines still answered).
+        "Environment": {
+            "DECISION_JSONLINES_TIMEOUT_S": str(invocation_timeout_s),
+            "DECISION_SCORING_DEADLINE_S": str(invocation_timeout_s),
+        },
     }
     if max_payload_mb is not None:
         request["MaxPayloadInMB"] = max_payload_mb

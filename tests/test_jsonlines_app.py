@@ -9,7 +9,7 @@ import contextvars
 import json
 
 import pytest
-from decision_adapter.admission import Busy, ModelRunner, ShuttingDown
+from decision_adapter.admission import Busy, ModelRunner, OutOfTime, ShuttingDown
 from decision_adapter.jsonlines import encode
 from decision_adapter.limits import TooManyQuestions
 
@@ -205,6 +205,19 @@ def test_a_limit_met_by_one_line_fails_that_line_only():
         got = answers(client.post("/invocations", content=body, headers=JSONL))
     assert [got[0]["result"]["id"], got[2]["result"]["id"]] == ["a", "c"]
     assert got[1]["status"] == 422 and got[1]["field"] == "decision" and got[1]["line"] == 2
+
+
+def test_a_line_past_its_scoring_deadline_fails_that_line_only():
+    """The others are answered: a batch job retrying the body would meet the same line."""
+    service = FailsOnState("long", OutOfTime(retry_after_s=2, deadline_s=45))
+    with app_client(lambda _: service) as client:
+        body = jsonl(decision("a"), decision("b", state="long"), decision("c"))
+        response = client.post("/invocations", content=body, headers=JSONL)
+    assert response.status_code == 200
+    got = answers(response)
+    assert [got[0]["result"]["id"], got[2]["result"]["id"]] == ["a", "c"]
+    assert got[1]["status"] == 503 and got[1]["line"] == 2
+    assert "DECISION_SCORING_DEADLINE_S" in json.dumps(got[1])
 
 
 def test_shutting_down_midway_fails_the_whole_body_with_a_retryable_503():

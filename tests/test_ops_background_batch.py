@@ -57,7 +57,10 @@ def transform_request(job, source, output, model="decision-model-1", **extra):
         },
         "TransformResources": {"InstanceType": "ml.c6i.2xlarge", "InstanceCount": 1},
         # The container may hold the model for a whole body as long as SageMaker waits for it.
-        "Environment": {"DECISION_JSONLINES_TIMEOUT_S": "3600"},
+        "Environment": {
+            "DECISION_JSONLINES_TIMEOUT_S": "3600",
+            "DECISION_SCORING_DEADLINE_S": "3600",
+        },
         **extra,
     }
 
@@ -218,7 +221,10 @@ def test_batch_sends_counts_as_numbers_and_reports_each_step(s3, sagemaker, tmp_
     request = transform_request("job-7", source, f"{prefix}/output")
     request["TransformResources"] = {"InstanceType": "ml.m5.xlarge", "InstanceCount": 2}
     request["ModelClientConfig"]["InvocationsTimeoutInSeconds"] = 600
-    request["Environment"] = {"DECISION_JSONLINES_TIMEOUT_S": "600"}
+    request["Environment"] = {
+        "DECISION_JSONLINES_TIMEOUT_S": "600",
+        "DECISION_SCORING_DEADLINE_S": "600",
+    }
     queue_job(stubber, "job-7", [("InProgress", {}), ("Completed", {})], request)
     clock = Clock(lambda slept: put(s3, f"{prefix}/output/day.jsonl.out", b"answers\n"))
     path = request_file(tmp_path, "day.jsonl", json.dumps(DECISION) + "\n")

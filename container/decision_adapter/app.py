@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from . import jsonlines
-from .admission import Busy, Loading
+from .admission import Busy, Loading, OutOfTime
 from .auth import authenticate
 from .connections import limit_accept_error_logs
 from .contract import ModelService
@@ -166,7 +166,9 @@ LINE_FORMATS: tuple[WireFormat, ...] = (decision.FORMAT, openai_decisions.FORMAT
 
 
 def _line_error(wire_format: WireFormat, error: Exception) -> tuple[int, dict[str, Any]]:
-    if isinstance(error, Busy) or not isinstance(error, ANSWERED_ERRORS):
+    # A line past its own deadline is that line's answer; any other Busy ends the body.
+    line_busy = isinstance(error, OutOfTime)
+    if (isinstance(error, Busy) and not line_busy) or not isinstance(error, ANSWERED_ERRORS):
         raise error
     status, body, _ = error_parts(wire_format, error)
     return status, body

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .admission import Busy
+from .admission import Busy, OutOfTime
 from .contract import ModelService
 from .errors import RequestError
 from .formats.base import ADAPTER_ERRORS, Call, WireFormat, format_of
@@ -173,7 +173,7 @@ async def answer(
 ) -> list[dict[str, Any]]:
     """One answer per line, in order, under one admission when any line reaches the model.
     Busy (the server shutting down mid-body, or the body over its time bound) ends the whole
-    body: retry it, not some lines. A client that left stops the scoring at the next line."""
+    body: retry it, not some lines; a line past its own scoring deadline is that line's error. A client that left stops the scoring at the next line."""
     answers: list[dict[str, Any]] = []
     failed = 0
 
@@ -184,6 +184,10 @@ async def answer(
             started = time.perf_counter()
             try:
                 answered = await line.wire_format.answer(line.request, service, Call(log={}))
+            except OutOfTime as raised:
+                # This line's own deadline: its error line, the others still answered (a
+                # batch job retrying the body would meet the same line again).
+                error = raised
             except Busy:
                 raise
             except Exception as raised:  # noqa: BLE001 - error_body answers or re-raises it
