@@ -165,14 +165,14 @@ def test_calibrated_subtracts_option_text_scores_against_the_content_free_state(
     assert calibrated.readout == "text-mean-minus-content-free"
     assert np.array_equal(calibrated.content_free, neutral.option_logits)
     assert np.array_equal(calibrated.option_logits, plain.option_logits - neutral.option_logits)
-    assert kept.as_dict() == {"entries": 1, "hits": 0, "misses": 1}
+    assert kept.as_dict() == {"entries": 1, "bytes": kept.nbytes, "hits": 0, "misses": 1}
     # Kept: a reordered question reuses them and costs no content-free pass, same bits.
     before = engine.stats.tokens_decoded
     order = [3, 2, 1, 0]
     (again,) = _score(engine, renderer, [_with(ROUTE, "calibrated", order)], content_free=kept)
     plan = build_plan(renderer, STATE, [_with(ROUTE, "calibrated", order)])
     assert engine.stats.tokens_decoded - before == plan.total_tokens
-    assert kept.as_dict() == {"entries": 1, "hits": 1, "misses": 1}
+    assert kept.as_dict() == {"entries": 1, "bytes": kept.nbytes, "hits": 1, "misses": 1}
     assert np.array_equal(again.option_logits, calibrated.option_logits[order])
 
 
@@ -197,7 +197,9 @@ def test_the_budget_spends_what_the_plan_costs_on_every_pass(engine, renderer, r
 
 
 def test_content_free_scores_are_a_bounded_lru():
-    kept = ContentFreeScores(max_entries=2)
+    probe = ContentFreeScores()
+    probe.put(("a",), {(1,): 0.0})
+    kept = ContentFreeScores(max_bytes=2 * probe.nbytes)
     for key in ("a", "b", "c"):
         kept.put((key,), {(1,): 0.0})
     assert kept.get(("a",)) is None and kept.get(("c",)) is not None

@@ -227,19 +227,40 @@ def test_a_readings_branch_tokens_are_its_tree_tokens_unless_every_label_is_one_
     assert Reading([0], [[1], [2]], []).branch_tokens == 0
 
 
-def test_content_free_scores_start_empty_and_keep_4096_questions():
-    kept = ContentFreeScores()
-    assert kept.as_dict() == {"entries": 0, "hits": 0, "misses": 0}
-    for key in range(4097):
+def _entry_bytes() -> int:
+    probe = ContentFreeScores()
+    probe.put(("size",), {(1,): 0.0})
+    return probe.nbytes
+
+
+def test_content_free_scores_start_empty_and_keep_what_their_bytes_allow():
+    kept = ContentFreeScores(max_bytes=100 * _entry_bytes())
+    assert kept.as_dict() == {"entries": 0, "bytes": 0, "hits": 0, "misses": 0}
+    for key in range(101):
         kept.put((key,), {(1,): float(key)})
-    assert kept.as_dict()["entries"] == 4096
+    assert kept.as_dict()["entries"] == 100 and kept.nbytes <= kept.max_bytes
     assert kept.get((0,)) is None and kept.get((1,)) == {(1,): 1.0}
     kept.hits, kept.misses = 3, 2
-    assert kept.as_dict() == {"entries": 4096, "hits": 3, "misses": 2}
+    assert kept.as_dict() == {"entries": 100, "bytes": kept.nbytes, "hits": 3, "misses": 2}
+
+
+def test_a_255_option_question_is_kept_in_kilobytes_not_megabytes():
+    """The crafted request that kept about 15 MB as Python ints: its suffix and 255
+    continuations of 60 tokens each, stored compactly, and the bound holds whatever they are."""
+    suffix = tuple(range(2000))
+    scores = {tuple(range(n, n + 60)): -float(n) for n in range(255)}
+    kept = ContentFreeScores()
+    kept.put((suffix, tuple(sorted(scores))), scores)
+    assert kept.nbytes < 150_000
+    assert kept.get((suffix, tuple(sorted(scores)))) == scores
+    tight = ContentFreeScores(max_bytes=kept.nbytes - 1)
+    tight.put((suffix, tuple(sorted(scores))), scores)  # over the whole bound: not kept
+    assert tight.as_dict()["entries"] == 0 and tight.nbytes == 0
+    assert ContentFreeScores(max_bytes=0).get(("x",)) is None
 
 
 def test_content_free_scores_evict_the_least_recently_used():
-    kept = ContentFreeScores(max_entries=2)
+    kept = ContentFreeScores(max_bytes=2 * _entry_bytes())
     kept.put(("a",), {(1,): -1.0})
     kept.put(("b",), {(1,): -2.0})
     assert kept.get(("a",)) == {(1,): -1.0}  # now the most recent

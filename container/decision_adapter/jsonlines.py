@@ -173,7 +173,8 @@ async def answer(
 ) -> list[dict[str, Any]]:
     """One answer per line, in order, under one admission when any line reaches the model.
     Busy (the server shutting down mid-body, or the body over its time bound) ends the whole
-    body: retry it, not some lines; a line past its own scoring deadline is that line's error. A client that left stops the scoring at the next line."""
+    body: retry it, not some lines; a line past its own scoring deadline is that line's error.
+    A client that left stops the scoring at the next line."""
     answers: list[dict[str, Any]] = []
     failed = 0
 

@@ -7,6 +7,7 @@ numbers (llama.cpp's logits depend on how a prompt is split into batches).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import string
 import sys
@@ -313,29 +314,68 @@ def build_plan(
     return ScoringPlan(prefix_tokens, plans, content_free)
 
 
+# The LRU's own slot, the entry's tuple and the array's header, per entry (CPython 3.11).
+ENTRY_OVERHEAD_BYTES = 256
+
+
 class ContentFreeScores:
     """The calibrated readout's content-free scores, per question and set of options: an LRU
-    of small arrays (a question's are computed once, then cost nothing). Model thread only."""
+    bounded in bytes (a question's are computed once, then cost nothing). Model thread only.
 
-    def __init__(self, max_entries: int = 4096) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[tuple, dict[tuple, float]] = OrderedDict()
+    Stored compactly: the key (the question's suffix and continuations, thousands of token ids
+    for a 255-option question) as its SHA-256, each continuation as int32 bytes, the scores as
+    one float64 array; `nbytes` counts what that holds, and an entry over the whole bound is
+    not kept."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[bytes, tuple[list[bytes], np.ndarray, int]] = OrderedDict()
+        self.nbytes = 0
         self.hits = self.misses = 0
 
+    @staticmethod
+    def _digest(key: tuple) -> bytes:
+        return hashlib.sha256(repr(key).encode()).digest()
+
     def get(self, key: tuple) -> dict[tuple, float] | None:
-        found = self._entries.get(key)
-        if found is not None:
-            self._entries.move_to_end(key)
-        return found
+        digest = self._digest(key)
+        found = self._entries.get(digest)
+        if found is None:
+            return None
+        self._entries.move_to_end(digest)
+        continuations, scores, _ = found
+        return {
+            tuple(np.frombuffer(c, dtype=np.int32).tolist()): float(s)
+            for c, s in zip(continuations, scores, strict=True)
+        }
 
     def put(self, key: tuple, scores: dict[tuple, float]) -> None:
-        self._entries[key] = scores
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        digest = self._digest(key)
+        continuations = [np.asarray(c, dtype=np.int32).tobytes() for c in scores]
+        values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+        size = (
+            sys.getsizeof(digest)
+            + sys.getsizeof(continuations)
+            + sum(map(sys.getsizeof, continuations))
+            + values.nbytes
+            + ENTRY_OVERHEAD_BYTES
+        )
+        if digest in self._entries:
+            self.nbytes -= self._entries.pop(digest)[2]
+        if size > self.max_bytes:
+            return
+        self._entries[digest] = (continuations, values, size)
+        self.nbytes += size
+        while self.nbytes > self.max_bytes:
+            self.nbytes -= self._entries.popitem(last=False)[1][2]
 
     def as_dict(self) -> dict[str, int]:
-        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}
+        return {
+            "entries": len(self._entries),
+            "bytes": self.nbytes,
+            "hits": self.hits,
+            "misses": self.misses,
+        }
 
 
 @dataclass

@@ -80,7 +80,7 @@ class DecisionService:
         )
         self.renderer = PromptRenderer(self.engine)
         self.state_cache = StateCache(settings.state_cache_budget, model_id=model_file.sha256)
-        self.content_free = ContentFreeScores()
+        self.content_free = ContentFreeScores(settings.content_free_cache_bytes)
         self.runner = ModelRunner(
             max_queue=settings.max_queue,
             wait_s=settings.admission_wait_s,

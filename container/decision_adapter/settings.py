@@ -112,6 +112,10 @@ class Settings(BaseModel):
     max_request_tokens: int = from_env("DECISION_MAX_REQUEST_TOKENS", default=8192, ge=64)
     # A decision request's model work starts no batch later than this after it arrived: with
     # the admission wait and one batch it ends inside SageMaker's 60 s even on a slow machine.
+    # The calibrated readout's content-free scores kept between requests, in bytes.
+    content_free_cache_bytes: int = from_env(
+        "DECISION_CONTENT_FREE_CACHE_BYTES", default=64 << 20, ge=0, le=1 << 34
+    )
     scoring_deadline_s: float = from_env(
         "DECISION_SCORING_DEADLINE_S", default=45.0, gt=0.0, le=3600.0
     )
