@@ -215,3 +215,40 @@ def test_real_text_and_numbers_anywhere_pass_unchanged():
         "é": ["\U0001f600 paired \U0001f600", 1e308, -0.5, {"k": None}],
         "z": True,
     }
+
+
+ITEMS_PAST_THE_CAP = 5000
+
+
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        ("/invocations", {"decisions": [{}] * ITEMS_PAST_THE_CAP}, "decisions"),
+        (
+            "/v1/systemone",
+            {
+                "model": "m",
+                "state": "s",
+                "questions": {str(n): 1 for n in range(ITEMS_PAST_THE_CAP)},
+            },
+            "questions",
+        ),
+        ("/v1/chat/completions", {"messages": [{}] * ITEMS_PAST_THE_CAP}, "messages"),
+        (
+            "/v1/decisions",
+            {"model": "m", "input": [{}] * ITEMS_PAST_THE_CAP, "questions": []},
+            "input",
+        ),
+    ],
+)
+def test_a_body_of_thousands_of_bad_items_gets_a_short_error(in_process, path, body, field):
+    """Lists are capped while validated (contract.MAX_REQUEST_ITEMS) and an error body names
+    the first problems and their count, not every one of them."""
+    response = in_process.post(path, json=body)
+    assert 400 <= response.status_code < 500, response.text[:500]
+    assert len(response.content) < 20_000, len(response.content)
+    assert field in response.text
+    reply = response.json()
+    details = reply.get("detail")
+    if isinstance(details, list):
+        assert len(details) <= 20

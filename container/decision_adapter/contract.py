@@ -24,6 +24,11 @@ MAX_OPTIONS = 255
 # where that flips; letter readouts of instruction-tuned models measured far above it when
 # they follow the prompt (research/letter_spellings).
 MIN_CONFIDENT_MASS = 0.5
+# The most items any list of a request may hold, checked while it is validated (before its
+# items are, past the cap), so a body of a million empty objects costs a thousand checks:
+# DECISION_MAX_DECISIONS' own ceiling, and a conversation's longest. The served bound on
+# questions is the setting, checked after.
+MAX_REQUEST_ITEMS = 1024
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,13 @@ def field_path(location: tuple) -> str:
     return path
 
 
+# An error body names the first few problems and how many there were: a body of a million
+# bad items must not get a million-entry answer.
+MAX_ERROR_DETAILS = 20
+
+
 def validation_details(error: ValidationError) -> list[dict]:
     return [
         {"field": field_path(e["loc"]), "message": e["msg"], "type": e["type"]}
-        for e in error.errors(include_url=False, include_input=False)
+        for e in error.errors(include_url=False, include_input=False)[:MAX_ERROR_DETAILS]
     ]

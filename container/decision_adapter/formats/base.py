@@ -89,13 +89,14 @@ class WireFormat:
     def validation_error_body(self, error: ValidationError) -> tuple[int, dict[str, Any]]:
         detail = validation_details(error)
         where = detail[0]["field"] or "body"
-        return self.error_body(
+        status, body = self.error_body(
             422,
             f"{where}: {detail[0]['message']}",
             error_type="validation_error",
             field=where,
             detail=detail,
         )
+        return status, {**body, "errors_total": error.error_count()}
 
 
 ADAPTER_ERRORS = WireFormat()  # for routes that take no body (/stats) and unknown bodies

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_validator
 
 from ..contract import (
+    MAX_REQUEST_ITEMS,
     Answer,
     ModelIdentity,
     ModelService,
@@ -86,7 +87,9 @@ class DecisionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     decision: Decision | None = None
-    decisions: list[Decision] | None = Field(default=None, min_length=1)
+    decisions: list[Decision] | None = Field(
+        default=None, min_length=1, max_length=MAX_REQUEST_ITEMS
+    )
 
     @field_validator("decisions")
     @classmethod

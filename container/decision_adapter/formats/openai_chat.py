@@ -21,7 +21,15 @@ from pydantic import (
 
 from .. import sampling
 from ..admission import ShuttingDown
-from ..contract import Chat, Generated, ModelService, SampledToken, TextDelta, TokenChoice
+from ..contract import (
+    MAX_REQUEST_ITEMS,
+    Chat,
+    Generated,
+    ModelService,
+    SampledToken,
+    TextDelta,
+    TokenChoice,
+)
 from ..limits import LimitExceeded
 from .base import Call, EventStream, WireFormat
 
@@ -119,7 +127,7 @@ class _ChatFields(BaseModel):
     # 422 naming it.
     model_config = STRICT
     model: StrictStr | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_REQUEST_ITEMS)
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     # Left out: llama-server's defaults and its chain, top_k first (sampling.py).

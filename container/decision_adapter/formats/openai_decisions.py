@@ -29,7 +29,14 @@ from pydantic import (
     ValidationError,
 )
 
-from ..contract import MAX_OPTIONS, Answer, ModelIdentity, ModelService, StateQuestion
+from ..contract import (
+    MAX_OPTIONS,
+    MAX_REQUEST_ITEMS,
+    Answer,
+    ModelIdentity,
+    ModelService,
+    StateQuestion,
+)
 from ..errors import RequestError, field_path
 from ..limits import LimitExceeded, TooManyQuestions
 from .base import Call, WireFormat
@@ -237,7 +244,9 @@ class CacheOptions(_Closed):
 
 class DecisionsRequest(_Closed):
     model: StrictStr
-    input: StrictStr | list[InputItem] = Field(min_length=1)
+    input: StrictStr | Annotated[list[InputItem], Field(max_length=MAX_REQUEST_ITEMS)] = Field(
+        min_length=1
+    )
     questions: list[QuestionParam] = Field(min_length=1, max_length=MAX_QUESTIONS)
     # Accepted for the SDK's sake: the state cache is keyed by the input's exact tokens alone.
     prompt_cache_key: StrictStr | None = None

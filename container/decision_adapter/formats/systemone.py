@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
 from ..contract import (
+    MAX_REQUEST_ITEMS,
     Answer,
     ModelIdentity,
     ModelService,
@@ -25,7 +26,7 @@ from ..contract import (
     StateQuestion,
     Verdict,
 )
-from ..errors import RequestError
+from ..errors import MAX_ERROR_DETAILS, RequestError
 from .base import Call, WireFormat, score
 from .fields import OptionName, check_unique_names, is_blank, min_confidence_field, options_field
 
@@ -157,7 +158,9 @@ class SystemOneRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: StrictStr
     state: State
-    questions: dict[QuestionId, SystemOneQuestion] = Field(min_length=1)
+    questions: dict[QuestionId, SystemOneQuestion] = Field(
+        min_length=1, max_length=MAX_REQUEST_ITEMS
+    )
     # The adapter's own: the readout strategy for every question (None: the model's own), and
     # the top probability below which every answer says it abstains (None: never).
     x_readout: ReadoutName | None = None
@@ -251,8 +254,9 @@ def validation_error_body(error: ValidationError) -> dict[str, Any]:
     return {
         "detail": [
             {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
-            for e in error.errors(include_url=False, include_input=False)
-        ]
+            for e in error.errors(include_url=False, include_input=False)[:MAX_ERROR_DETAILS]
+        ],
+        "x_errors_total": error.error_count(),
     }
 
 
