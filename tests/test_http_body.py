@@ -252,3 +252,25 @@ def test_a_body_of_thousands_of_bad_items_gets_a_short_error(in_process, path, b
     details = reply.get("detail")
     if isinstance(details, list):
         assert len(details) <= 20
+
+
+def test_a_state_nested_past_the_depth_cap_is_refused_before_any_rendering(in_process):
+    from decision_adapter.http_body import MAX_JSON_DEPTH
+
+    def nested(depth):
+        value = 0
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    deep = {"decision": {"id": "d", "state": nested(900), "question": "q?",
+                         "options": [{"id": "a"}, {"id": "b"}]}}  # fmt: skip
+    response = in_process.post("/invocations", json=deep)
+    assert response.status_code == 400, response.text[:300]
+    assert f"deeper than {MAX_JSON_DEPTH} levels" in response.text
+    assert response.json()["field"].startswith("decision.state")
+    # The SDK's 32 levels of a state are served in every wrapping.
+    fine = {"decision": {**deep["decision"], "state": nested(32)}}
+    assert in_process.post("/invocations", json=fine).status_code == 200
+    many = {"model": "jev-latest", "state": nested(32), "questions": {"q": {"type": "noul"}}}
+    assert in_process.post("/v1/systemone", json=many).status_code == 200

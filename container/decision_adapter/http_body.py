@@ -46,11 +46,19 @@ def _problem(value: Any) -> str | None:
     return None
 
 
+# Containers a body may nest: the OpenAI SDK's 32 levels for a JSON value (a state), plus the
+# levels each format wraps it in. Rendering a state of depth d as the prompt shows it (indented
+# JSON) costs about 2d² bytes per leaf, so depth is bounded before anything is rendered.
+MAX_JSON_DEPTH = 40
+
+
 def _check_values(body: Any) -> None:
     """Reject what json.loads accepts but no route can use, naming where it is (keys too)."""
     stack: list[tuple[tuple, Any]] = [((), body)]
     while stack:
         location, value = stack.pop()
+        if isinstance(value, dict | list) and len(location) >= MAX_JSON_DEPTH:
+            _reject(location, f"nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
         if isinstance(value, dict):
             children = list(value.items())
             bad_key = next((k for k, _ in children if _not_text(k)), None)
