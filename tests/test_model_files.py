@@ -109,7 +109,7 @@ def test_the_bundled_gguf_is_hashed_once_by_its_package_not_again(
     assert loaded.sha256 == found.verified_sha256 and loaded.size_bytes == found.path.stat().st_size
 
 
-@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "link to a file"])
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "link to a fifo"])
 def test_a_model_directory_entry_that_is_no_regular_file_is_refused_at_once(tmp_path, kind):
     import os
 
@@ -119,6 +119,13 @@ def test_a_model_directory_entry_that_is_no_regular_file_is_refused_at_once(tmp_
     elif kind == "link to /dev/zero":
         entry.symlink_to("/dev/zero")
     else:
-        entry.symlink_to(_gguf(tmp_path / "elsewhere" / "real.bin"))
+        os.mkfifo(tmp_path / "pipe")
+        entry.symlink_to(tmp_path / "pipe")
     with pytest.raises(ModelFileError, match="regular files only"):
         discover_gguf(_settings(model_dir=tmp_path))
+
+
+def test_a_link_to_a_regular_file_is_served(tmp_path):
+    real = _gguf(tmp_path / "elsewhere" / "real.bin")
+    (tmp_path / "model.gguf").symlink_to(real)
+    assert discover_gguf(_settings(model_dir=tmp_path)).path == tmp_path / "model.gguf"

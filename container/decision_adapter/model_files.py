@@ -42,12 +42,17 @@ class FoundGguf(NamedTuple):
 
 
 def _regular_file(path: Path) -> None:
-    """A model archive holds plain files: reading a FIFO, a device or a link to one (say
-    /dev/zero) named *.gguf would hang the start-up or never end."""
-    mode = path.lstat().st_mode
+    """Reading a FIFO, a device or a link to one (say /dev/zero) named *.gguf would hang the
+    start-up or never end: what the name leads to must be a regular file."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        raise ModelFileError(f"{path} cannot be read: {error}") from None
     if not stat.S_ISREG(mode):
-        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-        raise ModelFileError(f"{path} is {kind}: the model directory serves regular files only")
+        link = " (through a symbolic link)" if path.is_symlink() else ""
+        raise ModelFileError(
+            f"{path} is not a regular file{link}: the model directory serves regular files only"
+        )
 
 
 def discover_gguf(settings: Settings) -> FoundGguf:
