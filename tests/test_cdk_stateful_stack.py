@@ -266,3 +266,21 @@ def test_a_released_image_outlives_any_number_of_later_builds(stateful):
     assert expired == {f"d{n}" for n in range(1, 30)}
     # Without the tag the same image would go first.
     assert "d0" in expired_by_lifecycle(rules, [{**released, "tags": ["dockerfile-1"]}, *later])
+
+
+@pytest.mark.parametrize("retain", [True, False])
+def test_retained_buckets_keep_their_policies(tmp_path, retain):
+    """`cdk destroy` deletes what is not retained: a bucket kept without its policy would
+    accept plain HTTP and lose its log-delivery grant."""
+    from tests.cdk_templates import STATEFUL, resources, synthesize, template
+
+    stateful = template(synthesize(tmp_path, retainArtifacts=retain), STATEFUL)
+    buckets = resources(stateful, "AWS::S3::Bucket")
+    policies = resources(stateful, "AWS::S3::BucketPolicy")
+    assert len(buckets) == len(policies) == 2
+    expected = "Retain" if retain else "Delete"
+    for policy in policies.values():
+        assert policy.get("DeletionPolicy", "Delete") == expected
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert any(s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+                   for s in statements)  # fmt: skip

@@ -51,6 +51,11 @@ class ArtifactStore(Construct):
             ],
             **common,
         )
+        if retain:
+            # A retained bucket keeps its TLS-only and log-delivery policies: deleted with the
+            # stack, they would leave the kept bucket open to plain HTTP.
+            for bucket in (self.access_logs, self.bucket):
+                bucket.policy.apply_removal_policy(RemovalPolicy.RETAIN)
 
     @property
     def models_uri(self) -> str:
