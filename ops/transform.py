@@ -43,6 +43,11 @@ def model_of_endpoint(sagemaker, endpoint: str) -> str:
     return variant["ModelName"]
 
 
+def batch_dimension(model: str) -> str:
+    """The `Endpoint` dimension of the metrics a batch job's containers write."""
+    return f"{model}/batch"
+
+
 def start_transform(
     sagemaker,
     *,
@@ -85,6 +90,9 @@ def start_transform(
         "Environment": {
             "DECISION_JSONLINES_TIMEOUT_S": str(invocation_timeout_s),
             "DECISION_SCORING_DEADLINE_S": str(invocation_timeout_s),
+            # Its own metrics dimension: on the real-time endpoint's (the shared Model's
+            # setting), a job's errors would count in that endpoint's alarms.
+            "DECISION_METRICS_ENDPOINT": batch_dimension(model),
         },
     }
     if max_payload_mb is not None:
