@@ -23,6 +23,11 @@ PROFILES = ROOT / "model_packaging" / "profiles"
 MODELS = {
     "": ("gemma-3-270m-q4_k_m.gguf", "gemma3-270m.json"),
     "smollm2": ("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct.json"),
+    # Assembled from its chunk packages into the models cache, named by its checksum.
+    "qwen2.5-coder-0.5b": (
+        "1d9614638d18024d-Qwen2.5-Coder-0.5B-Instruct.gguf",
+        "qwen2.5-coder-0.5b-instruct.json",
+    ),
 }
 
 
