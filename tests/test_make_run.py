@@ -31,7 +31,20 @@ MODELS = {
 }
 
 
-@pytest.fixture(scope="module", params=MODELS, ids=lambda model: model or "bundled")
+# The 1.1 GB 1.5B only in `make test-large`.
+LARGE = {
+    "qwen2.5-coder-1.5b": (
+        "cc324af070c2ecbf-Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+        "qwen2.5-coder-1.5b-instruct.json",
+    )
+}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[*MODELS, *(pytest.param(name, marks=pytest.mark.large_model) for name in LARGE)],
+    ids=lambda model: model or "bundled",
+)
 def make_run(request, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("make-run") / "make-run.log"
@@ -52,7 +65,7 @@ def make_run(request, tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(process, url + "/ping", log.read_text, 180, "make run")
-        yield url, *MODELS[request.param]
+        yield url, *{**MODELS, **LARGE}[request.param]
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
