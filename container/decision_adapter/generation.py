@@ -60,12 +60,13 @@ def text_events(
     max_tokens: int,
     prompt_tokens: int,
     sampled: Callable[[int], SampledToken] | None = None,
+    out_of_time: Callable[[], bool] = lambda: False,
 ) -> Iterator[TextDelta | Generated]:
     """Text as soon as it is final, holding back only a tail that could start a stop string;
-    then the finished generation. `tokens` ends at end-of-generation ("stop") or after
-    max_tokens ("length"). `sampled(token)`, called as each token arrives (before the next is
-    sampled), gives its log-probabilities: each delta carries those of the tokens read since
-    the last."""
+    then the finished generation. `tokens` ends at end-of-generation ("stop"), or after
+    max_tokens or when `out_of_time()` says the chat's deadline passed ("length").
+    `sampled(token)`, called as each token arrives (before the next is sampled), gives its
+    log-probabilities: each delta carries those of the tokens read since the last."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     matcher = StopStrings(stops)
     pending = ""  # decoded, not yet sent: the tail that could start a stop string
@@ -112,4 +113,4 @@ def text_events(
         return
     if pending:
         yield delta(pending)
-    yield finished("length" if count >= max_tokens else "stop")
+    yield finished("length" if count >= max_tokens or out_of_time() else "stop")

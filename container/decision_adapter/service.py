@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
@@ -274,6 +274,7 @@ class DecisionService:
         """Text as it is sampled, then the finished generation. Limits are checked and the
         model admitted on the first `anext`, before anything is sent."""
         limit = self.settings.request_token_limit
+        received = time.monotonic()
 
         def tokens_of_prompt() -> list[int]:
             messages = [{"role": role, "content": text} for role, text in chat.messages]
@@ -294,6 +295,16 @@ class DecisionService:
         # Generation stops at the context's end; report that as finish_reason "length".
         max_tokens = min(requested, limit - len(tokens))
         seed = chat.seed if chat.seed is not None else time.time_ns() & 0xFFFFFFFF
+        until = received + self.settings.chat_deadline_s
+        expired = [False]
+
+        def within_deadline(sampled: Iterator[int]) -> Iterator[int]:
+            """The sampled tokens until the chat's deadline: then generation stops."""
+            for token in sampled:
+                yield token
+                if time.monotonic() >= until:
+                    expired[0] = True
+                    return
 
         def produce():
             """On the model thread: sample and decode the answer text piece by piece."""
@@ -313,7 +324,13 @@ class DecisionService:
                 None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
             )
             return text_events(
-                sampled, self.engine.piece, stops, max_tokens, len(tokens), log_probs
+                within_deadline(iter(sampled)),
+                self.engine.piece,
+                stops,
+                max_tokens,
+                len(tokens),
+                log_probs,
+                out_of_time=lambda: expired[0],
             )
 
         events = self.runner.stream(produce)

@@ -120,6 +120,9 @@ class Settings(BaseModel):
         "DECISION_SCORING_DEADLINE_S", default=45.0, gt=0.0, le=3600.0
     )
     max_chat_tokens: int = from_env("DECISION_MAX_CHAT_TOKENS", default=1024, ge=1)
+    # A chat stops generating this long after it arrived and answers what it has with
+    # finish_reason "length": inside InvokeEndpoint's 60 s by default.
+    chat_deadline_s: float = from_env("DECISION_CHAT_DEADLINE_S", default=50.0, gt=0.0, le=3600.0)
     graceful_shutdown_s: float = from_env(
         "DECISION_GRACEFUL_SHUTDOWN_S", default=25.0, ge=0.0, le=3600.0
     )
