@@ -220,3 +220,23 @@ def test_the_deploy_page_sets_the_roles_max_session_duration_the_workflow_asks_f
     (documented,) = re.findall(r"--max-session-duration (\d+)", readme)
     assert int(documented) >= duration_s
     assert f"`MaxSessionDuration` of at least {duration_s} seconds" in readme
+
+
+def test_the_release_configuration_is_checked_before_the_builds(tmp_path):
+    """The endpoint synth with the builds' outputs as placeholders runs before the builds:
+    cdk.json's release as shipped has no measurement and is refused in seconds; given
+    capacity, the same command synthesizes."""
+    from tests.cdk_templates import GIVEN_CAPACITY, run_app
+
+    names = [s.get("name") for s in workflow()["jobs"]["deploy"]["steps"]]
+    assert names.index("Release configuration") < names.index("Builds through the operator CLI")
+    check = step("deploy", "Release configuration")
+    assert check["if"] == step("deploy", "Builds through the operator CLI")["if"]
+    command = cdk_command(*shlex.split(check["run"])[1:])
+    assert command[:2] == ["cdk", "synth"]
+    context = dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "-c")
+    assert set(context) == {"modelDataUri", "decisionCpuImage", "decisionGpuImage"}
+    refused = run_app(tmp_path / "as-shipped", **context)
+    assert refused.returncode == 1 and "no measurement of model" in refused.stderr
+    given = run_app(tmp_path / "given", **context, decisionCpuEndpoint=GIVEN_CAPACITY)
+    assert given.returncode == 0, given.stderr[-2000:]
