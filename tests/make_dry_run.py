@@ -9,8 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cdk_command(*make_args: str) -> list[str]:
-    """The `cdk ...` command line of `make <make_args>`, from `cdk` on."""
+def printed_lines(*make_args: str) -> list[str]:
+    """The command lines `make -n -B <make_args>` prints, continuation lines joined."""
     printed = subprocess.run(
         ["make", "-n", "-B", *make_args],
         cwd=ROOT,
@@ -18,7 +18,12 @@ def cdk_command(*make_args: str) -> list[str]:
         text=True,
         check=True,
         timeout=60,
-    ).stdout.replace("\\\n", " ")
-    (line,) = [line for line in printed.splitlines() if " npx --no-install cdk " in line]
+    ).stdout
+    return printed.replace("\\\n", " ").splitlines()
+
+
+def cdk_command(*make_args: str) -> list[str]:
+    """The `cdk ...` command line of `make <make_args>`, from `cdk` on."""
+    (line,) = [line for line in printed_lines(*make_args) if " npx --no-install cdk " in line]
     words = shlex.split(line)
     return words[words.index("cdk") :]

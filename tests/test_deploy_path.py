@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.make_dry_run import printed_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ("llama_cpp", "numpy", "starlette", "uvicorn", "httpx", "decision_adapter")
 BLOCKED_IMPORTS = f"""
@@ -26,21 +28,9 @@ print("imported")
 """
 
 
-def dry_run(*targets: str) -> list[str]:
-    printed = subprocess.run(
-        ["make", "-n", "-B", *targets],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return printed.replace("\\\n", " ").splitlines()
-
-
 @pytest.mark.parametrize("target", ["bootstrap", "deploy", "destroy", "synth", "ops"])
 def test_an_aws_step_installs_only_the_deploy_requirements(target):
-    lines = dry_run(target)
+    lines = printed_lines(target)
     installs = [line for line in lines if "pip install" in line]
     assert any("-r requirements-deploy.txt" in line for line in installs), lines
     assert not any(re.search(r"-r requirements\.txt\b", line) for line in installs), installs

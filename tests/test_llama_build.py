@@ -13,6 +13,7 @@ import llama_build
 import pytest
 
 from tests.dockerfile_stages import stages
+from tests.make_dry_run import printed_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -151,9 +152,7 @@ def test_the_makefile_installs_the_recipe_before_the_requirements():
     recipe = runtime.index("container/llama_build.py install")
     assert recipe < runtime.index("pip install --quiet -r requirements.txt")
     for target in ("run", "test", "bench"):
-        printed = subprocess.run(
-            ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.splitlines()
+        printed = printed_lines(target)
         check = printed.index(
             ".venv/bin/python container/llama_build.py install --python " ".venv/bin/python"
         )

@@ -166,7 +166,8 @@ LINE_FORMATS: tuple[WireFormat, ...] = (decision.FORMAT, openai_decisions.FORMAT
 
 
 def _line_error(wire_format: WireFormat, error: Exception) -> tuple[int, dict[str, Any]]:
-    # A line past its own deadline is that line's answer; any other Busy ends the body.
+    # A line past its own deadline is that line's answer (a batch job retrying the body would
+    # meet the same line again); any other Busy ends the body.
     line_busy = isinstance(error, OutOfTime)
     if (isinstance(error, Busy) and not line_busy) or not isinstance(error, ANSWERED_ERRORS):
         raise error

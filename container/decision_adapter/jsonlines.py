@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .admission import Busy, OutOfTime
+from .admission import Busy
 from .contract import ModelService
 from .errors import RequestError
 from .formats.base import ADAPTER_ERRORS, Call, WireFormat, format_of
@@ -185,12 +185,6 @@ async def answer(
             started = time.perf_counter()
             try:
                 answered = await line.wire_format.answer(line.request, service, Call(log={}))
-            except OutOfTime as raised:
-                # This line's own deadline: its error line, the others still answered (a
-                # batch job retrying the body would meet the same line again).
-                error = raised
-            except Busy:
-                raise
             except Exception as raised:  # noqa: BLE001 - error_body answers or re-raises it
                 error = raised
             else:
