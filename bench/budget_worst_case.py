@@ -42,6 +42,12 @@ def _long_description(n: int) -> dict:
     return body
 
 
+def _long_candidate_description(n: int) -> dict:
+    body = decision("s", "Is it?", ("yes", "no"), readout="json_choice")
+    body["decision"]["options"][0]["description"] = WORD * n
+    return body
+
+
 def _long_listing(n: int) -> dict:
     body = decision("s", "Which one?", [f"o{i}" for i in range(8)], readout="permuted_letters")
     for option in body["decision"]["options"]:
@@ -55,6 +61,7 @@ SHAPES: dict[str, Callable[[int], dict]] = {
     "option_text_desc": _long_description,
     "calibrated": _long_option("calibrated"),
     "permuted_letters": _long_listing,
+    "json_choice": _long_candidate_description,
 }
 
 

@@ -164,3 +164,15 @@ def test_queue_wait_is_measured_for_a_request_that_waited(tmp_path):
         values = check_contract(record)
         assert values["Admitted"] == 1 and values["QueueWaitMs"] > 0
         assert values["DecisionLatencyMs"] >= values["QueueWaitMs"]
+
+
+def test_a_long_field_a_client_filled_is_cut_in_the_log_line_and_says_so():
+    import logging
+
+    from decision_adapter.logs import MAX_FIELD_CHARS, JsonFormatter
+
+    record = logging.LogRecord("decision_adapter", logging.INFO, __file__, 1, "request", (), None)
+    record.fields = {"safety_identifier": "u" * 900_000, "status": 200, "kind": "decisions"}
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["safety_identifier"] == "u" * MAX_FIELD_CHARS + "... (900000 characters)"
+    assert (entry["status"], entry["kind"]) == (200, "decisions")

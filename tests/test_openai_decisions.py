@@ -270,14 +270,14 @@ def test_questions_that_fit_alone_but_not_together_are_a_400_naming_them(client)
     holds the input once and every question: split them over requests."""
     long_question = {**PREDICATE, "instructions": "Is it " + "very " * 2500 + "urgent?"}
     with pytest.raises(openai.BadRequestError) as raised:
-        create(client, [long_question] * 4)
+        create(client, [{**long_question, "name": f"q{n}"} for n in range(4)])
     assert raised.value.param == "questions" and raised.value.code == "context_length_exceeded"
     assert "limit is 8192" in raised.value.message
 
 
 def test_more_questions_than_decision_max_decisions_is_a_400(client):
     with pytest.raises(openai.BadRequestError) as raised:
-        create(client, [PREDICATE] * 33)
+        create(client, [{**PREDICATE, "name": f"q{n}"} for n in range(33)])
     assert raised.value.param == "questions"
     assert "DECISION_MAX_DECISIONS" in raised.value.message
 

@@ -192,3 +192,29 @@ def test_blank_or_empty_instructions_are_refused_naming_the_field(in_process, in
     reply = in_process.post("/v1/decisions", json={**BODY, "questions": [question]})
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == "questions[0].instructions"
+
+
+@pytest.mark.parametrize(
+    "changes, param",
+    [
+        ({"name": None}, "questions[1].name"),  # the SDK's type is a string
+        ({"name": "late"}, "questions[1].name"),  # repeats the first question's name
+        ({"name": "lat\u0065\u0301"}, None),  # another name: NFC "laté" is not "late"
+    ],
+)
+def test_question_names_are_strings_and_unique(in_process, changes, param):
+    questions = [{**PREDICATE, "name": "late"}, {**PREDICATE, **changes}]
+    reply = in_process.post("/v1/decisions", json={**BODY, "questions": questions})
+    if param is None:
+        assert reply.status_code == 200, reply.text
+        return
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == param
+
+
+def test_a_safety_identifier_past_the_apis_64_characters_is_refused(in_process):
+    fits = in_process.post("/v1/decisions", json={**BODY, "safety_identifier": "u" * 64})
+    assert fits.status_code == 200, fits.text
+    reply = in_process.post("/v1/decisions", json={**BODY, "safety_identifier": "u" * 65})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "safety_identifier"

@@ -26,7 +26,8 @@ ANGRY = Question(
     "Is the customer angry?", ["true", "false"], [None, None], answer_words=["yes", "no"]
 )
 LEVEL = Question("How urgent is it?", ["0", "1", "2"], ["Not urgent.", "Soon.", "Now."])
-CLOZE = ("option_text", "option_text_desc", "calibrated")
+# The readouts that read each option's own words, so an option's order cannot matter.
+CLOZE = ("option_text", "option_text_desc", "calibrated", "json_choice")
 
 
 def _with(question: Question, readout: str, order: list[int] | None = None) -> Question:

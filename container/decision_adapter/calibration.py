@@ -34,9 +34,11 @@ MAX_FILE_BYTES = 1 << 20
 # letter labels and the label read; `option_text`, each option's id as the continuation of "The
 # correct answer is" (mean log-probability per token); `option_text_desc`, its id and
 # description; `calibrated`, option_text minus the same scores against a content-free state;
-# `permuted_letters`, letters averaged over every cyclic rotation of the options.
+# `permuted_letters`, letters averaged over every cyclic rotation of the options; `json_choice`,
+# the options listed in sorted order, the answer opened as `{"choice": "` and each option's id
+# (and closing quote) read as its continuation (mean log-probability per token).
 ReadoutName = Literal[
-    "letters", "option_text", "option_text_desc", "calibrated", "permuted_letters"
+    "letters", "option_text", "option_text_desc", "calibrated", "permuted_letters", "json_choice"
 ]
 READOUTS: tuple[str, ...] = get_args(ReadoutName)
 # Without a per-model file: the readout every model reads as intended. The cloze readouts were

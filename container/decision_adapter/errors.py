@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from typing import Any
+
 from pydantic import ValidationError
 
 
@@ -23,6 +27,26 @@ class RequestError(Exception):
         self.location = location
 
 
+# pydantic names the union member an error is under in its location (`str`, `list[...]`,
+# `function-after[...]`, a model's class name): not a field the client wrote, so left out. The
+# keys of a client's own mappings (System One question ids, choice criteria) are kept whatever
+# they spell.
+_UNION_LABEL = re.compile(r"(str|int|float|bool|none|constrained-\w+|[A-Z][A-Za-z]*|.*\[.*)")
+_CLIENT_KEYED = {"questions", "criteria"}
+
+
+def without_union_labels(location: Sequence[Any]) -> tuple:
+    return tuple(
+        part
+        for position, part in enumerate(location)
+        if not (
+            isinstance(part, str)
+            and _UNION_LABEL.fullmatch(part)
+            and not (position and location[position - 1] in _CLIENT_KEYED)
+        )
+    )
+
+
 def field_path(location: tuple) -> str:
     """pydantic's ('decisions', 0, 'options') -> 'decisions[0].options'."""
     path = ""
@@ -38,6 +62,10 @@ MAX_ERROR_DETAILS = 20
 
 def validation_details(error: ValidationError) -> list[dict]:
     return [
-        {"field": field_path(e["loc"]), "message": e["msg"], "type": e["type"]}
+        {
+            "field": field_path(without_union_labels(e["loc"])),
+            "message": e["msg"],
+            "type": e["type"],
+        }
         for e in error.errors(include_url=False, include_input=False)[:MAX_ERROR_DETAILS]
     ]

@@ -17,6 +17,17 @@ from . import metrics
 log = logging.getLogger("decision_adapter")
 
 
+# A log line is one CloudWatch event (at most 256 KB, or it and its EMF metrics are lost); a field
+# a client can fill (an identifier, a name) is cut to this many characters, and says so.
+MAX_FIELD_CHARS = 1024
+
+
+def _capped(value: object) -> object:
+    if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+        return f"{value[:MAX_FIELD_CHARS]}... ({len(value)} characters)"
+    return value
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -26,7 +37,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        entry.update(getattr(record, "fields", {}))
+        entry.update({k: _capped(v) for k, v in getattr(record, "fields", {}).items()})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -31,6 +31,13 @@ SYSTEM_TEXT = (
 # The options are not listed, so the prompt does not depend on them or their order (listing
 # them brought the position bias back: research/readout_study/results/readout_study.md).
 CLOZE_LEAD = "\nThe correct answer is"
+# The json_choice readout: the answer cue published frozen-model decision servers use. The
+# candidates are listed in one canonical order (sorted), so their order in the request cannot
+# change the prompt; the assistant turn is prefilled with the JSON opener, and each candidate's
+# name, closed by its quote, is the continuation read.
+JSON_CHOICE_ASK = 'Answer with JSON: {"choice": "<exactly one candidate name>"}'
+JSON_CHOICE_OPEN = '{"choice": "'
+JSON_CHOICE_CLOSE = '"'
 CONTENT_FREE_STATE = "N/A"  # what the calibrated readout asks about instead of the state
 
 
@@ -115,6 +122,19 @@ class PromptRenderer:
         """The option-text readouts' prompt: the same state prefix, the question, CLOZE_LEAD."""
         return self._question(state, f"{question}{CLOZE_LEAD}", "")
 
+    def json_choice(
+        self, state: Any, question: str, candidates: list[tuple[str, str | None]]
+    ) -> RenderedPrompt:
+        """The json_choice readout's prompt: the question, its candidates (name, description)
+        as given, the JSON ask, and the assistant's answer opened with JSON_CHOICE_OPEN."""
+        lines = [question, "Candidates:"]
+        lines += [f"- {name}" + (f": {about}" if about else "") for name, about in candidates]
+        lines.append(JSON_CHOICE_ASK)
+        prompt = self._question(state, "\n".join(lines), "\nAnswer:")
+        opener = JSON_CHOICE_OPEN if self.template else f" {JSON_CHOICE_OPEN}"
+        prompt.suffix.append(Piece(opener, user=True))
+        return prompt
+
     def _question(self, state: Any, question_block: str, plain_end: str) -> RenderedPrompt:
         state_block = f"{SYSTEM_TEXT}\n\nState:\n{state_text(state)}\n\n"
         if not self.template:
@@ -162,10 +182,14 @@ class PromptRenderer:
             tokens.insert(0, self.engine.bos_token)
         return tokens
 
-    def label_tokens(self, label: str, limit: int | None = None) -> list[int]:
+    def label_tokens(
+        self, label: str, limit: int | None = None, *, opened: bool = False
+    ) -> list[int]:
         """A label, or an option's words, as the model would write it next (user text);
-        TokenLimitExceeded, untokenized, when cheaply proved past `limit`."""
-        return self.engine.tokenize(self.label_prefix + label, special=False, limit=limit)
+        TokenLimitExceeded, untokenized, when cheaply proved past `limit`. `opened`: written
+        inside an answer already begun (json_choice's quote), so never after a space."""
+        prefix = "" if opened else self.label_prefix
+        return self.engine.tokenize(prefix + label, special=False, limit=limit)
 
     # --- template plumbing -------------------------------------------------------------
     def _render(self, messages: list[dict[str, str]]) -> str:

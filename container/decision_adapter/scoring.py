@@ -25,7 +25,7 @@ from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
 from .engine import Branch, Engine, log_partition
 from .letter_spellings import letter_spellings
 from .prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
-from .prompts import CONTENT_FREE_STATE, PromptRenderer
+from .prompts import CONTENT_FREE_STATE, JSON_CHOICE_CLOSE, PromptRenderer
 from .state_cache import StateCache
 from .tokenizer import TokenLimitExceeded
 
@@ -200,11 +200,11 @@ def _plan_question(
 
     at_least = TreeLowerBound(engine.n_batch)
 
-    def continuation(words: str) -> list[int]:
+    def continuation(words: str, opened: bool = False) -> list[int]:
         # Each option's later tokens are decoded on every pass: the tree of those read so far
         # refuses a request before the rest are tokenized.
         afford = budget.left // (passes * READ_TOKEN_COST)
-        tokens = renderer.label_tokens(words, limit=afford + 1)
+        tokens = renderer.label_tokens(words, limit=afford + 1, opened=opened)
         at_least.add(tuple(tokens[:-1]))
         if at_least.tokens > afford:
             raise TokenLimitExceeded(budget.limit)
@@ -239,6 +239,13 @@ def _plan_question(
             continuations = [label_tokens[(i - r) % n] for i in range(n)]
             readings.append(reading(suffix_tokens(prompt), continuations, spellings))
         return QuestionPlan(readout, labels, readings, first.sha256)
+    if readout == "json_choice":
+        words = _option_words(question, with_descriptions=False)
+        listed = sorted(zip(words, question.descriptions), key=lambda pair: pair[0])
+        prompt = renderer.json_choice(state, question.question, listed)
+        suffix = suffix_tokens(prompt)
+        continuations = [continuation(w + JSON_CHOICE_CLOSE, opened=True) for w in words]
+        return QuestionPlan(readout, words, [reading(suffix, continuations)], prompt.sha256)
     words = _option_words(question, with_descriptions=readout == "option_text_desc")
     prompt = renderer.cloze(state, question.question)
     suffix = suffix_tokens(prompt)

@@ -204,7 +204,8 @@ Instructions = NonBlank | Annotated[list[UserPart], Field(min_length=1)]
 
 class _Question(_Closed):
     instructions: Instructions
-    name: StrictStr | None = None
+    # The SDK's type is a string: absent is None, an explicit null is refused.
+    name: StrictStr = None  # type: ignore[assignment]
 
 
 class Predicate(_Question):
@@ -242,6 +243,9 @@ class CacheOptions(_Closed):
     ttl: Literal["30m"] | None = None
 
 
+SAFETY_IDENTIFIER_MAX = 64
+
+
 class DecisionsRequest(_Closed):
     model: StrictStr
     input: StrictStr | Annotated[list[InputItem], Field(max_length=MAX_REQUEST_ITEMS)] = Field(
@@ -251,7 +255,8 @@ class DecisionsRequest(_Closed):
     # Accepted for the SDK's sake: the state cache is keyed by the input's exact tokens alone.
     prompt_cache_key: StrictStr | None = None
     prompt_cache_options: CacheOptions | None = None
-    safety_identifier: StrictStr | None = None  # logged with the request
+    # Logged with the request; the API's limit, 64 characters, keeps the log line small.
+    safety_identifier: Annotated[StrictStr, Field(max_length=SAFETY_IDENTIFIER_MAX)] = None  # type: ignore[assignment]
 
 
 # --- input as a state ------------------------------------------------------------------------
@@ -450,6 +455,9 @@ class DecisionsFormat(WireFormat):
     def parse(self, body: Any) -> DecisionsRequest:
         request = super().parse(body)
         _check_tool_outputs(request.input)
+        # Answers are found by name: two questions of one name could not be told apart.
+        names = [_nfc(q.name) if q.name is not None else object() for q in request.questions]
+        _check_unique(names, "questions", "question", "name")
         for number, question in enumerate(request.questions):
             where = f"questions[{number}]"
             if isinstance(question, ChoiceQuestionParam):

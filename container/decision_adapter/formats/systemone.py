@@ -26,7 +26,7 @@ from ..contract import (
     StateQuestion,
     Verdict,
 )
-from ..errors import MAX_ERROR_DETAILS, RequestError
+from ..errors import MAX_ERROR_DETAILS, RequestError, without_union_labels
 from .base import Call, WireFormat, score
 from .fields import OptionName, check_unique_names, is_blank, min_confidence_field, options_field
 
@@ -253,7 +253,7 @@ def encode_models(
 def validation_error_body(error: ValidationError) -> dict[str, Any]:
     return {
         "detail": [
-            {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+            {"loc": ["body", *without_union_labels(e["loc"])], "msg": e["msg"], "type": e["type"]}
             for e in error.errors(include_url=False, include_input=False)[:MAX_ERROR_DETAILS]
         ],
         "x_errors_total": error.error_count(),
