@@ -10,11 +10,14 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from model_manifest.hashing import sha256_of_file
+from model_manifest.small_files import SmallFileError, read_small_file
 
 MANIFEST_FILENAME = "model-manifest.json"
 # The model's readout and temperature (the adapter's calibration.json), when packaged.
 CALIBRATION_FILENAME = "calibration.json"
 MANIFEST_VERSION = 1
+# A manifest lists a handful of files: kilobytes. Read whole, a 1 GB one took 2 GB at start-up.
+MAX_MANIFEST_BYTES = 1 << 20
 
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
@@ -113,9 +116,12 @@ def read_manifest(path: str | Path) -> Manifest:
     if manifest_path.is_dir():
         manifest_path = manifest_path / MANIFEST_FILENAME
     try:
-        raw = json.loads(manifest_path.read_text(encoding="utf-8"))
+        data = read_small_file(manifest_path, MAX_MANIFEST_BYTES, "a model manifest")
+        raw = json.loads(data.decode("utf-8"))
     except FileNotFoundError as exc:
         raise ManifestError(f"no model manifest at {manifest_path}") from exc
+    except SmallFileError as exc:
+        raise ManifestError(f"cannot read model manifest: {exc}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"cannot read model manifest {manifest_path}: {exc}") from exc
     try:

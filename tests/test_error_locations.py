@@ -18,7 +18,10 @@ OPTIONS = [{"id": "a"}, {"id": "b"}]
             {"decision": {"id": "d", "state": 5, "question": "q", "options": OPTIONS}},
             {"decision.state"},
         ),
-        ({"messages": [{"role": "user", "content": 5}], "stop": 5}, {"messages[0].content", "stop"}),
+        (
+            {"messages": [{"role": "user", "content": 5}], "stop": 5},
+            {"messages[0].content", "stop"},
+        ),
     ],
 )
 def test_invocations_errors_name_the_fields_sent(body, fields):

@@ -129,3 +129,39 @@ def test_a_link_to_a_regular_file_is_served(tmp_path):
     real = _gguf(tmp_path / "elsewhere" / "real.bin")
     (tmp_path / "model.gguf").symlink_to(real)
     assert discover_gguf(_settings(model_dir=tmp_path)).path == tmp_path / "model.gguf"
+
+
+def test_a_size_the_manifest_did_not_promise_is_refused_before_the_file_is_hashed(
+    tmp_path, monkeypatch
+):
+    gguf = _gguf(tmp_path / "model.gguf")
+    _manifest(tmp_path, gguf)
+    with gguf.open("r+b") as file:  # a 20 GB sparse file: hashing it would take minutes
+        file.truncate(20 << 30)
+
+    def hashed(path, **_):
+        raise AssertionError(f"{path} hashed before its size was checked")
+
+    monkeypatch.setattr(model_files, "sha256_of_file", hashed)
+    with pytest.raises(ModelFileError, match="size mismatch"):
+        load_model_file(_settings(model_dir=tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "huge"])
+def test_a_manifest_that_is_no_small_regular_file_is_refused_at_once(tmp_path, kind):
+    import os
+
+    from model_manifest.manifest import MAX_MANIFEST_BYTES
+
+    _gguf(tmp_path / "model.gguf")
+    manifest = tmp_path / "model-manifest.json"
+    if kind == "fifo":  # opening it for reading would wait for a writer forever
+        os.mkfifo(manifest)
+    elif kind == "link to /dev/zero":  # endless zeros
+        manifest.symlink_to("/dev/zero")
+    else:  # a gigabyte, sparse: read whole it took 2 GB
+        with manifest.open("wb") as file:
+            file.truncate(1 << 30)
+    expected = "not a regular file" if kind != "huge" else f"over {MAX_MANIFEST_BYTES} bytes"
+    with pytest.raises(ModelFileError, match=expected):
+        load_model_file(_settings(model_dir=tmp_path))

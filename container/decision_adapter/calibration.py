@@ -16,13 +16,13 @@ was fitted before readouts had names, on the letter readout.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from model_manifest.small_files import SmallFileError, read_small_file
 
 CALIBRATION_FILENAME = "calibration.json"
 # A calibration file is a temperature, a readout and what its fitting recorded: kilobytes. A
@@ -127,17 +127,12 @@ def _bound_elsewhere(content: Any, gguf_sha256: str) -> bool:
 
 
 def _file_text(path: Path) -> str:
-    """A regular file's text, at most MAX_FILE_BYTES. Opened without blocking, since opening a
-    FIFO blocks until a writer comes; then anything but a regular file is refused."""
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                raise CalibrationError(f"{path}: not a regular file")
-            data = file.read(MAX_FILE_BYTES + 1)
-    except OSError as error:
+        data = read_small_file(path, MAX_FILE_BYTES, "a calibration file")
+    except SmallFileError as error:
+        raise CalibrationError(str(error)) from None
+    except OSError as error:  # gone since it was found
         raise CalibrationError(f"{path}: {error.strerror or error}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise CalibrationError(f"{path}: over {MAX_FILE_BYTES} bytes, not a calibration file")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,8 @@ def discover_gguf(settings: Settings) -> FoundGguf:
 def manifest_beside(gguf: Path) -> Manifest | None:
     """The manifest beside the GGUF (or one directory up, for */*.gguf layouts), if any."""
     for directory in (gguf.parent, gguf.parent.parent):
-        if (directory / MANIFEST_FILENAME).is_file():
+        # Whatever goes by the name is read, so a FIFO or a device is refused, not ignored.
+        if os.path.lexists(directory / MANIFEST_FILENAME):
             try:
                 return read_manifest(directory)
             except ManifestError as error:
@@ -137,23 +139,29 @@ def load_model_file(settings: Settings) -> ModelFile:
     manifest = manifest_beside(path)
     try:
         size = path.stat().st_size
-        digest = verified_sha256 or sha256_of_file(path, chunk_bytes=8 << 20)
     except OSError as error:
         raise ModelFileError(f"cannot read {path}: {error}") from None
-    if manifest is not None:
-        entry = manifest.gguf_file
+    entry = manifest.gguf_file if manifest is not None else None
+    # Name and size first: hashing a 20 GB file the manifest never promised would hold the
+    # start-up for minutes before saying so.
+    if entry is not None:
         if entry.path != path.name:
             raise ModelFileError(
                 f"{MANIFEST_FILENAME} describes {entry.path}, but the GGUF found is {path.name}"
             )
+        if entry.bytes != size:
+            raise ModelFileError(
+                f"size mismatch for {path}: manifest says {entry.bytes} bytes, file has {size}"
+            )
+    try:
+        digest = verified_sha256 or sha256_of_file(path, chunk_bytes=8 << 20)
+    except OSError as error:
+        raise ModelFileError(f"cannot read {path}: {error}") from None
+    if entry is not None:
         if entry.sha256 != digest:
             raise ModelFileError(
                 f"checksum mismatch for {path}: manifest says sha256 {entry.sha256}, "
                 f"file has {digest}; refusing to serve"
-            )
-        if entry.bytes != size:
-            raise ModelFileError(
-                f"size mismatch for {path}: manifest says {entry.bytes} bytes, file has {size}"
             )
         _verify_calibration(manifest, path)
     return ModelFile(path=path, size_bytes=size, sha256=digest, source=source, manifest=manifest)
