@@ -274,3 +274,29 @@ def test_a_state_nested_past_the_depth_cap_is_refused_before_any_rendering(in_pr
     assert in_process.post("/invocations", json=fine).status_code == 200
     many = {"model": "jev-latest", "state": nested(32), "questions": {"q": {"type": "noul"}}}
     assert in_process.post("/v1/systemone", json=many).status_code == 200
+
+
+STATE_ROUTES = {
+    "/invocations": lambda state: {
+        "decision": {"id": "d", "state": state, "question": "q?",
+                     "options": [{"id": "a"}, {"id": "b"}]}},
+    "/v1/systemone": lambda state: {
+        "model": "jev-latest", "state": state, "questions": {"q": {"type": "noul"}}},
+    "/v1/decisions": lambda state: {
+        "model": "m", "questions": [{"type": "predicate", "instructions": "q?"}],
+        "input": [{"role": "user", "content": [{"type": "input_json", "data": state}]}]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("route", STATE_ROUTES)
+def test_a_state_past_the_sdks_10000_json_values_is_refused_naming_it(in_process, route):
+    """The OpenAI SDK's limit for a JSON part, in every format: what a state's values cost
+    rendered is bounded before it is rendered."""
+    from decision_adapter.formats.fields import MAX_STATE_VALUES
+
+    body = STATE_ROUTES[route]
+    at_limit = [{"a": 0}] * ((MAX_STATE_VALUES - 1) // 2)  # the list, then 2 values an object
+    assert in_process.post(route, json=body(at_limit)).status_code == 200
+    response = in_process.post(route, json=body(at_limit + [{}, {}]))
+    assert response.status_code in (400, 422), response.text[:300]
+    assert f"more than {MAX_STATE_VALUES:,} JSON values" in response.text

@@ -67,12 +67,18 @@ class RenderedPrompt:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
-def state_text(state: Any) -> str:
+class StateText(str):
+    """A state already rendered by state_text: it renders as itself, at no cost."""
+
+
+def state_text(state: Any) -> StateText:
     """A string state as sent; a JSON state as indented JSON in the order it was sent. Either
     in Unicode NFC and without trailing whitespace: a composed and a decomposed `é`, or a final
     newline, read the same to a person and must not be two states with two answers."""
+    if isinstance(state, StateText):
+        return state
     text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, indent=2)
-    return unicodedata.normalize("NFC", text).rstrip()
+    return StateText(unicodedata.normalize("NFC", text).rstrip())
 
 
 class PromptRenderer:

@@ -181,9 +181,14 @@ class DecisionService:
             # Grouped by the text the model reads: states equal in Python ({"paid": true} and
             # {"paid": 1}, 1 and 1.0, other key orders) render differently and are scored
             # apart. A rendered state renders as itself: no second rendering.
+            # The questions of one System One or OpenAI request share one state object: it is
+            # rendered once, not once per question.
             groups: dict[str, list[int]] = {}
+            rendered: dict[int, str] = {}
             for index, item in enumerate(questions):
-                groups.setdefault(state_text(item.state), []).append(index)
+                if (text := rendered.get(id(item.state))) is None:
+                    text = rendered[id(item.state)] = state_text(item.state)
+                groups.setdefault(text, []).append(index)
             budget = TokenBudget(limit)  # one for the whole request, every group spends from it
             kept, plans = [], []
             for text, members in groups.items():

@@ -17,9 +17,14 @@ from ..contract import (
     Verdict,
 )
 from .base import Call, WireFormat, score
-from .fields import NonBlank, OptionName, check_unique_names, min_confidence_field, options_field
-
-State = StrictStr | dict[str, Any] | list[Any]
+from .fields import (
+    NonBlank,
+    OptionName,
+    State,
+    check_unique_names,
+    min_confidence_field,
+    options_field,
+)
 
 READOUT_TEXT = {
     "single-token": (

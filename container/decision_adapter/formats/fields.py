@@ -72,6 +72,34 @@ OptionName = Annotated[
 ]
 
 
+# The OpenAI SDK's limit for a JSON part, held for every format's JSON state: a state renders
+# as indented JSON, one line per value, so its values bound the prompt's text before it exists.
+MAX_STATE_VALUES = 10_000
+
+
+def bounded_json(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_STATE_VALUES:
+            raise ValueError(
+                f"holds more than {MAX_STATE_VALUES:,} JSON values (objects, arrays and the "
+                "values in them), the OpenAI SDK's limit for a JSON part; send less of it"
+            )
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return value
+
+
+# A decision's state: text, or JSON the prompt shows as indented JSON.
+State = Annotated[StrictStr | dict[str, Any] | list[Any], AfterValidator(bounded_json)]
+
+
 def options_field() -> Any:
     """A question's options: two at least, at most what the service scores."""
     return Field(min_length=2, max_length=MAX_OPTIONS)

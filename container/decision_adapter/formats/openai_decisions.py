@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -40,7 +41,7 @@ from ..contract import (
 from ..errors import RequestError, field_path
 from ..limits import LimitExceeded, TooManyQuestions
 from .base import Call, WireFormat
-from .fields import NonBlank, OptionName
+from .fields import NonBlank, OptionName, bounded_json
 from .systemone import (
     MAX_SCORE_LEVELS,
     ChoiceQuestion,
@@ -80,7 +81,7 @@ class InputImage(_Closed):
 
 class InputJson(_Closed):
     type: Literal["input_json"]
-    data: dict[StrictStr, Any] | list[dict[StrictStr, Any]]
+    data: Annotated[dict[StrictStr, Any] | list[dict[StrictStr, Any]], AfterValidator(bounded_json)]
 
 
 class OutputText(_Closed):

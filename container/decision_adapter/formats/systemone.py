@@ -28,14 +28,20 @@ from ..contract import (
 )
 from ..errors import MAX_ERROR_DETAILS, RequestError, without_union_labels
 from .base import Call, WireFormat, score
-from .fields import OptionName, check_unique_names, is_blank, min_confidence_field, options_field
+from .fields import (
+    OptionName,
+    State,
+    check_unique_names,
+    is_blank,
+    min_confidence_field,
+    options_field,
+)
 
 MODEL_ALIAS = "jev-latest"  # the SDKs' default model name; served by whatever model we serve
 MAX_SCORE_LEVELS = 10
 
 # Instructions, option descriptions and score levels may be text or structured JSON.
 Text = StrictStr | dict[str, Any] | list[Any]
-State = StrictStr | dict[str, Any] | list[Any]
 QuestionId = Annotated[str, Field(min_length=1)]
 
 
