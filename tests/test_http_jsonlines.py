@@ -263,3 +263,23 @@ def test_lines_get_the_errors_their_bodies_get_alone(adapter):
     refused = alone(utf16)
     assert refused.status_code == 400
     assert refused.json()["error"] == "body: UTF-16-LE is not accepted; send UTF-8"
+
+
+def test_the_time_bound_stops_the_line_being_scored_and_frees_the_model(bounded):
+    """The body's bound ends the model work, between batches, not only the wait for it: a line
+    whose state takes far longer than the bound to prefill stops there."""
+    from tests.bodies import decision
+
+    state_tokens = 7000  # "ab " is one token: about 30 s of prefill here, the bound is 5 s
+    line = json.dumps(decision("ab " * state_tokens, "Is it?", ("yes", "no"), readout="letters"))
+    before = bounded.stats()["engine"]["tokens_decoded"]
+    response = httpx.post(
+        bounded.url + "/invocations", content=line + "\n", headers=JSONL, timeout=60
+    )
+    assert response.status_code == 503, response.text
+    assert response.json()["error_type"] == "jsonlines_timeout"
+    # The next request waits for the model: answered, it shows what the long line decoded.
+    short = httpx.post(bounded.url + "/invocations", json=decision(readout="letters"), timeout=60)
+    assert short.status_code == 200, short.text
+    decoded = bounded.stats()["engine"]["tokens_decoded"] - before
+    assert decoded < state_tokens, f"{decoded} tokens decoded: the line ran to its end"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +30,11 @@ MIN_CONFIDENT_MASS = 0.5
 # DECISION_MAX_DECISIONS' own ceiling, and a conversation's longest. The served bound on
 # questions is the setting, checked after.
 MAX_REQUEST_ITEMS = 1024
+
+# The instant (time.perf_counter) past which no model work a caller awaits may start, where the
+# caller bounds several calls at once (a JSON Lines body's time bound): scoring stops there too,
+# between batches, not only the coroutine awaiting it. None: each call's own deadline alone.
+WORK_DEADLINE: ContextVar[float | None] = ContextVar("work_deadline", default=None)
 
 
 @dataclass(frozen=True)

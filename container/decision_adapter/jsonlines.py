@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .admission import Busy
-from .contract import ModelService
+from .contract import WORK_DEADLINE, ModelService
 from .errors import RequestError
 from .formats.base import ADAPTER_ERRORS, Call, WireFormat, format_of
 from .http_body import parse_json
@@ -205,17 +205,23 @@ async def answer(
                     error_type="client_disconnected",
                 )
             answers.append(await answer_line(line))
+            if (until := WORK_DEADLINE.get()) is not None and time.perf_counter() >= until:
+                raise TimeoutError  # the line ended by the body's bound, not by its own
 
     to_score = sum(line.error is None for line in lines)
     if to_score:
         timeout_s = settings.jsonlines_timeout_s
         pace.check(to_score, timeout_s)
         async with service.reserved():
+            # The bound stops the model work too: the line being scored ends between batches.
+            bound = WORK_DEADLINE.set(time.perf_counter() + timeout_s)
             try:
                 async with asyncio.timeout(timeout_s):
                     await answer_all()
             except TimeoutError:
                 raise BodyOverTime(timeout_s, settings.retry_after_s) from None
+            finally:
+                WORK_DEADLINE.reset(bound)
     else:
         await answer_all()
     log.update(kind="jsonlines", lines=len(lines), failed_lines=failed)

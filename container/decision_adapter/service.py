@@ -7,6 +7,7 @@ comes back. Owns the engine, its admission and the state cache.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -16,6 +17,7 @@ from .admission import ModelRunner, OutOfTime, ShuttingDown
 from .budget import TokenBudget
 from .calibration import load_calibration
 from .contract import (
+    WORK_DEADLINE,
     Chat,
     Generated,
     SampledToken,
@@ -225,10 +227,11 @@ class DecisionService:
         prepared_ms = _ms(received)
 
         deadline_s = self.settings.scoring_deadline_s
+        until = min(received + deadline_s, WORK_DEADLINE.get() or math.inf)
 
         def score_all():
             outcomes = []
-            with self.engine.deadline(received + deadline_s):
+            with self.engine.deadline(until):
                 for plan in plans:
                     scores, timing = score(
                         self.engine, plan, cache=self.state_cache, content_free=self.content_free
