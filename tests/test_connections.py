@@ -264,3 +264,35 @@ def test_a_request_head_over_16_kb_gets_a_json_400(deadline_adapter):
     error = json.loads(body)
     assert error["error"] == "request head: more than 16384 bytes"
     assert error["error_type"] == "invalid_request" and error["retryable"] is False
+
+
+WRITE_TIMEOUT_S = 2.0
+
+
+def test_a_client_that_never_reads_its_answers_is_disconnected_after_the_write_deadline(
+    tmp_path,
+):
+    """Pipelined requests whose answers the client never reads fill the socket's buffers; the
+    answer then waits on the client with no end of its own. The write deadline closes it."""
+    with running_adapter(
+        tmp_path, DECISION_WRITE_TIMEOUT_S=str(WRITE_TIMEOUT_S), DECISION_MAX_CONNECTIONS="8"
+    ) as adapter:
+        parts = urlsplit(adapter.url)
+        connection = socket.socket()
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        connection.connect((parts.hostname, parts.port))
+        request = b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n"
+        connection.sendall(request * 200)
+        try:
+            wait_until(
+                lambda: "its client stopped reading the answer" in adapter.log(),
+                timeout=WRITE_TIMEOUT_S + 20,
+            )
+            # Closed by the server: what it had sent drains, then the connection ends.
+            connection.settimeout(10)
+            with contextlib.suppress(ConnectionResetError):
+                while connection.recv(1 << 20):
+                    pass
+        finally:
+            connection.close()
+        assert _decide(adapter).status_code == 200

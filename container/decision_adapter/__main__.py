@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         max_connections=connection_limit(settings.max_connections),
         header_timeout_s=settings.header_timeout_s,
         body_timeout_s=settings.body_timeout_s,
+        write_timeout_s=settings.write_timeout_s,
         retry_after_s=settings.retry_after_s,
         metrics_endpoint=settings.metrics_endpoint,
     )

@@ -5,7 +5,8 @@ one that trickles the rest of a body after its answer (any byte resets uvicorn's
 timer), and it accepts connections until the process runs out of file descriptors (asyncio then
 logs every failed accept()). So: each request head must arrive within a deadline (else 408 and
 close), a body left unread after its answer must end within the body deadline (else the
-connection is closed), open connections are capped below the descriptor limit (the next one gets
+connection is closed), an answer the client stops reading is dropped with its connection after
+the write deadline, open connections are capped below the descriptor limit (the next one gets
 a 503 and is closed at once), and the event loop logs running out of descriptors at most once per
 interval.
 """
@@ -94,10 +95,12 @@ def guarded_protocol(
     header_timeout_s: float,
     body_timeout_s: float,
     retry_after_s: int,
+    write_timeout_s: float = 10.0,
     metrics_endpoint: str = "local",
 ) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a request-head deadline, a deadline for a body still arriving
-    after its answer, a connection cap, and JSON for the requests h11 cannot parse."""
+    after its answer, a deadline for an answer the client stopped reading, a connection cap,
+    and JSON for the requests h11 cannot parse."""
     refusal = _raw_response(
         "503 Service Unavailable",
         f"too many open connections (at most {max_connections}, DECISION_MAX_CONNECTIONS); retry",
@@ -120,6 +123,7 @@ def guarded_protocol(
         _answered = False  # a response went out: the connection is a kept-alive one
         _phase: str | None = None
         _deadline: asyncio.TimerHandle | None = None
+        _write_stalled: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(self.connections) >= max_connections:
@@ -131,7 +135,32 @@ def guarded_protocol(
             super().connection_made(transport)
             self._watch()
 
+        def pause_writing(self) -> None:
+            # The transport's buffer is past its high-water mark: the client is not reading.
+            # uvicorn then waits for it (FlowControl.drain) without a bound; this is the bound.
+            super().pause_writing()
+            if self._write_stalled is None:
+                self._write_stalled = self.loop.call_later(write_timeout_s, self._abandon)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._write_stalled is not None:
+                self._write_stalled.cancel()
+                self._write_stalled = None
+
+        def _abandon(self) -> None:
+            """Closed at once, the unsent answer dropped: closing gracefully would wait for the
+            client to read it. uvicorn's connection_lost wakes the answer still waiting."""
+            self._write_stalled = None
+            log.warning(
+                "connection closed: its client stopped reading the answer",
+                extra={"fields": {"write_timeout_s": write_timeout_s}},
+            )
+            self.transport.abort()
+
         def connection_lost(self, exc: Exception | None) -> None:
+            if self._write_stalled is not None:
+                self._write_stalled.cancel()
             if self._deadline is not None:
                 self._deadline.cancel()
             if not self._refused:

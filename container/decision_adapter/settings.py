@@ -103,6 +103,9 @@ class Settings(BaseModel):
     state_cache_bytes: int | None = from_env("DECISION_STATE_CACHE_BYTES", default=None, ge=0)
     # A body must arrive within this time: a trickling client cannot tie up a connection.
     body_timeout_s: float = from_env("DECISION_BODY_TIMEOUT_S", default=10.0, gt=0.0, le=300.0)
+    # An answer the client stops reading (its socket's buffers full) is abandoned this long
+    # after writing stalls: the connection is closed, so it holds neither a slot nor memory.
+    write_timeout_s: float = from_env("DECISION_WRITE_TIMEOUT_S", default=10.0, gt=0.0, le=300.0)
     # A request head must arrive within this time (else 408 and close): no half-open hoarding.
     header_timeout_s: float = from_env("DECISION_HEADER_TIMEOUT_S", default=10.0, gt=0.0, le=300.0)
     # Open connections; the next one gets a 503 and is closed. Lowered to fit the process's
