@@ -192,3 +192,14 @@ def test_a_body_that_is_slow_to_tokenize_is_refused_fast_and_ping_stays_fast(ada
     assert result["bytes"] <= 1 << 20
     assert result["seconds"] < 2.0 and result["pings"] and result["slowest_ping_s"] < 2.0
     assert result["status"] == 413 and "the limit is 8192" in result["text"], result["text"]
+
+
+def test_bodies_slow_to_parse_are_parsed_off_the_event_loop_and_ping_stays_fast(adapter):
+    """Six 1 MiB bodies of empty decisions at once: parsed and validated on their own threads
+    (about 1 s each), so /ping is answered meanwhile (parsed on the event loop, /ping took
+    4.2 s); each gets a short 422."""
+    body = hostile_bodies.empty_decisions()
+    result = hostile_bodies.send_while_pinging(adapter.url, "/invocations", body, copies=6)
+    assert result["bytes"] <= 1 << 20
+    assert result["status"] == 422 and len(result["text"]) < 4096, result["text"][:300]
+    assert result["pings"] and result["slowest_ping_s"] < 2.0, result

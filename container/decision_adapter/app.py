@@ -28,7 +28,7 @@ from .errors import RequestError
 from .execution_parameters import execution_parameters
 from .formats import decision, openai_chat, openai_decisions, systemone
 from .formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
-from .http_body import media_type, read_bytes, read_json
+from .http_body import media_type, off_loop, parsed_in_place, read_bytes, read_json
 from .logs import RequestLog
 from .model_files import ModelFileError
 from .native_libraries import log_model_loaded
@@ -127,7 +127,10 @@ async def _read_body(request: Request) -> Any:
 
 
 async def _answer(wire_format: WireFormat, request: Request, body: Any) -> Response:
-    parsed = wire_format.parse(body)
+    if parsed_in_place(request):
+        parsed = wire_format.parse(body)
+    else:  # validating a large body, and building its errors, is CPU work: off the loop
+        parsed = await off_loop(wire_format.parse, body)
     call = Call(log=request.scope["state"]["log_fields"], is_disconnected=request.is_disconnected)
     reply = await wire_format.answer(parsed, _service(request), call)
     if isinstance(reply, EventStream):
