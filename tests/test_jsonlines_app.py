@@ -103,6 +103,13 @@ def test_a_line_answers_exactly_what_the_same_body_alone_answers(client):
     assert line == alone
 
 
+def test_a_line_of_no_format_gets_the_error_the_same_body_alone_gets(client):
+    alone = client.post("/invocations", json={"x": 1})
+    (line,) = answers(client.post("/invocations", content=jsonl({"x": 1}), headers=JSONL))
+    assert line["status"] == alone.status_code == 422
+    assert line["error"] == alone.json()["error"]  # the formats listed in the same order
+
+
 @pytest.mark.parametrize(
     "content_type", ["application/x-jsonlines", "application/jsonl", "Application/JSONLines; x=1"]
 )

@@ -202,7 +202,7 @@ async def _answer_lines(request: Request, forced: str | None) -> Response:
         forced=BY_NAME[forced] if forced is not None else None,
         max_lines=settings.max_jsonlines_lines,
         max_line_bytes=settings.max_body_bytes,
-        refused=(openai_chat.FORMAT,),
+        shapes=INVOCATION_FORMATS,
     )
     log = request.scope["state"]["log_fields"]
     answers = await jsonlines.answer(

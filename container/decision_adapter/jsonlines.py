@@ -96,17 +96,20 @@ def parse(
     forced: WireFormat | None,
     max_lines: int,
     max_line_bytes: int,
-    refused: Sequence[WireFormat] = (),
+    shapes: Sequence[WireFormat] = (),
 ) -> list[Line]:
-    """Every line parsed and validated in the format its shape (or `forced`) names; a line
-    shaped as one of `refused` is a 415, as forcing that format on the body is. CPU work: run
-    it off the event loop."""
+    """Every line parsed and validated in the format its shape (or `forced`) names, `shapes`
+    tried in their order (/invocations' own, so a line's error names them as a body's does);
+    a line shaped as one of them not among `formats` is a 415, as forcing that format on the
+    body is. CPU work: run it off the event loop."""
+    shapes = shapes or formats
+    refused = [shape for shape in shapes if shape not in formats]
     lines = []
     for number, text in enumerate(split(raw, max_lines), start=1):
         wire_format = forced or ADAPTER_ERRORS
         try:
             body = _line_body(number, text, max_line_bytes)
-            shape = forced or format_of(body, [*formats, *refused])
+            shape = forced or format_of(body, shapes)
             if shape in refused:
                 raise RequestError(
                     415,
