@@ -350,3 +350,16 @@ def test_the_openapi_document_describes_every_route(client):
     assert {"DecisionRequest", "SystemOneRequest", "ChatRequest"} <= set(
         document["components"]["schemas"]
     )
+
+
+def test_the_openapi_document_states_which_names_must_be_unique(client):
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    unique = {
+        ("Decision", "options"),
+        ("ChoiceQuestion", "criteria"),
+        ("ChoiceQuestionParam", "choices"),
+        ("ScoreQuestionParam", "levels"),
+    }
+    for schema, field in unique:
+        assert "unique" in schemas[schema]["properties"][field]["description"], (schema, field)
+    assert "Unique" in schemas["Predicate"]["properties"]["name"]["description"]

@@ -101,8 +101,13 @@ State = Annotated[StrictStr | dict[str, Any] | list[Any], AfterValidator(bounded
 
 
 def options_field() -> Any:
-    """A question's options: two at least, at most what the service scores."""
-    return Field(min_length=2, max_length=MAX_OPTIONS)
+    """A question's options: two at least, at most what the service scores, unique names."""
+    return Field(
+        min_length=2,
+        max_length=MAX_OPTIONS,
+        description="Each option's name unique once Unicode-normalized (NFC: a composed and a "
+        "decomposed `é` are one name); a repeat is refused, naming it.",
+    )
 
 
 def check_unique_names(names: Iterable[str], what: str) -> None:

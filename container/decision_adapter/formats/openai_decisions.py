@@ -206,7 +206,10 @@ Instructions = NonBlank | Annotated[list[UserPart], Field(min_length=1)]
 class _Question(_Closed):
     instructions: Instructions
     # The SDK's type is a string: absent is None, an explicit null is refused.
-    name: StrictStr = None  # type: ignore[assignment]
+    name: StrictStr = Field(
+        None,  # type: ignore[arg-type]
+        description="Unique among the request's questions (NFC); not null: leave it out.",
+    )
 
 
 class Predicate(_Question):
@@ -221,7 +224,13 @@ class Choice(_Closed):
 
 class ChoiceQuestionParam(_Question):
     type: Literal["choice"]
-    choices: list[Choice] = Field(min_length=2, max_length=MAX_OPTIONS)
+    choices: list[Choice] = Field(
+        min_length=2,
+        max_length=MAX_OPTIONS,
+        description='Each `value` unique: compared by type (the string "true" and the '
+        "boolean true are two choices) and, for text, once Unicode-normalized (NFC); a repeat "
+        "is a 400 naming it.",
+    )
 
 
 class Level(_Closed):
@@ -231,7 +240,12 @@ class Level(_Closed):
 
 class ScoreQuestionParam(_Question):
     type: Literal["score"]
-    levels: list[Level] = Field(min_length=2, max_length=MAX_SCORE_LEVELS)
+    levels: list[Level] = Field(
+        min_length=2,
+        max_length=MAX_SCORE_LEVELS,
+        description="Lowest first; each `label` unique once Unicode-normalized (NFC); a repeat "
+        "is a 400 naming it.",
+    )
 
 
 QuestionParam = Annotated[
