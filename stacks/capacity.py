@@ -13,6 +13,12 @@ per second with the slot always busy. From that rate and the latency of one unqu
   request under load, with a margin; p90 above it means instances are slower than measured,
   not busier (being busier shows as backpressure).
 
+Two bounds every real-time request meets cap these: the adapter's scoring deadline
+(SCORING_DEADLINE_S, counted from the request's arrival, its wait included) and InvokeEndpoint's
+60 s. The wait is shortened so a waited-for decision still ends inside the deadline; the alarm
+threshold stays under ALARM_CEILING_MS, since no invocation lasts past 60 s and a threshold
+above it could never fire; a decision whose p95 alone fills the deadline is refused.
+
 A rate belongs to one model on one instance type, so measurements are keyed by both: the file
 `MEASUREMENTS/<model spec>/<instance type>.json` that `python -m ops measure` writes from the
 endpoint deployed with them (`{measured, model, instance_type, throughput_rps, service_p95_ms,
@@ -32,6 +38,11 @@ MEASUREMENTS = ROOT / "stacks" / "measurements"
 UTILISATION = 0.7
 WAIT_SERVICE_TIMES = 4
 LATENCY_MARGIN = 1.5
+# The adapter's DECISION_SCORING_DEADLINE_S, which the real-time endpoints run with (a test
+# holds it equal to the container's default), and InvokeEndpoint's own limit.
+SCORING_DEADLINE_S = 45.0
+INVOKE_TIMEOUT_S = 60.0
+ALARM_CEILING_MS = 55_000
 
 
 def measurement_path(model: str, instance_type: str) -> Path:
@@ -104,14 +115,28 @@ DESTROY_PLACEHOLDER = Measurement(
 )
 
 
+class NothingFits(ValueError):
+    """One measured decision takes the whole scoring deadline: no wait leaves it room."""
+
+
 def derive(measurement: Measurement) -> Capacity:
     service_s = measurement.service_p95_ms / 1000
-    wait_s = round(WAIT_SERVICE_TIMES * service_s, 1)
+    room_s = min(SCORING_DEADLINE_S, INVOKE_TIMEOUT_S) - service_s
+    if room_s < 0.1:
+        raise NothingFits(
+            f"{measurement.source}: one decision's p95 is {measurement.service_p95_ms:g} ms, "
+            f"which leaves no room inside the adapter's {SCORING_DEADLINE_S:g} s scoring "
+            "deadline for any wait: measure a faster instance type or a smaller model, or give "
+            "admissionWaitS, maxQueue and modelLatencyP90Ms yourself"
+        )
+    # Rounded down to a tenth, so the wait and a decision still end inside the deadline.
+    wait_s = math.floor(min(WAIT_SERVICE_TIMES * service_s, room_s) * 10 + 1e-9) / 10
+    threshold_ms = math.ceil((wait_s + service_s) * LATENCY_MARGIN * 1000)
     return Capacity(
         invocations_per_instance=max(1, math.floor(UTILISATION * measurement.throughput_rps * 60)),
         max_queue=math.ceil(measurement.throughput_rps * wait_s),
         admission_wait_s=wait_s,
-        model_latency_p90_ms=math.ceil((wait_s + service_s) * LATENCY_MARGIN * 1000),
+        model_latency_p90_ms=min(threshold_ms, ALARM_CEILING_MS),
         measurement=measurement,
     )
 

@@ -369,3 +369,31 @@ def test_readmes_clean_up_synthesizes_a_release_that_was_never_measured(tmp_path
         tmp_path / "deploy", **{k: v for k, v in context.items() if k != "forDestroy"}
     )
     assert refused.returncode == 1 and "no measurement of model" in refused.stderr
+
+
+def test_the_capacity_module_holds_the_adapters_scoring_deadline():
+    from decision_adapter.settings import Settings
+
+    assert capacity.SCORING_DEADLINE_S == Settings().scoring_deadline_s
+
+
+@pytest.mark.parametrize(
+    "p95_ms, wait_s, threshold_ms",
+    [
+        (7_000.0, 28.0, 52_500),  # (28 + 7) x 1.5: the last p95 whose threshold is derived
+        (8_000.0, 32.0, capacity.ALARM_CEILING_MS),  # 60 s: could never fire, capped
+        (12_500.0, 32.5, capacity.ALARM_CEILING_MS),  # 4 x p95 = 50 s: shortened to fit
+        (16_000.0, 29.0, capacity.ALARM_CEILING_MS),  # 64 s: past the wait's own 60 s limit
+        (44_900.0, 0.1, capacity.ALARM_CEILING_MS),
+    ],
+)
+def test_the_wait_and_a_decision_end_inside_the_scoring_deadline(p95_ms, wait_s, threshold_ms):
+    derived = capacity.derive(_measured(1.0, p95_ms))
+    assert derived.admission_wait_s == wait_s
+    assert derived.admission_wait_s + p95_ms / 1000 <= capacity.SCORING_DEADLINE_S
+    assert derived.model_latency_p90_ms == threshold_ms < 60_000
+
+
+def test_a_decision_that_fills_the_deadline_alone_is_refused_naming_the_measurement():
+    with pytest.raises(capacity.NothingFits, match=r"p95 is 45000 ms.*45 s scoring deadline"):
+        capacity.derive(_measured(1.0, 45_000.0))
