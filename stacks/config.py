@@ -412,6 +412,11 @@ class AsyncAutoscaling(_Capacity):
     scale_out_cooldown_seconds: int = Field(120, ge=0, le=3600)
 
 
+# `ops submit`'s InvocationTimeoutSeconds (SageMaker's most), less a minute for the answer's
+# upload to S3.
+ASYNC_DEADLINE_S = 3540
+
+
 class DecisionAsyncEndpoint(EndpointSettings):
     """An asynchronous decision endpoint on the CPU decision image: requests and answers in the
     artifact bucket (the model archive's) under their own prefixes, SNS notifications, and
@@ -426,6 +431,13 @@ class DecisionAsyncEndpoint(EndpointSettings):
     output_prefix: S3Prefix = "async/output"
     failure_prefix: S3Prefix = "async/failure"
     autoscaling: AsyncAutoscaling = AsyncAutoscaling()
+    # How long the adapter works on one request here (its scoring, JSON Lines and chat
+    # deadlines): inside the hour `ops submit` asks SageMaker for (InvocationTimeoutSeconds
+    # 3600), so the request ends with the adapter's own retryable error, not SageMaker's cut.
+    request_deadline_s: int = Field(ASYNC_DEADLINE_S, ge=1, le=3600)
+    # Its own alarm: a p90 near the deadline means requests are failing on time, whereas the
+    # real-time endpoints' 10 s would sit in ALARM for every long request.
+    alarms: Alarms = Alarms(model_latency_p90_ms=ASYNC_DEADLINE_S * 1000)
 
     @model_validator(mode="after")
     def _cpu_instance_and_separate_prefixes(self) -> DecisionAsyncEndpoint:

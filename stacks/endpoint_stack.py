@@ -131,7 +131,17 @@ class EndpointStack(Stack):
             **_endpoint_props(settings),
             image=ContainerImage.from_ecr_uri(image_uri),
             model_archive=self._model_archive,
-            environment=_decision_environment(settings, n_gpu_layers=0),
+            environment={
+                **_decision_environment(settings, n_gpu_layers=0),
+                **{
+                    variable: str(settings.request_deadline_s)
+                    for variable in (
+                        "DECISION_SCORING_DEADLINE_S",
+                        "DECISION_JSONLINES_TIMEOUT_S",
+                        "DECISION_CHAT_DEADLINE_S",
+                    )
+                },
+            },
             instance_type=settings.instance_type,
             bucket=bucket,
             input_prefix=settings.input_prefix,

@@ -344,3 +344,30 @@ def test_listing_is_limited_to_the_prefixes_each_role_reads(raw, role, prefix, a
     for statement in statements:
         actions = statement["Action"] if isinstance(statement["Action"], list) else []
         assert not any(a.startswith("s3:List") and a != "s3:ListBucket" for a in actions)
+
+
+def test_its_adapter_works_on_a_request_for_the_hour_ops_submit_asks_for(template, raw):
+    """Not the real-time 45 s and 50 s: a long `.jsonl` sent with `ops submit` would fail into
+    async/failure/ though SageMaker gives it an hour. Its latency alarm has its own threshold."""
+    from ops.cli import build_parser
+
+    asked = build_parser().parse_args(["submit", "x.json"]).invocation_timeout_seconds
+    (variant,) = async_config(template)["ProductionVariants"]
+    model = raw["Resources"][variant["ModelName"]["Fn::GetAtt"][0]]["Properties"]
+    environment = model["PrimaryContainer"]["Environment"]
+    for variable in (
+        "DECISION_SCORING_DEADLINE_S",
+        "DECISION_JSONLINES_TIMEOUT_S",
+        "DECISION_CHAT_DEADLINE_S",
+    ):
+        assert 3000 <= int(environment[variable]) < asked, variable
+    latency = [
+        alarm["Properties"]
+        for alarm in raw["Resources"].values()
+        if alarm["Type"] == "AWS::CloudWatch::Alarm"
+        and alarm["Properties"].get("MetricName") == "ModelLatency"
+        and "Async" in json.dumps(alarm["Properties"]["Dimensions"])
+    ]
+    assert latency, "no latency alarm on the asynchronous endpoint"
+    (alarm,) = latency
+    assert alarm["Threshold"] == int(environment["DECISION_SCORING_DEADLINE_S"]) * 1_000_000
