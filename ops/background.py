@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ops.batch_strategy import STRATEGIES, choose, mean_line_bytes, measured_rate
 from ops.clients import ClientFactory
 from ops.common import (
     EXIT_FAILED,
@@ -127,6 +128,20 @@ def add_commands(commands) -> None:
         type=int,
         default=3600,
         help="time for one request of many lines (default: 3600)",  # pragma: no mutate
+    )
+    batch.add_argument(
+        "--batch-strategy",
+        choices=STRATEGIES,
+        default="auto",
+        help="lines per request: MultiRecord packs a payload, SingleRecord"  # pragma: no mutate
+        " sends one; auto picks SingleRecord when a full payload would not"  # pragma: no mutate
+        " finish in time",  # pragma: no mutate
+    )
+    batch.add_argument(
+        "--lines-per-second",
+        type=float,
+        help="one instance's rate, for auto (default: the committed"  # pragma: no mutate
+        " measurement of the release's model on --instance-type)",  # pragma: no mutate
     )
     _waiting_options(batch, poll=30.0, timeout=180.0)
     batch.add_argument(
@@ -275,6 +290,18 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
             upload(s3, source, body, JSON_LINES)
             _info(f"uploaded {args.input} to {source.uri}")
         output = location.child("output")
+        strategy = args.batch_strategy
+        if strategy == "auto":
+            chosen = choose(
+                line_bytes=None
+                if args.input.startswith("s3://")
+                else mean_line_bytes(Path(args.input)),
+                payload_mb=args.max_payload_mb,
+                lines_per_second=args.lines_per_second or measured_rate(args.instance_type),
+                invocation_timeout_s=args.invocation_timeout_seconds,
+            )
+            strategy = chosen.strategy
+            _info(chosen.reason)
         start_transform(
             sagemaker,
             job_name=job_name,
@@ -285,6 +312,7 @@ def batch(args, make_client: ClientFactory, sleep, clock) -> int:
             instance_count=args.instance_count,
             max_payload_mb=args.max_payload_mb,
             invocation_timeout_s=args.invocation_timeout_seconds,
+            batch_strategy=strategy,
         )
         _info(f"started transform job {job_name} on model {model}")
         wait_for_transform(sagemaker, job_name, _polling(args, sleep, clock), report=_info)

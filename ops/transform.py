@@ -59,14 +59,16 @@ def start_transform(
     instance_count: int,
     max_payload_mb: int | None,
     invocation_timeout_s: int,
+    batch_strategy: str = "MultiRecord",
 ) -> None:
-    """One line per record, several records per request (the adapter answers a JSON Lines body
-    line by line), answers assembled one per line. MaxConcurrentTransforms and, unless given,
+    """One line per record, several records per request (`MultiRecord`: the adapter answers a
+    JSON Lines body line by line) or one (`SingleRecord`: ops.batch_strategy chooses), answers
+    assembled one per line. MaxConcurrentTransforms and, unless given,
     MaxPayloadInMB come from the container's /execution-parameters."""
     request = {
         "TransformJobName": job_name,
         "ModelName": model,
-        "BatchStrategy": "MultiRecord",
+        "BatchStrategy": batch_strategy,
         # A body of many decisions takes long: up to the hour SageMaker allows, one retry.
         "ModelClientConfig": {
             "InvocationsTimeoutInSeconds": invocation_timeout_s,

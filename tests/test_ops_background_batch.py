@@ -239,6 +239,8 @@ def test_batch_sends_counts_as_numbers_and_reports_each_step(s3, sagemaker, tmp_
     assert code == 0
     assert capsys.readouterr().err.splitlines() == [
         f"uploaded {path} to {source}",
+        "MultiRecord: no measured rate to tell how long a full payload takes; pass "
+        "--lines-per-second (or --batch-strategy SingleRecord) where lines are slow",
         "started transform job job-7 on model decision-model-1",
         "[     0s] InProgress",
         "[    30s] Completed",
@@ -341,3 +343,52 @@ def test_batch_refuses_a_gpu_endpoint_in_one_line_before_uploading(
     assert "--endpoint decision-models-decision-cpu" in line
     stubber.assert_no_pending_responses()  # no transform job was started
     assert keys(s3, "batch/") == []
+
+
+@pytest.mark.parametrize(
+    "rate, strategy",
+    [
+        (1.0, "SingleRecord"),  # 1 MiB of 292-byte lines: 3,591 lines, an hour at 1/s
+        (50.0, "MultiRecord"),  # a minute
+    ],
+)
+def test_batch_sends_one_line_per_request_when_a_full_payload_would_not_finish(
+    s3, sagemaker, tmp_path, capsys, rate, strategy
+):
+    """MultiRecord packs a megabyte of lines into a request; at 1 line/s that passes half the
+    hour SageMaker allows, the retry is refused and the job fails hours later."""
+    client, stubber = sagemaker
+    prefix = f"s3://{BUCKET}/batch/job-8"
+    source = f"{prefix}/input/day.jsonl"
+    request = transform_request("job-8", source, f"{prefix}/output", BatchStrategy=strategy)
+    queue_job(stubber, "job-8", [("InProgress", {}), ("Completed", {})], request)
+    clock = Clock(lambda slept: put(s3, f"{prefix}/output/day.jsonl.out", b"answers\n"))
+    path = request_file(tmp_path, "day.jsonl", (json.dumps(DECISION) + "\n") * 10)
+    argv = ["batch", path, "--model", "decision-model-1", "--job-name", "job-8"]
+    argv += ["--location", f"s3://{BUCKET}/batch", "--lines-per-second", str(rate)]
+    argv += ["--results", str(tmp_path / "out.jsonl")]
+    code = main(argv, clients=factory(s3=s3, sagemaker=client), sleep=clock.sleep, clock=clock)
+    assert code == 0
+    assert strategy + ": a full payload of about" in capsys.readouterr().err
+
+
+def test_a_committed_measurement_is_the_rate_auto_reads(tmp_path, monkeypatch):
+    from ops import batch_strategy
+    from stacks import capacity
+
+    monkeypatch.setattr(capacity, "MEASUREMENTS", tmp_path)
+    path = capacity.measurement_path("qwen3.5-4b-q4_k_m", "ml.c6i.2xlarge")
+    path.parent.mkdir(parents=True)
+    measured = {"measured": True, "model": "qwen3.5-4b-q4_k_m", "instance_type": "ml.c6i.2xlarge"}
+    path.write_text(json.dumps({**measured, "throughput_rps": 0.8, "service_p95_ms": 1900}))
+    assert batch_strategy.measured_rate("ml.c6i.2xlarge") == 0.8
+    assert batch_strategy.measured_rate("ml.m5.xlarge") is None
+
+
+def test_the_payload_auto_assumes_is_the_containers():
+    from decision_adapter.execution_parameters import preferred
+    from decision_adapter.settings import Settings
+
+    from ops.batch_strategy import CONTAINER_PAYLOAD_MB
+
+    assert preferred(Settings())["MaxPayloadInMB"] == CONTAINER_PAYLOAD_MB
