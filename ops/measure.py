@@ -11,9 +11,13 @@ ops/retry.py's backoff, which honours the adapter's retry hint.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import random
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +94,58 @@ def served_model(answer: bytes) -> str:
     return manifest["spec"]
 
 
+class MeasuredBodies:
+    """Each measured request's body: the load decision with its state numbered, so every one is
+    a state-cache miss and the model's prefill is measured, not the cache (which serves a repeated
+    state without it); what each answer says it read is kept, and a hit refuses the run."""
+
+    def __init__(self) -> None:
+        self._numbers = itertools.count()
+        self._lock = threading.Lock()
+        self.state_cache: Counter[str] = Counter()
+        self.input_tokens: list[int] = []
+        self.digest = hashlib.sha256()
+
+    def next(self) -> bytes:
+        with self._lock:
+            number = next(self._numbers)
+        body = load_decision()
+        decision = body["decision"]
+        decision["state"] = f"Request {number}. {decision['state']}"
+        encoded = json.dumps(body).encode()
+        with self._lock:
+            self.digest.update(hashlib.sha256(encoded).digest())
+        return encoded
+
+    def answered(self, answer: bytes) -> bytes:
+        try:
+            result = json.loads(answer)["result"]
+            cache, tokens = result["timing"]["state_cache"], int(result["input_tokens"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise CannotMeasure(f"not a decision answer ({error}): {answer[:200]!r}") from None
+        with self._lock:
+            self.state_cache[cache] += 1
+            self.input_tokens.append(tokens)
+        return answer
+
+    def check(self) -> None:
+        if self.state_cache["hit"]:
+            raise CannotMeasure(
+                f"{self.state_cache['hit']} of {sum(self.state_cache.values())} measured answers "
+                "came from the state cache, though every state was new: the measurement would "
+                "be of the cache, not the model; measure again"
+            )
+
+    def as_dict(self) -> dict:
+        tokens = sorted(self.input_tokens)
+        return {
+            "count": len(tokens),
+            "state_cache": dict(self.state_cache),
+            "input_tokens": {"min": tokens[0], "max": tokens[-1]} if tokens else {},
+            "bodies_sha256": self.digest.hexdigest(),
+        }
+
+
 def measure(
     sagemaker,
     send: Callable[[bytes], bytes],
@@ -103,16 +159,17 @@ def measure(
     """The measurement file's content. `send(body) -> answer body` raises ops.retry.Retryable
     for a 503 and anything else for a failure, which ends the measurement."""
     before = placement(sagemaker, endpoint)
-    body = json.dumps(load_decision()).encode()
+    bodies = MeasuredBodies()
     backoff = Backoff()
     # One decision first: a cold instance's first answer is no measure, and it names the model.
-    model = served_model(call_with_retries(lambda: send(body), backoff, sleep=sleep, rng=rng))
+    first = bodies.next()
+    model = served_model(call_with_retries(lambda: send(first), backoff, sleep=sleep, rng=rng))
     levels = limits.levels()
     requests, seconds = limits.max_requests // len(levels), limits.max_seconds / len(levels)
     measured: list[Level] = []
     for clients in levels:
         level = run_level(
-            lambda: send(body),
+            lambda: bodies.answered(send(bodies.next())),
             clients,
             max(1, requests // clients),
             sleep=sleep,
@@ -133,6 +190,7 @@ def measure(
         result = figures(measured, instances=before.instances, endpoint=endpoint)
     except ValueError as error:
         raise CannotMeasure(str(error)) from None
+    bodies.check()
     return {
         "measured": True,
         "model": model,
@@ -141,7 +199,8 @@ def measure(
             f"python -m ops measure --endpoint {endpoint} ({before.instances} instance(s), "
             f"{time.strftime('%Y-%m-%d', time.gmtime())})"
         ),
-        "workload": "bench/workloads.py load_decision, closed loop",
+        "workload": "bench/workloads.py load_decision, each state numbered, closed loop",
+        "requests": bodies.as_dict(),
         **{key: value for key, value in result.items() if key not in ("measured", "source")},
     }
 

@@ -7,6 +7,7 @@ import random
 import time
 
 import pytest
+from botocore.stub import ANY
 
 from bench.workloads import load_decision
 from ops.cli import main
@@ -22,17 +23,26 @@ from tests.test_ops_invoke import streaming
 ENDPOINT = "decisions"
 INVOKE = {
     "EndpointName": ENDPOINT,
-    "Body": json.dumps(load_decision()).encode(),  # the bench's decision, nothing else
+    "Body": ANY,  # the bench's decision, its state numbered (test_every_measured_state_...)
     "ContentType": "application/json",
     "Accept": "application/json",
 }
 
 
-def answer(spec: str | None = "gemma3-270m") -> dict:
+def answer(spec: str | None = "gemma3-270m", cache: str = "miss") -> dict:
     """A decision answer as the adapter writes it, its model's manifest naming `spec`."""
     manifest = {"spec": spec, "manifest_version": 1} if spec else None
     model = {"name": "Gemma-3-270M-Q4_K_M", "gguf_sha256": "ab" * 32, "manifest": manifest}
-    return {"result": {"id": "d0", "option_ids": ["a", "b"], "model": model}}
+    timing = {"state_cache": cache}
+    return {
+        "result": {
+            "id": "d0",
+            "option_ids": ["a", "b"],
+            "model": model,
+            "input_tokens": 41,
+            "timing": timing,
+        }
+    }
 
 
 def placed(
@@ -328,3 +338,40 @@ def test_a_pause_ends_with_its_level():
     until = time.perf_counter() + 0.5
     run_level(refused, 1, 1, sleep=sleeps.append, until=until, backoff=Backoff())
     assert len(sleeps) == 1 and 0 <= sleeps[0] <= 0.5
+
+
+def test_every_measured_state_is_new_and_what_was_read_is_recorded(clients, measurements):
+    """A repeated state is a state-cache hit, answered without its prefill: a measurement of the
+    cache. Each request numbers its state; the file says how the answers were read."""
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker)
+    answers(runtime, 5)
+    placed(sagemaker)
+    assert run(SMALL, clients, []) == 0
+    measured = json.loads((measurements / "gemma3-270m" / "ml.c6i.2xlarge.json").read_text())
+    assert measured["requests"]["state_cache"] == {"miss": 4}
+    assert measured["requests"]["input_tokens"] == {"min": 41, "max": 41}
+    assert len(measured["requests"]["bodies_sha256"]) == 64
+
+
+def test_measured_bodies_differ_in_their_state_only():
+    from ops.measure import MeasuredBodies
+
+    bodies = MeasuredBodies()
+    sent = [json.loads(bodies.next()) for _ in range(3)]
+    states = [body["decision"].pop("state") for body in sent]
+    assert len(set(states)) == 3 and all(load_decision()["decision"]["state"] in s for s in states)
+    assert sent[0] == sent[1] == sent[2]
+
+
+def test_a_run_whose_answers_came_from_the_state_cache_is_refused(clients, capsys):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker)
+    runtime.add_response("invoke_endpoint", {"Body": streaming(answer())}, expected_params=INVOKE)
+    for _ in range(4):
+        runtime.add_response(
+            "invoke_endpoint", {"Body": streaming(answer(cache="hit"))}, expected_params=INVOKE
+        )
+    placed(sagemaker)
+    assert run(SMALL, clients, []) == 1
+    assert "4 of 4 measured answers came from the state cache" in capsys.readouterr().err
