@@ -34,6 +34,8 @@ def compose(
         dlc=config.dlc,
         cuda_architectures=config.decision_gpu_endpoint.cuda_architectures,
         retain_artifacts=config.retain_artifacts,
+        work_prefixes=config.work_prefixes,
+        work_retention_days=config.work_retention_days,
         image_repository_name=config.image_repository_name,
         env=env,
         description="Decision models: artifact bucket, image repository, build projects",

@@ -474,6 +474,9 @@ class AppConfig(_Config):
     # and a template rule refuses such a region at deployment.
     region: str | None = None
     retain_artifacts: bool = True
+    # Asynchronous requests, answers and failures, and batch inputs and outputs, are work, not
+    # artifacts: the bucket expires them this many days after they were written.
+    work_retention_days: int = Field(30, ge=1, le=3650)
     # Unset: CloudFormation generates the ECR repository's name, so a retained repository
     # never blocks a fresh deploy. Set it for a stable name (and for moto, which rejects the
     # generated one; see docs/development.md, "What is rehearsed offline").
@@ -611,6 +614,14 @@ class AppConfig(_Config):
     @property
     def deploys_endpoints(self) -> bool:
         return self.model_data_uri is not None
+
+    @property
+    def work_prefixes(self) -> list[str]:
+        """The artifact bucket's prefixes of work the endpoints read and write (expiring)."""
+        asynchronous = self.decision_async_endpoint
+        prefixes = [asynchronous.input_prefix, asynchronous.output_prefix]
+        prefixes += [asynchronous.failure_prefix, self.decision_cpu_endpoint.batch_prefix]
+        return sorted({prefix for prefix in prefixes if prefix is not None})
 
     @classmethod
     def from_context(cls, context: Callable[[str], Any] | Mapping[str, Any]) -> AppConfig:

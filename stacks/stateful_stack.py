@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
@@ -43,6 +44,8 @@ class StatefulStack(Stack):
         cuda_architectures: str,
         retain_artifacts: bool,
         image_repository_name: str | None,
+        work_prefixes: Sequence[str] = (),
+        work_retention_days: int = 30,
         **kwargs,
     ) -> None:
         """`cuda_architectures`: what the GPU image compiles for (the GPU endpoint's pool)."""
@@ -50,7 +53,12 @@ class StatefulStack(Stack):
         removal = RemovalPolicy.RETAIN if retain_artifacts else RemovalPolicy.DESTROY
 
         artifacts = ArtifactStore(
-            self, "Artifacts", model_prefix=builds.artifact_prefix, retain=retain_artifacts
+            self,
+            "Artifacts",
+            model_prefix=builds.artifact_prefix,
+            retain=retain_artifacts,
+            work_prefixes=work_prefixes,
+            work_retention=Duration.days(work_retention_days),
         )
         repository = ecr.Repository(
             self,

@@ -284,3 +284,21 @@ def test_retained_buckets_keep_their_policies(tmp_path, retain):
         statements = policy["Properties"]["PolicyDocument"]["Statement"]
         assert any(s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
                    for s in statements)  # fmt: skip
+
+
+def test_the_endpoints_work_objects_expire_and_the_model_archives_do_not(tmp_path):
+    """Asynchronous requests, answers and failures and batch files are written under prefixes
+    of the artifact bucket; they expire after workRetentionDays, the archives never."""
+    assembly = synthesize(tmp_path, workRetentionDays=14)
+    _, bucket = one(
+        template(assembly, STATEFUL), "AWS::S3::Bucket", {"VersioningConfiguration": {}}
+    )
+    rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    expiring = {rule["Prefix"]: rule["ExpirationInDays"] for rule in rules if "Prefix" in rule}
+    assert expiring == {
+        "async/failure/": 14,
+        "async/input/": 14,
+        "async/output/": 14,
+        "batch/": 14,
+    }
+    assert all("ExpirationInDays" not in rule for rule in rules if "Prefix" not in rule)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -14,8 +16,17 @@ class ArtifactStore(Construct):
     """Encrypted, versioned, TLS-only, never public; model archives live under `model_prefix`."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, model_prefix: str, retain: bool
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        model_prefix: str,
+        retain: bool,
+        work_prefixes: Sequence[str] = (),
+        work_retention: Duration = Duration.days(30),
     ) -> None:
+        """`work_prefixes`: where the endpoints' requests and answers live (asynchronous and
+        batch); unlike model archives they expire after `work_retention`."""
         super().__init__(scope, construct_id)
         self.model_prefix = model_prefix.strip("/")
         removal = (
@@ -47,7 +58,11 @@ class ArtifactStore(Construct):
                 s3.LifecycleRule(
                     noncurrent_version_expiration=Duration.days(90),
                     abort_incomplete_multipart_upload_after=Duration.days(7),
-                )
+                ),
+                *(
+                    s3.LifecycleRule(prefix=f"{prefix}/", expiration=work_retention)
+                    for prefix in work_prefixes
+                ),
             ],
             **common,
         )
