@@ -461,6 +461,15 @@ class DecisionAsyncEndpoint(EndpointSettings):
         return self
 
 
+# Each endpoint's name after the stack prefix, `<prefix in kebab case>-<suffix>`.
+ENDPOINT_SUFFIXES = {
+    "text_generation_endpoint": "text-generation",
+    "decision_cpu_endpoint": "decision-cpu",
+    "decision_gpu_endpoint": "decision-gpu",
+    "decision_async_endpoint": "decision-async",
+}
+
+
 class AppConfig(_Config):
     """Everything the app reads from context.
 
@@ -495,7 +504,11 @@ class AppConfig(_Config):
     # endpoint without a committed measurement gets placeholder capacity instead of a refusal
     # (a clean-up must never depend on capacity values).
     for_destroy: bool = False
-    text_generation_endpoint: TextGenerationEndpoint = TextGenerationEndpoint()
+    # Endpoint names not given follow stackPrefix (`DecisionModels`: decision-models-...), so
+    # two copies of the app in one account and region do not collide.
+    text_generation_endpoint: TextGenerationEndpoint = Field(
+        default_factory=TextGenerationEndpoint, validate_default=True
+    )
     # Validated also when absent: a release fills in their measured capacity.
     decision_cpu_endpoint: DecisionCpuEndpoint = Field(
         default_factory=DecisionCpuEndpoint, validate_default=True
@@ -503,7 +516,9 @@ class AppConfig(_Config):
     decision_gpu_endpoint: DecisionGpuEndpoint = Field(
         default_factory=DecisionGpuEndpoint, validate_default=True
     )
-    decision_async_endpoint: DecisionAsyncEndpoint = DecisionAsyncEndpoint()
+    decision_async_endpoint: DecisionAsyncEndpoint = Field(
+        default_factory=DecisionAsyncEndpoint, validate_default=True
+    )
     invoker_role_arns: list[
         Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$")]
     ] = Field(default_factory=list)
@@ -531,6 +546,21 @@ class AppConfig(_Config):
         if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
             return json.loads(value)
         return value
+
+    @field_validator(*ENDPOINT_SUFFIXES, mode="after")
+    @classmethod
+    def _named_after_the_stacks(cls, endpoint: EndpointSettings, info: ValidationInfo) -> Any:
+        """An endpoint whose name was not given is named after stackPrefix."""
+        if "endpoint_name" in endpoint.model_fields_set or "stack_prefix" not in info.data:
+            return endpoint
+        prefix = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", info.data["stack_prefix"]).lower()
+        name = f"{prefix}-{ENDPOINT_SUFFIXES[info.field_name]}"
+        if not _ENDPOINT_NAME.fullmatch(name):
+            raise ValueError(
+                f"stackPrefix {info.data['stack_prefix']!r} makes the endpoint name {name!r}, "
+                "not a SageMaker endpoint name (at most 63 of [a-zA-Z0-9-]); give endpointName"
+            )
+        return endpoint.model_copy(update={"endpoint_name": name})
 
     @field_validator("decision_cpu_endpoint", "decision_gpu_endpoint")
     @classmethod

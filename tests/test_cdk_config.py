@@ -74,8 +74,8 @@ def test_cdk_json_holds_only_overrides_of_existing_fields():
     [
         (("Field(180, ge=5", "Field(181, ge=5"), lambda c: c.builds.timeout_minutes == 181),
         (
-            ('"decision-models-decision-cpu"', '"edited-decision-cpu"'),
-            lambda c: c.decision_cpu_endpoint.endpoint_name == "edited-decision-cpu",
+            ('batch_prefix: S3Prefix | None = "batch"', 'batch_prefix: S3Prefix | None = "jobs"'),
+            lambda c: c.decision_cpu_endpoint.batch_prefix == "jobs",
         ),
         (
             ('"ml.g6e.xlarge",', '"ml.g6.xlarge",'),
@@ -442,3 +442,26 @@ def test_a_hugging_face_model_is_accepted_with_a_path_inside_the_repository():
 def test_llama_server_args_cannot_choose_the_model_beside_the_archive_or_the_hub(flag):
     with pytest.raises(ValidationError, match=f"llamaServerArgs sets '{flag}'"):
         config(textGenerationEndpoint={"llamaServerArgs": {flag: "x"}})
+
+
+def test_endpoint_names_follow_the_stack_prefix_unless_given():
+    default = config(**RELEASE)
+    assert default.decision_cpu_endpoint.endpoint_name == "decision-models-decision-cpu"
+    assert default.text_generation_endpoint.endpoint_name == "decision-models-text-generation"
+    staging = config(
+        **RELEASE,
+        stackPrefix="StagingCopy",
+        decisionAsyncEndpoint={"enabled": True, "endpointName": "my-async"},
+    )
+    assert [
+        staging.text_generation_endpoint.endpoint_name,
+        staging.decision_cpu_endpoint.endpoint_name,
+        staging.decision_gpu_endpoint.endpoint_name,
+        staging.decision_async_endpoint.endpoint_name,
+    ] == [
+        "staging-copy-text-generation",
+        "staging-copy-decision-cpu",
+        "staging-copy-decision-gpu",
+        "my-async",
+    ]
+    assert "stackPrefix" in rejected(**RELEASE, stackPrefix="A" * 60)
