@@ -32,8 +32,9 @@ def test_no_variable_and_no_file_means_raw_probabilities(gguf):
 
 def test_file_beside_the_gguf_or_one_directory_up(gguf):
     (gguf.parent / "calibration.json").write_text(json.dumps({"temperature": 1.7, "ece": 0.02}))
+    # A file without a readout was fitted before readouts had names: on letters.
     assert load_calibration(None, gguf, SHA) == Calibration(
-        1.7, str(gguf.parent / "calibration.json")
+        1.7, str(gguf.parent / "calibration.json"), "letters"
     )
     (gguf.parent / "calibration.json").unlink()
     (gguf.parent.parent / "calibration.json").write_text(json.dumps({"temperature": 0.8}))
@@ -148,8 +149,15 @@ def test_a_file_from_before_readouts_had_names_was_fitted_on_letters(gguf):
     assert found.temperature_for("option_text") == 1.0
 
 
-def test_the_variable_applies_to_every_readout_and_no_file_means_letters(gguf):
-    assert load_calibration(None, gguf, SHA).readout == "letters"
+def test_the_variable_applies_to_every_readout_and_no_file_means_the_built_in_readout(gguf):
+    """Without a file the readout is the built-in one of the model's prompt mode: the JSON
+    answer cue for an instruct model (a chat template), letters for a base model."""
+    none = load_calibration(None, gguf, SHA)
+    assert none.readout is None
+    assert none.for_prompt_mode("chat-template").readout == "json_choice"
+    assert none.for_prompt_mode("completion").readout == "letters"
+    fitted = Calibration(3.0, "calibration.json", "option_text_desc")
+    assert fitted.for_prompt_mode("chat-template") == fitted  # a file's readout stays
     found = load_calibration(2.5, gguf, SHA)
     assert all(found.temperature_for(name) == 2.5 for name in READOUTS)
 
@@ -176,7 +184,7 @@ def test_a_profile_bound_to_the_served_gguf_applies_when_none_lies_beside_it(ggu
     # The model's own file wins over the catalogue, and the variable over both.
     beside = gguf.parent / "calibration.json"
     beside.write_text(json.dumps({"temperature": 1.7}))
-    assert load_calibration(None, gguf, SHA, profiles) == Calibration(1.7, str(beside))
+    assert load_calibration(None, gguf, SHA, profiles) == Calibration(1.7, str(beside), "letters")
     assert load_calibration(2.5, gguf, SHA, profiles).source == "DECISION_CALIBRATION_TEMPERATURE"
 
 

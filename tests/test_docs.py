@@ -111,6 +111,25 @@ def test_readmes_held_out_figures_are_the_committed_profiles():
         assert held_out["n"] == 208
 
 
+def test_readmes_figures_without_a_profile_are_the_committed_reports():
+    """README's rows of a model served without a profile (the built-in readout), against the
+    held-out report each links to."""
+    rows = re.findall(
+        r"^\| ([^|]+) \| \[none\]\(([^)]+/report\.json)\) \| `(\w+)`, T = 1 \| ([\d.]+) "
+        r"\| ([\d.]+) \| ([\d.]+) \|$",
+        README.read_text(),
+        re.M,
+    )
+    assert rows, "no row of a model without a profile"
+    for _, report_path, readout, accuracy, ece, nll in rows:
+        report = json.loads((ROOT / report_path).read_text())
+        assert readout == "json_choice" and report["served_temperature"] == 1.0
+        assert report["file"].endswith("readout_test.jsonl") and report["metrics"]["n"] == 208
+        assert [float(accuracy), float(ece), float(nll)] == [
+            round(report["metrics"][key], 3) for key in ("accuracy", "ece", "nll")
+        ]
+
+
 def test_readmes_quota_is_the_deploy_pages_table():
     quota = re.search(r"quota for the instance types: (\d+) `([^`]+)`", README.read_text())
     table = re.search(r"\| `([^`]+)` \| (\d+) \|", (DOCS / "deploy.md").read_text())

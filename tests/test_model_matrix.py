@@ -194,6 +194,17 @@ def test_models_and_the_start_up_line_name_the_architecture_and_its_memory(famil
     assert model["prompt_mode"] == ("chat-template" if family.template else "completion")
 
 
+def test_a_model_without_a_profile_answers_with_its_prompt_modes_built_in_readout(
+    family, family_adapter
+):
+    """An instruct model (a chat template) gets the JSON answer cue, a base model letters."""
+    body = {"decision": {"id": "d", "state": SHORT_STATE, "question": ROUTE.question,
+                         "options": [{"id": o} for o in ROUTE.option_ids]}}  # fmt: skip
+    result = httpx.post(family_adapter.url + "/invocations", json=body, timeout=60).json()
+    expected = "json_choice" if family.template else "letters"
+    assert result["result"]["readout"] == expected, result
+
+
 def test_the_bundled_gemma_is_named_sliding_window(adapter):
     listed = httpx.get(adapter.url + "/v1/models", timeout=10).json()["models"][0]
     assert (listed["x_architecture"], listed["x_memory"]) == ("gemma3", "sliding window")

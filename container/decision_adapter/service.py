@@ -81,6 +81,7 @@ class DecisionService:
             ),
         )
         self.renderer = PromptRenderer(self.engine)
+        calibration = calibration.for_prompt_mode(self.renderer.mode)
         self.state_cache = StateCache(settings.state_cache_budget, model_id=model_file.sha256)
         self.content_free = ContentFreeScores(settings.content_free_cache_bytes)
         self.runner = ModelRunner(
