@@ -189,14 +189,15 @@ class Shell:
         return json.loads((self.work / "cdk-outputs.json").read_text())
 
 
-def moto_answers(moto: str, body: str) -> None:
+def moto_answers(moto: str, body: str, requests: int = 1) -> None:
     """What moto's InvokeEndpoint answers from now on (each distinct request body takes the
-    next queued result and keeps it): `body`, as JSON."""
+    next queued result and keeps it): `body`, as JSON, for `requests` distinct bodies."""
     result = {"Body": body, "ContentType": "application/json"}
     result |= {"InvokedProductionVariant": "AllTraffic", "CustomAttributes": ""}
+    results = [result] * requests
     request = urllib.request.Request(
         f"{moto}/moto-api/static/sagemaker/endpoint-results",
-        data=json.dumps({"account_id": ACCOUNT, "region": REGION, "results": [result]}).encode(),
+        data=json.dumps({"account_id": ACCOUNT, "region": REGION, "results": results}).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
@@ -347,7 +348,10 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         # spec): the figures measure moto, not a model; rehearsed are the file's place, its
         # commit and the deploy that takes the endpoint's capacity from it.
         answer = {"result": {"id": "measure", "model": {"manifest": {"spec": MODEL_SPEC}}}}
-        moto_answers(endpoint, json.dumps(answer))
+        answer["result"] |= {"input_tokens": 40, "timing": {"state_cache": "miss"}}
+        # ops measure numbers each state (every request a cache miss): a result per request,
+        # the warm-up and its default 400 at most.
+        moto_answers(endpoint, json.dumps(answer), requests=401)
         measure, commit, redeploy = commands(block_with(DEPLOY, "ops ARGS='measure "))
         printed = shell(measure.replace("decision-models-decision-cpu", cpu_endpoint))
         written = f"stacks/measurements/{MODEL_SPEC}/ml.c5.2xlarge.json"
