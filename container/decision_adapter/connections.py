@@ -17,8 +17,11 @@ import asyncio
 import ctypes
 import json
 import logging
+import os
 import resource
+import socket
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import h11
@@ -230,6 +233,50 @@ def guarded_protocol(
                 self.transport.close()
 
     return GuardedH11Protocol
+
+
+SHUTTING_DOWN = _raw_response(
+    "503 Service Unavailable",
+    "the server is shutting down; retry (another instance answers)",
+    "shutting_down",
+    retryable=True,
+    retry_after_s=1,
+)
+
+
+def answer_backlog(listeners: Iterable[Any], response: bytes = SHUTTING_DOWN) -> int:
+    """Connections the kernel completed but the server has not accepted yet (the listen
+    backlog) are reset when the listener closes, and their clients see a connection error,
+    not an answer. At shutdown each is accepted now, answered `response` (a retryable 503) and
+    closed; how many were. `listeners`: the listening sockets (anything with fileno())."""
+    answered = 0
+    for listener in listeners:
+        # A duplicate of the descriptor, non-blocking: closing it leaves the server's own.
+        with socket.socket(fileno=os.dup(listener.fileno())) as accepting:
+            accepting.setblocking(False)
+            while True:
+                try:
+                    connection, _ = accepting.accept()
+                except OSError:  # BlockingIOError: the backlog is empty
+                    break
+                with connection:
+                    _answer_and_close(connection, response)
+                answered += 1
+    return answered
+
+
+def _answer_and_close(connection: socket.socket, response: bytes) -> None:
+    connection.settimeout(0.2)  # an empty send buffer takes a few hundred bytes at once
+    try:
+        connection.sendall(response)
+        connection.shutdown(socket.SHUT_WR)
+        # What the client sent is read and dropped: closing with unread bytes would reset
+        # the connection, and the client could lose the answer.
+        connection.setblocking(False)
+        while connection.recv(65536):
+            pass
+    except OSError:
+        pass
 
 
 def limit_accept_error_logs(loop: asyncio.AbstractEventLoop) -> None:

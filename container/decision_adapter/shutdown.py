@@ -18,6 +18,9 @@ from typing import TypeVar
 import uvicorn
 from starlette.applications import Starlette
 
+from .connections import answer_backlog
+from .logs import log
+
 T = TypeVar("T")
 
 
@@ -33,6 +36,12 @@ class DrainingServer(uvicorn.Server):
         self.app = app
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Before uvicorn closes the listeners: what waits in their backlog gets a 503, not a
+        # reset.
+        listening = [listener for server in self.servers for listener in server.sockets]
+        answered = answer_backlog([*listening, *(sockets or [])])
+        if answered:
+            log.info("shutdown", extra={"fields": {"backlog_answered_503": answered}})
         service = getattr(self.app.state, "service", None)
         deadline = None
         if service is not None:
