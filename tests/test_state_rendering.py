@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from decision_adapter import prompts
 from decision_adapter.contract import Question, StateQuestion
@@ -42,3 +43,36 @@ def test_a_state_shared_by_every_question_is_rendered_once(gemma_gguf, monkeypat
         service.close()
     assert all(answer is not None for answer in scored.answers)
     assert len(renders) == 1
+
+
+def test_waiting_for_a_preparation_thread_is_not_charged_to_the_requests_deadline(
+    gemma_gguf, monkeypatch
+):
+    """Two requests slow to prepare hold both preparation threads for a second; a small one
+    waiting behind them keeps its own 0.5 s scoring deadline, counted from its preparation."""
+    from decision_adapter.admission import OutOfTime
+
+    service = DecisionService(Settings(model_path=gemma_gguf, n_threads=2, scoring_deadline_s=0.5))
+    tokens = service.renderer.tokens
+
+    def slow_for_slow_states(pieces, **options):
+        if any("slow" in piece.text for piece in pieces):
+            time.sleep(1.0)
+        return tokens(pieces, **options)
+
+    monkeypatch.setattr(service.renderer, "tokens", slow_for_slow_states)
+    question = Question("Is it late?", ["yes", "no"], [None, None])
+
+    async def three() -> list:
+        slow = [service.score([StateQuestion(f"slow {n}", question)]) for n in range(2)]
+        started = [asyncio.ensure_future(call) for call in slow]
+        await asyncio.sleep(0.05)  # both threads taken
+        small = await service.score([StateQuestion("The parcel is late.", question)])
+        return [small, *await asyncio.gather(*started, return_exceptions=True)]
+
+    try:
+        small, *slow = asyncio.run(three())
+    finally:
+        service.close()
+    assert small.answers[0] is not None
+    assert all(isinstance(outcome, OutOfTime) for outcome in slow)  # their own time ran out

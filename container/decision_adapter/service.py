@@ -122,9 +122,12 @@ class DecisionService:
         """One admission for several `score` calls of this task (see ModelRunner.reserved)."""
         return self.runner.reserved()
 
-    async def _prepared(self, function: Callable[[], T]) -> T:
-        """`function()` on a preparation thread; at the shutdown deadline the request ends at
-        once with ShuttingDown (a 503 in its format), whatever the thread is still doing."""
+    async def _prepared(self, function: Callable[[], T]) -> tuple[T, float]:
+        """`function()` on a preparation thread, and the seconds spent waiting for a thread:
+        other requests' preparation, which the request's own deadline does not count. At the
+        shutdown deadline the request ends at once with ShuttingDown (a 503 in its format),
+        whatever the thread is still doing."""
+        asked = time.perf_counter()
         slot = asyncio.ensure_future(self._prepare_slots.acquire())
         try:
             await self._unless_stopping(slot)
@@ -133,11 +136,12 @@ class DecisionService:
                 self._prepare_slots.release()
             slot.cancel()
             raise
+        waited_s = time.perf_counter() - asked
         work = on_daemon_thread(function, "prepare")
         self._preparing += 1
         work.add_done_callback(self._prepared_one)  # the slot is free when the thread is
         try:
-            return await self._unless_stopping(work)
+            return await self._unless_stopping(work), waited_s
         except EngineError:
             if self._stopping.is_set():  # Engine.interrupt() stopped the tokenizer
                 raise ShuttingDown(self.settings.retry_after_s) from None
@@ -215,7 +219,7 @@ class DecisionService:
             return kept, plans
 
         try:
-            members, plans = await self._prepared(plan)
+            (members, plans), slot_wait_s = await self._prepared(plan)
         except QuestionsOverBudget:
             raise over_token_budget("questions", None, limit) from None
         except TokenLimitExceeded:
@@ -228,7 +232,8 @@ class DecisionService:
         prepared_ms = _ms(received)
 
         deadline_s = self.settings.scoring_deadline_s
-        until = min(received + deadline_s, WORK_DEADLINE.get() or math.inf)
+        # Counted from arrival, less the wait for a preparation thread (others' work).
+        until = min(received + slot_wait_s + deadline_s, WORK_DEADLINE.get() or math.inf)
 
         def score_all():
             outcomes = []
@@ -292,7 +297,7 @@ class DecisionService:
             )
 
         try:
-            tokens = await self._prepared(tokens_of_prompt)
+            tokens, slot_wait_s = await self._prepared(tokens_of_prompt)
         except TokenLimitExceeded:
             raise over_token_budget("prompt", None, limit) from None
         if len(tokens) >= limit:
@@ -304,7 +309,7 @@ class DecisionService:
         # Generation stops at the context's end; report that as finish_reason "length".
         max_tokens = min(requested, limit - len(tokens))
         seed = chat.seed if chat.seed is not None else time.time_ns() & 0xFFFFFFFF
-        until = received + self.settings.chat_deadline_s
+        until = received + slot_wait_s + self.settings.chat_deadline_s
         expired = [False]
 
         def within_deadline(sampled: Iterator[int]) -> Iterator[int]:
