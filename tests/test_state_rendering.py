@@ -52,7 +52,8 @@ def test_waiting_for_a_preparation_thread_is_not_charged_to_the_requests_deadlin
     waiting behind them keeps its own 0.5 s scoring deadline, counted from its preparation."""
     from decision_adapter.admission import OutOfTime
 
-    service = DecisionService(Settings(model_path=gemma_gguf, n_threads=2, scoring_deadline_s=0.5))
+    settings = Settings(model_path=gemma_gguf, n_threads=2, scoring_deadline_s=0.5, max_queue=4)
+    service = DecisionService(settings)  # a queue: the slow ones may reach the model first
     tokens = service.renderer.tokens
 
     def slow_for_slow_states(pieces, **options):
