@@ -7,7 +7,7 @@ import signal
 import socket
 from urllib.parse import urlsplit
 
-from decision_adapter.connections import SHUTTING_DOWN, answer_backlog
+from decision_adapter.connections import answer_backlog, shutting_down
 
 from launcher import running_adapter
 
@@ -26,11 +26,13 @@ def test_each_connection_waiting_in_the_backlog_gets_the_503():
         clients = [socket.create_connection(listener.getsockname(), timeout=5) for _ in range(3)]
         for client in clients:
             client.sendall(PING)
-        assert answer_backlog([listener]) == 3
+        assert answer_backlog([listener], retry_after_s=4) == 3
         for client in clients:
             with client:
-                assert _read_until_closed(client) == SHUTTING_DOWN
-        assert answer_backlog([listener]) == 0  # nothing left; the listener still open
+                assert _read_until_closed(client) == shutting_down(4)
+        assert (
+            answer_backlog([listener], retry_after_s=4) == 0
+        )  # nothing left; the listener still open
         assert listener.fileno() >= 0
 
 

@@ -235,20 +235,23 @@ def guarded_protocol(
     return GuardedH11Protocol
 
 
-SHUTTING_DOWN = _raw_response(
-    "503 Service Unavailable",
-    "the server is shutting down; retry (another instance answers)",
-    "shutting_down",
-    retryable=True,
-    retry_after_s=1,
-)
+def shutting_down(retry_after_s: int) -> bytes:
+    return _raw_response(
+        "503 Service Unavailable",
+        "the server is shutting down; retry (another instance answers)",
+        "shutting_down",
+        retryable=True,
+        retry_after_s=retry_after_s,
+    )
 
 
-def answer_backlog(listeners: Iterable[Any], response: bytes = SHUTTING_DOWN) -> int:
+def answer_backlog(listeners: Iterable[Any], retry_after_s: int) -> int:
     """Connections the kernel completed but the server has not accepted yet (the listen
     backlog) are reset when the listener closes, and their clients see a connection error,
-    not an answer. At shutdown each is accepted now, answered `response` (a retryable 503) and
-    closed; how many were. `listeners`: the listening sockets (anything with fileno())."""
+    not an answer. At shutdown each is accepted now, answered a retryable 503 (with the
+    server's Retry-After) and closed; how many were. `listeners`: the listening sockets
+    (anything with fileno())."""
+    response = shutting_down(retry_after_s)
     answered = 0
     for listener in listeners:
         # A duplicate of the descriptor, non-blocking: closing it leaves the server's own.

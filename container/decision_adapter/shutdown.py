@@ -39,7 +39,9 @@ class DrainingServer(uvicorn.Server):
         # Before uvicorn closes the listeners: what waits in their backlog gets a 503, not a
         # reset.
         listening = [listener for server in self.servers for listener in server.sockets]
-        answered = answer_backlog([*listening, *(sockets or [])])
+        settings = getattr(self.app.state, "settings", None)
+        retry_after_s = settings.retry_after_s if settings is not None else 1
+        answered = answer_backlog([*listening, *(sockets or [])], retry_after_s)
         if answered:
             log.info("shutdown", extra={"fields": {"backlog_answered_503": answered}})
         service = getattr(self.app.state, "service", None)
