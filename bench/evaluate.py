@@ -244,6 +244,8 @@ def report(
                 "expected": c.expected,
                 "predicted": c.predicted,
                 "probabilities": {k: round(p, 6) for k, p in c.by_id.items()},
+                # The raw option logits: a temperature can be refitted from the report alone.
+                "logits": dict(zip(c.option_ids, c.logits)) if c.logits else None,
                 "latency_ms": round(c.latency_s * 1000, 2),
             }
             for c in cases

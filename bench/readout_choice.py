@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from decision_adapter.contract import question_kind
 
 from bench import metrics
 from bench.labelled import Case
@@ -24,6 +26,9 @@ Send = Callable[[str, dict[str, Any]], tuple[dict[str, Any], float, int]]
 
 MAX_ORDER_CHANGE = 0.10  # issue 15: top option changes on reversal in at most 10% of examples
 MAX_COST_RATIO = 2.0  # issue 15: the default readout costs at most 2x the letter readout
+# A question kind gets a temperature of its own only from this many dev cases of it: fewer fit
+# noise (a split holds 40-90 cases of each kind).
+MIN_KIND_CASES = 20
 
 
 def kind_of(category: str) -> str:
@@ -124,19 +129,75 @@ class Held:
     nll_dev_before: float
     nll_dev_after: float
     test: dict[str, Any]
+    # Per question kind, where a kind's own temperature (fitted on dev) improved its held-out
+    # ECE over the single one's; `test` is measured with them.
+    by_kind: dict[str, float] = field(default_factory=dict)
+    # Per kind: dev cases, its own fitted temperature, held-out ECE at the single and at its own.
+    kind_fits: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _with_logits(cases: Sequence[Case]) -> list[Case]:
+    return [c for c in cases if len(c.logits) == len(c.option_ids)]
+
+
+def _rescaled(cases: Sequence[Case], temperature_of: Callable[[Case], float]) -> list[Case]:
+    """The cases as served at a temperature per case (their raw option logits rescaled)."""
+    return [
+        Case(
+            **{**c.__dict__, "probabilities": metrics.softmax(c.logits, temperature_of(c)).tolist()}
+        )
+        for c in cases
+    ]
+
+
+def _ece(cases: Sequence[Case]) -> float:
+    return metrics.expected_calibration_error(
+        [c.probabilities for c in cases], [c.expected_index for c in cases]
+    )
+
+
+def fit_by_kind(
+    dev: Sequence[Case], test: Sequence[Case], temperature: float
+) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """A temperature per question kind (noul, choice, score), fitted on dev's cases of that kind
+    and kept only where it lowers that kind's held-out ECE below the single temperature's: one
+    T can leave yes/no questions over-confident and levels under-confident at once, but a kind's
+    own T must earn its place on data it was not fitted on."""
+    kept: dict[str, float] = {}
+    fits: dict[str, dict[str, Any]] = {}
+    for kind in sorted({question_kind(c.option_ids) for c in dev}):
+        ours = [c for c in dev if question_kind(c.option_ids) == kind]
+        held = [c for c in test if question_kind(c.option_ids) == kind]
+        if len(ours) < MIN_KIND_CASES or not held:
+            continue
+        own = metrics.fit_temperature([c.logits for c in ours], [c.expected_index for c in ours])
+        single = _ece(_rescaled(held, lambda c: temperature))
+        separate = _ece(_rescaled(held, lambda c: own.temperature))
+        fits[kind] = {
+            "dev_cases": len(ours),
+            "temperature": own.temperature,
+            "held_out_ece_single": single,
+            "held_out_ece_own": separate,
+        }
+        if separate < single:
+            kept[kind] = own.temperature
+    return kept, fits
 
 
 def fit_and_hold_out(dev: Sequence[Case], test: Sequence[Case]) -> Held:
-    """Temperature on dev's option logits; test measured at that temperature (its raw logits)."""
-    usable = [c for c in dev if len(c.logits) == len(c.option_ids)]
+    """Temperature on dev's option logits, and per question kind where it earns it (fit_by_kind);
+    test measured at those temperatures (its raw logits)."""
+    usable = _with_logits(dev)
     if not usable:
         raise ValueError("the winning readout returned no option logits to fit a temperature")
     found = metrics.fit_temperature([c.logits for c in usable], [c.expected_index for c in usable])
-    held = [c for c in test if len(c.logits) == len(c.option_ids)]
-    probabilities = [metrics.softmax(c.logits, found.temperature).tolist() for c in held]
-    rescaled = [Case(**{**c.__dict__, "probabilities": p}) for c, p in zip(held, probabilities)]
+    held = _with_logits(test)
+    by_kind, fits = fit_by_kind(usable, held, found.temperature)
+    rescaled = _rescaled(
+        held, lambda c: by_kind.get(question_kind(c.option_ids), found.temperature)
+    )
     report = strategy_report(rescaled, None) if rescaled else {}
-    return Held(found.temperature, found.nll_before, found.nll_after, report)
+    return Held(found.temperature, found.nll_before, found.nll_after, report, by_kind, fits)
 
 
 def readout_file(
@@ -165,6 +226,10 @@ def readout_file(
         "ranking": [{"readout": name, "missed": misses} for name, misses in ranking],
         "created_at": created_at,
     }
+    if held.by_kind:
+        out["temperatures"] = {kind: round(t, 6) for kind, t in held.by_kind.items()}
+    if held.kind_fits:
+        out["per_kind_fits"] = held.kind_fits
     if gguf_sha256:
         out["gguf_sha256"] = gguf_sha256  # the adapter refuses this file beside another GGUF
     return out

@@ -196,3 +196,82 @@ def test_the_committed_readout_splits_are_what_make_data_makes():
     assert len(multi_option_routing) >= 100
     ids = [{i.item_id for i in split} for split in (dev, test, routing)]
     assert not ids[0] & ids[1] and not ids[0] & ids[2] and not ids[1] & ids[2]
+
+
+def kind_cases(prefix, rng, *, noul_hit_rate, score_hit_rate, n=60):
+    """Yes/no cases read at a logit gap of 3 (95% sure) and right `noul_hit_rate` of the time;
+    three-option choices at a gap of 2 right 79% of the time (calibrated at T = 1); levels 0-2
+    at a gap of 2 right `score_hit_rate` of the time."""
+    cases = []
+    shapes = (
+        ("noul", ["true", "false"], [3.0, 0.0], noul_hit_rate),
+        ("choice", ["billing", "shipping", "account"], [2.0, 0.0, 0.0], 0.787),
+        ("score", ["0", "1", "2"], [2.0, 0.0, 0.0], score_hit_rate),
+    )
+    for kind, option_ids, logits, hit_rate in shapes:
+        for n_case in range(n):
+            expected = option_ids[0] if rng.random() < hit_rate else option_ids[1]
+            cases.append(
+                labelled.Case(
+                    item_id=f"{prefix}{kind}{n_case}",
+                    category=f"{kind}.q",
+                    option_ids=option_ids,
+                    probabilities=metrics.softmax(logits).tolist(),
+                    logits=logits,
+                    expected=expected,
+                    latency_s=0.01,
+                )
+            )
+    return cases
+
+
+def test_a_kind_gets_its_own_temperature_only_where_it_improves_held_out_calibration():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    # Yes/no over-confident on both splits: its own temperature helps held out. Levels are
+    # over-confident on dev only, so their own (hot) temperature fitted there hurts held out.
+    dev = kind_cases("d", rng, noul_hit_rate=0.6, score_hit_rate=0.5)
+    test = kind_cases("t", rng, noul_hit_rate=0.6, score_hit_rate=0.95)
+    held = readout_choice.fit_and_hold_out(dev, test)
+    fits = held.kind_fits
+    assert set(fits) == {"noul", "choice", "score"}
+    assert "noul" in held.by_kind and held.by_kind["noul"] > held.temperature
+    assert fits["noul"]["held_out_ece_own"] < fits["noul"]["held_out_ece_single"]
+    assert "score" not in held.by_kind
+    assert fits["score"]["held_out_ece_own"] >= fits["score"]["held_out_ece_single"]
+
+    # The held-out report is measured at the kept temperatures: each case at its kind's.
+    def served(case):
+        kind = case.category.split(".")[0]
+        return metrics.softmax(case.logits, held.by_kind.get(kind, held.temperature))
+
+    expected_ece = metrics.expected_calibration_error(
+        [served(c) for c in test], [c.expected_index for c in test]
+    )
+    assert held.test["ece"] == pytest.approx(expected_ece)
+    # The per-model file carries them; the adapter's loader reads them back.
+    file = readout_choice.readout_file(
+        "json_choice",
+        held,
+        dev_file=readout_choice.Path("dev.jsonl"),
+        test_file=readout_choice.Path("test.jsonl"),
+        gguf_sha256=SHA,
+        ranking=[("json_choice", [])],
+        created_at="now",
+    )
+    assert file["temperatures"]["noul"] == pytest.approx(held.by_kind["noul"], abs=1e-6)
+    from decision_adapter.calibration import CalibrationFile
+
+    assert CalibrationFile.model_validate(file).temperatures == file["temperatures"]
+
+
+def test_a_kind_with_too_few_dev_cases_keeps_the_single_temperature():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    few = readout_choice.MIN_KIND_CASES - 1
+    dev = kind_cases("d", rng, noul_hit_rate=0.6, score_hit_rate=0.6, n=few)
+    test = kind_cases("t", rng, noul_hit_rate=0.6, score_hit_rate=0.6)
+    held = readout_choice.fit_and_hold_out(dev, test)
+    assert held.by_kind == {} and held.kind_fits == {}

@@ -196,3 +196,51 @@ def test_a_broken_profile_or_a_missing_folder_stops_the_server_naming_it(gguf, t
         load_calibration(None, gguf, SHA, tmp_path)
     settings = Settings.from_environment({"DECISION_CALIBRATION_PROFILES": str(tmp_path)})
     assert settings.calibration_profiles == tmp_path
+
+
+def test_a_file_may_fit_a_temperature_per_question_kind(gguf):
+    path = gguf.parent / "calibration.json"
+    path.write_text(
+        json.dumps({"temperature": 1.2, "readout": "json_choice", "temperatures": {"noul": 0.7}})
+    )
+    found = load_calibration(None, gguf, SHA)
+    assert found.temperature_for("json_choice", "noul") == 0.7
+    # Kinds the file does not name keep its one temperature; other readouts stay raw.
+    assert found.temperature_for("json_choice", "choice") == 1.2
+    assert found.temperature_for("json_choice", "score") == 1.2
+    assert found.temperature_for("letters", "noul") == 1.0
+    assert found.as_extension()["temperatures"] == {"noul": 0.7}
+    # The variable still applies to every readout and kind.
+    assert load_calibration(2.5, gguf, SHA).temperature_for("json_choice", "noul") == 2.5
+
+
+@pytest.mark.parametrize(
+    "temperatures, detail",
+    [({"yes_no": 0.7}, "temperatures.yes_no"), ({"noul": 0}, "noul"), ({"score": 101}, "score")],
+)
+def test_an_unknown_kind_or_a_bad_kind_temperature_stops_the_server_naming_it(
+    gguf, temperatures, detail
+):
+    (gguf.parent / "calibration.json").write_text(
+        json.dumps({"temperature": 1.0, "temperatures": temperatures})
+    )
+    with pytest.raises(CalibrationError, match=detail):
+        load_calibration(None, gguf, SHA)
+
+
+@pytest.mark.parametrize(
+    "option_ids, kind",
+    [
+        (["true", "false"], "noul"),
+        (["false", "true"], "noul"),
+        (["0", "1", "2"], "score"),
+        (["1", "2", "3"], "choice"),  # a scale starts at 0 in every wire format
+        (["2", "1", "0"], "choice"),
+        (["true", "false", "maybe"], "choice"),
+        (["billing", "shipping"], "choice"),
+    ],
+)
+def test_the_kind_of_a_question_is_read_from_its_options(option_ids, kind):
+    from decision_adapter.contract import question_kind
+
+    assert question_kind(option_ids) == kind

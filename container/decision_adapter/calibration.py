@@ -16,11 +16,12 @@ was fitted before readouts had names, on the letter readout.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from model_manifest.small_files import SmallFileError, read_small_file
 
@@ -50,6 +51,11 @@ READOUTS: tuple[str, ...] = get_args(ReadoutName)
 # files (bench.evaluate --choose-readout).
 BUILT_IN_READOUTS = {"chat-template": "json_choice", "completion": "letters"}
 BUILT_IN_READOUT = "letters"  # what a readout is before the prompt mode is known
+# What a question asks, read from its options (contract.question_kind): yes or no, a level on a
+# scale, or one of several names. One temperature can leave one kind over- and another
+# under-confident, so a file may fit a temperature per kind.
+QuestionKind = Literal["noul", "choice", "score"]
+QUESTION_KINDS: tuple[str, ...] = get_args(QuestionKind)
 
 
 def built_in_readout(prompt_mode: str) -> str:
@@ -66,6 +72,18 @@ class CalibrationFile(BaseModel):
     temperature: float = Field(gt=0.0, le=100.0)
     gguf_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     readout: ReadoutName = "letters"
+    # Per question kind, over `temperature` for the questions of that kind (kinds not named
+    # keep it): bench.evaluate --choose-readout keeps a kind's own only where it improved that
+    # kind's held-out calibration.
+    temperatures: dict[QuestionKind, float] = Field(default_factory=dict)
+
+    @field_validator("temperatures")
+    @classmethod
+    def _positive(cls, temperatures: dict[str, float]) -> dict[str, float]:
+        for kind, value in temperatures.items():
+            if not 0.0 < value <= 100.0:
+                raise ValueError(f"{kind}: a temperature is in (0, 100], not {value}")
+        return temperatures
 
 
 @dataclass(frozen=True)
@@ -75,21 +93,32 @@ class Calibration:
     # The default readout, the one a file's T was fitted for; None: the built-in one of the
     # model's prompt mode (for_prompt_mode fills it in).
     readout: str | None = None
+    by_kind: Mapping[str, float] = field(default_factory=dict)  # over `temperature`, per kind
 
     def for_prompt_mode(self, prompt_mode: str) -> Calibration:
         if self.readout is not None:
             return self
         return replace(self, readout=built_in_readout(prompt_mode))
 
-    def temperature_for(self, readout: str) -> float:
-        """A fitted temperature belongs to the readout it was fitted on; other readouts' scores
-        have other scales and stay raw. The variable applies to every readout."""
-        if self.source == "none" or self.source.startswith("DECISION_") or readout == self.readout:
+    def temperature_for(self, readout: str, kind: str = "choice") -> float:
+        """A fitted temperature belongs to the readout it was fitted on, and to the question
+        kind it was fitted for where the file fitted one per kind; other readouts' scores have
+        other scales and stay raw. The variable applies to every readout and kind."""
+        if self.source.startswith("DECISION_"):
             return self.temperature
+        if self.source == "none" or readout == self.readout:
+            return self.by_kind.get(kind, self.temperature)
         return 1.0
 
     def as_extension(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "source": self.source, "readout": self.readout}
+        extension: dict[str, Any] = {
+            "temperature": self.temperature,
+            "source": self.source,
+            "readout": self.readout,
+        }
+        if self.by_kind:
+            extension["temperatures"] = dict(self.by_kind)
+        return extension
 
 
 def load_calibration(
@@ -184,4 +213,6 @@ def _read(path: Path, gguf_sha256: str) -> Calibration:
             f"{path} was fitted for the GGUF with sha256 {calibration.gguf_sha256}, "
             f"but the served GGUF has {gguf_sha256}; refusing to serve"
         )
-    return Calibration(calibration.temperature, str(path), calibration.readout)
+    return Calibration(
+        calibration.temperature, str(path), calibration.readout, calibration.temperatures
+    )

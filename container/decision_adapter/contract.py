@@ -14,9 +14,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import sampling
-from .calibration import BUILT_IN_READOUT, READOUTS, Calibration, ReadoutName
+from .calibration import BUILT_IN_READOUT, READOUTS, Calibration, QuestionKind, ReadoutName
 
-__all__ = ["BUILT_IN_READOUT", "READOUTS", "ReadoutName"]  # the formats name readouts from here
+# The formats name readouts and kinds from here.
+__all__ = ["BUILT_IN_READOUT", "READOUTS", "QuestionKind", "ReadoutName"]
 
 MAX_OPTIONS = 255
 # Below this allowed_token_mass a letters answer is not called confident (low_allowed_mass):
@@ -49,6 +50,21 @@ class Question:
     # "yes"/"no"); the option-text readouts read these words.
     answer_words: list[str] | None = None
 
+    @property
+    def kind(self) -> QuestionKind:
+        return question_kind(self.option_ids)
+
+
+def question_kind(option_ids: Sequence[str]) -> QuestionKind:
+    """What a question asks, read from its options whatever the wire format: yes or no
+    (`true` and `false`: System One's noul, an OpenAI predicate), a level (`0` ... `n-1` in
+    order: a score), or one of several names (a choice)."""
+    if sorted(option_ids) == ["false", "true"]:
+        return "noul"
+    if list(option_ids) == [str(level) for level in range(len(option_ids))]:
+        return "score"
+    return "choice"
+
 
 @dataclass(frozen=True)
 class StateQuestion:
@@ -69,6 +85,7 @@ class QuestionScores:
     # same against the content-free state, which option_logits has subtracted.
     option_mean_log_probs: np.ndarray | None = None
     content_free: np.ndarray | None = None
+    kind: QuestionKind = "choice"  # the question's (Question.kind): its temperature may be its own
 
     def probabilities(self, temperature: float = 1.0) -> np.ndarray:
         # Sums exactly rounded (fsum): a sum in request order rounds by that order, so reordered

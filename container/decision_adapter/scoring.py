@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .budget import READ_TOKEN_COST, TokenBudget
-from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
+from .contract import BUILT_IN_READOUT, Answer, Question, QuestionKind, QuestionScores
 from .engine import Branch, Engine, log_partition
 from .letter_spellings import letter_spellings
 from .prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
@@ -84,6 +84,7 @@ class QuestionPlan:
     labels: list[str]  # what is read per option: its letter label or its words
     readings: list[Reading]  # one; permuted_letters: one per rotation, in a canonical order
     prompt_sha256: str
+    kind: QuestionKind = "choice"  # the question's (Question.kind)
 
     @property
     def suffix_tokens(self) -> list[int]:
@@ -238,19 +239,23 @@ def _plan_question(
             # Option i sits at position (i - r) % n and is read through that position's label.
             continuations = [label_tokens[(i - r) % n] for i in range(n)]
             readings.append(reading(suffix_tokens(prompt), continuations, spellings))
-        return QuestionPlan(readout, labels, readings, first.sha256)
+        return QuestionPlan(readout, labels, readings, first.sha256, question.kind)
     if readout == "json_choice":
         words = _option_words(question, with_descriptions=False)
         listed = sorted(zip(words, question.descriptions), key=lambda pair: pair[0])
         prompt = renderer.json_choice(state, question.question, listed)
         suffix = suffix_tokens(prompt)
         continuations = [continuation(w + JSON_CHOICE_CLOSE, opened=True) for w in words]
-        return QuestionPlan(readout, words, [reading(suffix, continuations)], prompt.sha256)
+        return QuestionPlan(
+            readout, words, [reading(suffix, continuations)], prompt.sha256, question.kind
+        )
     words = _option_words(question, with_descriptions=readout == "option_text_desc")
     prompt = renderer.cloze(state, question.question)
     suffix = suffix_tokens(prompt)
     continuations = [continuation(w) for w in words]
-    return QuestionPlan(readout, words, [reading(suffix, continuations)], prompt.sha256)
+    return QuestionPlan(
+        readout, words, [reading(suffix, continuations)], prompt.sha256, question.kind
+    )
 
 
 def _spellings(
@@ -589,6 +594,7 @@ def _combine(
             option_logits=first.first_logits if first.single_tokens else first.log_probs,
             full_vocab_argmax_id=first.argmax,
             strategy="letters",
+            kind=question.kind,
         )
     if question.readout == "permuted_letters":
         # Each rotation's distribution over the options (as log-probabilities), averaged in the
@@ -605,6 +611,7 @@ def _combine(
             option_logits=total / len(reads),
             full_vocab_argmax_id=first.argmax,
             strategy="permuted_letters",
+            kind=question.kind,
         )
     means = first.log_probs / first.lengths
     calibrated = content_free is not None
@@ -616,6 +623,7 @@ def _combine(
         strategy=question.readout,
         option_mean_log_probs=means,
         content_free=content_free,
+        kind=question.kind,
     )
 
 

@@ -122,7 +122,7 @@ def encode_result(
     decision: Decision, answer: Answer, timing: dict[str, Any], model: ModelIdentity
 ) -> dict[str, Any]:
     scores = answer.scores
-    temperature = model.calibration.temperature_for(scores.strategy)
+    temperature = model.calibration.temperature_for(scores.strategy, scores.kind)
     extra = {}
     if scores.option_mean_log_probs is not None:
         extra["option_mean_log_probs"] = scores.option_mean_log_probs.tolist()

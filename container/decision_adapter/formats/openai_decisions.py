@@ -378,7 +378,9 @@ def encode_answer(question: BaseModel, answer: Answer | None, model: ModelIdenti
     if answer is None:
         return {"type": "refusal", "name": question.name}
     scores = answer.scores
-    probabilities = scores.probabilities(model.calibration.temperature_for(scores.strategy))
+    probabilities = scores.probabilities(
+        model.calibration.temperature_for(scores.strategy, scores.kind)
+    )
     if isinstance(question, Predicate):
         return {"type": "predicate", "name": question.name, "probability": float(probabilities[0])}
     if isinstance(question, ChoiceQuestionParam):

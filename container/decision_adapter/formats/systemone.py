@@ -203,7 +203,7 @@ def encode_answer(
     min_confidence: float | None = None,
 ) -> dict[str, Any]:
     scores = answer.scores
-    temperature = model.calibration.temperature_for(scores.strategy)
+    temperature = model.calibration.temperature_for(scores.strategy, scores.kind)
     probabilities = scores.probabilities(temperature)
     verdict = Verdict.of(probabilities, min_confidence)
     return {
