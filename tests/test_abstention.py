@@ -121,3 +121,68 @@ def test_the_instruct_model_answers_a_plain_question_and_abstains_on_a_coin_toss
         unsure = httpx.post(url, json=toss, timeout=300).json()["result"]
         assert unsure["abstained"] is True and unsure["answer"] is None, unsure
         assert unsure["margin"] < 0.8
+
+
+def openai_decisions(min_confidence=None):
+    request = {
+        "model": "jev-latest",
+        "input": STATE,
+        "questions": [
+            {
+                "type": "choice",
+                "name": "queue",
+                "instructions": "Which queue should handle this request?",
+                "choices": [{"value": q["id"], "description": q["description"]} for q in QUEUES],
+            },
+            {"type": "predicate", "name": "refund", "instructions": "A refund is wanted."},
+        ],
+    }
+    if min_confidence is not None:
+        request["x_min_confidence"] = min_confidence
+    return request
+
+
+def test_openai_decisions_carry_the_margin_and_abstain_as_a_refusal_keeping_the_answer(adapter):
+    url = adapter.url + "/v1/decisions"
+    plain = httpx.post(url, json=openai_decisions(), timeout=120).json()["answers"]
+    queue, refund = plain
+    ranked = sorted((p["probability"] for p in queue["probabilities"]), reverse=True)
+    assert queue["x_margin"] == pytest.approx(ranked[0] - ranked[1], abs=1e-12)
+    assert refund["x_margin"] == pytest.approx(abs(2 * refund["probability"] - 1), abs=1e-12)
+    # Between the two tops: the less sure question abstains, the surer one answers.
+    tops = {"queue": ranked[0], "refund": max(refund["probability"], 1 - refund["probability"])}
+    bar = sum(tops.values()) / 2
+    assert tops["queue"] != tops["refund"]
+    answered = httpx.post(url, json=openai_decisions(bar), timeout=120).json()["answers"]
+    for answer, before in zip(answered, plain):
+        if tops[before["name"]] < bar:
+            assert answer == {
+                "type": "refusal",
+                "name": before["name"],
+                "x_abstained": True,
+                "x_answer": before,
+            }
+        else:
+            assert answer == before
+
+
+def test_the_openai_sdk_reads_an_abstention_as_a_refusal_with_the_answer_kept(adapter):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=adapter.url + "/v1", api_key="unused")
+    decision = client.decisions.create(
+        model="jev-latest",
+        input=STATE,
+        questions=openai_decisions()["questions"],
+        extra_body={"x_min_confidence": 1.0},
+    )
+    assert [answer.type for answer in decision.answers] == ["refusal", "refusal"]
+    kept = decision.answers[0].model_extra["x_answer"]
+    assert kept["type"] == "choice" and kept["choice"] in {q["id"] for q in QUEUES}
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 1.5, "0.5", True])
+def test_openai_decisions_refuse_a_minimum_confidence_outside_0_1_naming_it(in_process, bad):
+    response = in_process.post("/v1/decisions", json=openai_decisions(bad))
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "x_min_confidence"

@@ -37,11 +37,12 @@ from ..contract import (
     ModelIdentity,
     ModelService,
     StateQuestion,
+    Verdict,
 )
 from ..errors import RequestError, field_path
 from ..limits import LimitExceeded, TooManyQuestions
 from .base import Call, WireFormat
-from .fields import NonBlank, OptionName, bounded_json
+from .fields import NonBlank, OptionName, bounded_json, min_confidence_field
 from .systemone import (
     MAX_SCORE_LEVELS,
     ChoiceQuestion,
@@ -272,6 +273,9 @@ class DecisionsRequest(_Closed):
     prompt_cache_options: CacheOptions | None = None
     # Logged with the request; the API's limit, 64 characters, keeps the log line small.
     safety_identifier: Annotated[StrictStr, Field(max_length=SAFETY_IDENTIFIER_MAX)] = None  # type: ignore[assignment]
+    # Not the SDK's (send it with `extra_body`): below this top probability a question is
+    # answered with a refusal that still carries the answer the model would have given.
+    x_min_confidence: float | None = min_confidence_field()
 
 
 # --- input as a state ------------------------------------------------------------------------
@@ -374,13 +378,29 @@ def system_one_question(question: BaseModel) -> NoulQuestion | ChoiceQuestion | 
 
 
 # --- answers ---------------------------------------------------------------------------------
-def encode_answer(question: BaseModel, answer: Answer | None, model: ModelIdentity) -> dict:
+def encode_answer(
+    question: BaseModel,
+    answer: Answer | None,
+    model: ModelIdentity,
+    min_confidence: float | None = None,
+) -> dict:
+    """The SDK's answer, plus `x_margin` (the top option's lead over the second). A question
+    whose top probability misses `min_confidence` abstains: the SDK's refusal, `x_abstained`
+    true, with the answer it would have been under `x_answer` (the SDK keeps extra fields)."""
     if answer is None:
         return {"type": "refusal", "name": question.name}
     scores = answer.scores
     probabilities = scores.probabilities(
         model.calibration.temperature_for(scores.strategy, scores.kind)
     )
+    verdict = Verdict.of(probabilities, min_confidence)
+    answered = {**_typed_answer(question, probabilities), "x_margin": verdict.margin}
+    if verdict.abstained:
+        return {"type": "refusal", "name": question.name, "x_abstained": True, "x_answer": answered}
+    return answered
+
+
+def _typed_answer(question: BaseModel, probabilities: np.ndarray) -> dict[str, Any]:
     if isinstance(question, Predicate):
         return {"type": "predicate", "name": question.name, "probability": float(probabilities[0])}
     if isinstance(question, ChoiceQuestionParam):
@@ -528,7 +548,10 @@ class DecisionsFormat(WireFormat):
         model = service.identity
         return {
             "model": model.name,
-            "answers": [encode_answer(q, a, model) for q, a in zip(request.questions, answers)],
+            "answers": [
+                encode_answer(q, a, model, request.x_min_confidence)
+                for q, a in zip(request.questions, answers)
+            ],
             "usage": encode_usage(input_tokens, timing),
         }
 

@@ -214,6 +214,9 @@ def encode_answer(
         "x_abstained": verdict.abstained,
         # What the softmax was taken over: raw label logits, or whole-label log-probabilities.
         "x_logits": dict(zip(question.option_keys, scores.option_logits.tolist())),
+        # Each option's whole continuation's full-vocabulary log-probability: the chance the
+        # model writes it, where x_logits may be a mean per token or a letter's logit.
+        "x_log_probs": dict(zip(question.option_keys, scores.option_log_probs.tolist())),
         "x_readout": scores.strategy,
         "x_readout_mode": scores.readout,
         # The letters readout's labels' share of the next token, and whether it is too small to
