@@ -103,20 +103,24 @@ def test_the_instruct_model_answers_a_plain_question_and_abstains_on_a_coin_toss
     tmp_path,
 ):
     """On Qwen2.5-Coder-1.5B-Instruct (make test-large): a question the state answers clears a
-    high bar; one it cannot answer does not."""
+    high bar; one it cannot answer does not. Read with the content-free prior removed
+    (`calibrated`): the built-in `json_choice` puts 0.78 on `heads` for the coin and 0.55 on
+    `billing`, a prior for the word, not knowledge (research/instruct_readouts/README.md)."""
     from launcher import running_adapter
     from launcher.models import local_model
 
     gguf = local_model("qwen2.5-coder-1.5b")
     with running_adapter(tmp_path, DECISION_MODEL_PATH=str(gguf)) as adapter:
         url = adapter.url + "/invocations"
-        clear = httpx.post(url, json=body(0.6), timeout=300).json()["result"]
+        clear = httpx.post(url, json=body(0.6, readout="calibrated"), timeout=300).json()
+        clear = clear["result"]
         assert clear["answer"] == "billing" and clear["abstained"] is False, clear
         toss = body(
             0.9,
             state="A coin was tossed; nobody has looked at it yet.",
             question="Which side is up?",
             options=[{"id": "heads"}, {"id": "tails"}],
+            readout="calibrated",
         )
         unsure = httpx.post(url, json=toss, timeout=300).json()["result"]
         assert unsure["abstained"] is True and unsure["answer"] is None, unsure
