@@ -32,10 +32,16 @@ GIVEN_CAPACITY = {
     "autoscaling": {"invocationsPerInstance": 20},
     "alarms": {"modelLatencyP90Ms": 15000},
 }
+# The text-generation endpoint's two derived values (stacks/text_generation_capacity.py), given.
+GIVEN_TEXT_CAPACITY = {
+    "autoscaling": {"invocationsPerInstance": 6},
+    "alarms": {"modelLatencyP90Ms": 40000},
+}
 RELEASE = {
     "modelDataUri": MODEL,
     "decisionCpuImage": CPU_IMAGE,
     "decisionGpuImage": GPU_IMAGE,
+    "textGenerationEndpoint": GIVEN_TEXT_CAPACITY,
     "decisionCpuEndpoint": GIVEN_CAPACITY,
     "decisionGpuEndpoint": GIVEN_CAPACITY,
 }

@@ -137,9 +137,11 @@ def test_a_release_without_a_measurement_is_refused_naming_pair_file_and_keys():
     assert error["msg"] == (
         f"Value error, no measurement of model '{SMALL}' on {TYPE}: "
         f"{capacity.shown(capacity.measurement_path(SMALL, TYPE))} does not exist (the model is "
-        f"builds.modelSpec). Until it is measured, give {KEYS}; then `python -m ops measure "
-        "--endpoint decision-models-decision-cpu` on the deployed endpoint writes the file of "
-        "the instance type it runs on (commit it, and drop the values given)"
+        "builds.modelSpec). Until it is measured, deploy it to be measured (`python -m ops "
+        f"context set decisionCpuEndpoint.measuring=true`) or give {KEYS}; then `python -m ops "
+        "measure --endpoint decision-models-decision-cpu` on the deployed endpoint writes the "
+        "file of the instance type it runs on (commit it, and unset "
+        "decisionCpuEndpoint.measuring or the values given)"
     )
 
 
@@ -287,6 +289,7 @@ def test_the_endpoint_stack_refuses_settings_left_to_a_measurement():
             decision_cpu_image=CPU_IMAGE,
             decision_gpu=DecisionGpuEndpoint(enabled=False),
             decision_gpu_image=None,
+            release_model=SMALL,
         )
 
 

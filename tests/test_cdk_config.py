@@ -22,6 +22,7 @@ from stacks.config import (
 from tests.cdk_templates import (
     CPU_IMAGE,
     GIVEN_CAPACITY,
+    GIVEN_TEXT_CAPACITY,
     GPU_IMAGE,
     MODEL,
     RELEASE,
@@ -248,6 +249,7 @@ def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
     assert config(
         modelDataUri=MODEL,
         decisionCpuImage=CPU_IMAGE,
+        textGenerationEndpoint=GIVEN_TEXT_CAPACITY,
         decisionCpuEndpoint=GIVEN_CAPACITY,
         decisionGpuEndpoint={"enabled": False},
     ).deploys_endpoints
@@ -257,7 +259,10 @@ def test_the_first_release_needs_no_gpu_endpoint_quota():
     """Off unless asked: a new account has no GPU endpoint quota, and a quota refusal fails
     (and rolls back) the whole deploy; no pool falls back from it."""
     first = config(
-        modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE, decisionCpuEndpoint=GIVEN_CAPACITY
+        modelDataUri=MODEL,
+        decisionCpuImage=CPU_IMAGE,
+        textGenerationEndpoint=GIVEN_TEXT_CAPACITY,
+        decisionCpuEndpoint=GIVEN_CAPACITY,
     )
     assert first.deploys_endpoints and not first.decision_gpu_endpoint.enabled
     assert config(**RELEASE_WITH_GPU).decision_gpu_endpoint.enabled

@@ -21,6 +21,7 @@ from tests.cdk_templates import (
     CPU_IMAGE,
     ENDPOINTS,
     GIVEN_CAPACITY,
+    GIVEN_TEXT_CAPACITY,
     GPU_IMAGE,
     MODEL,
     cdk_json_context,
@@ -35,7 +36,8 @@ def bare(**overrides) -> Template:
     props = {
         "model_data_uri": MODEL,
         "dlc": DlcImages(),
-        "text_generation": TextGenerationEndpoint(),
+        "text_generation": TextGenerationEndpoint.model_validate(GIVEN_TEXT_CAPACITY),
+        "release_model": "qwen3.5-4b-q4_k_m",
         "decision_cpu": DecisionCpuEndpoint.model_validate(GIVEN_CAPACITY),
         "decision_cpu_image": CPU_IMAGE,
         "decision_gpu": DecisionGpuEndpoint.model_validate({**GIVEN_CAPACITY, "enabled": True}),
@@ -101,6 +103,9 @@ def test_text_generation_endpoint_runs_the_dlc_with_llama_cpp_settings(endpoints
         "SM_LLAMA_CPP_CTX_SIZE": "8192",
         "SM_LLAMA_CPP_THREADS": "8",
         "SM_LLAMA_CPP_PARALLEL": "2",
+        "SM_LLAMA_CPP_N_PREDICT": "256",
+        # The name every answer gives its model: ops measure files the measurement under it.
+        "SM_LLAMA_CPP_ALIAS": "qwen3.5-4b-q4_k_m",
     }
     assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
     assert "InferenceAmiVersion" not in built["variant"]
@@ -110,13 +115,19 @@ HUB = {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
 
 
 def test_text_generation_from_hugging_face_downloads_instead_of_the_archive(endpoints):
-    hub = bare(text_generation=TextGenerationEndpoint.model_validate({"huggingFace": HUB}))
+    hub = bare(
+        text_generation=TextGenerationEndpoint.model_validate(
+            {"huggingFace": HUB, **GIVEN_TEXT_CAPACITY}
+        )
+    )
     built = model(hub, "decision-models-text-generation")
     container = built["model"]["PrimaryContainer"]
     assert container["Environment"] == {
         "SM_LLAMA_CPP_CTX_SIZE": "8192",
         "SM_LLAMA_CPP_THREADS": "8",
         "SM_LLAMA_CPP_PARALLEL": "2",
+        "SM_LLAMA_CPP_N_PREDICT": "256",
+        "SM_LLAMA_CPP_ALIAS": "Qwen3.5-4B-Q4_K_M",
         "SM_LLAMA_CPP_HF_REPO": "unsloth/Qwen3.5-4B-GGUF",
         "SM_LLAMA_CPP_HF_FILE": "Qwen3.5-4B-Q4_K_M.gguf",
     }
@@ -229,8 +240,8 @@ def endpoint_of(resource: dict) -> str:
 
 
 def test_default_scaling_and_alarm_settings(endpoints):
-    """The DLC endpoint keeps the fixed defaults; the decision endpoints get what their
-    settings say (given here; otherwise derived from measurement, tests/test_cdk_capacity.py)."""
+    """Every endpoint gets what its settings say (given here; otherwise derived from
+    measurement: tests/test_cdk_capacity.py, tests/test_cdk_text_generation_capacity.py)."""
     names = {
         logical_id: r["Properties"]["EndpointName"]
         for logical_id, r in resources(endpoints, "AWS::SageMaker::Endpoint").items()
@@ -240,7 +251,10 @@ def test_default_scaling_and_alarm_settings(endpoints):
         GIVEN_CAPACITY["alarms"]["modelLatencyP90Ms"],
     )
     expected = {
-        "decision-models-text-generation": (60, 10_000),
+        "decision-models-text-generation": (
+            GIVEN_TEXT_CAPACITY["autoscaling"]["invocationsPerInstance"],
+            GIVEN_TEXT_CAPACITY["alarms"]["modelLatencyP90Ms"],
+        ),
         "decision-models-decision-cpu": given,
         "decision-models-decision-gpu": given,
     }
