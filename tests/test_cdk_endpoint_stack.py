@@ -178,6 +178,18 @@ def test_decision_gpu_endpoint_uses_the_ordered_pool_with_full_offload(endpoints
     assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
 
 
+def test_a_gpu_pool_of_one_type_is_that_instance_type():
+    """One type deployed to be measured: no pool to fall back through, a plain variant."""
+    one_type = DecisionGpuEndpoint.model_validate(
+        {**GIVEN_CAPACITY, "enabled": True, "instancePool": ["ml.g6e.xlarge"]}
+    )
+    variant = model(bare(decision_gpu=one_type), "decision-models-decision-gpu")["variant"]
+    assert variant["InstanceType"] == "ml.g6e.xlarge"
+    assert "InstancePools" not in variant
+    assert "VariantInstanceProvisionTimeoutInSeconds" not in variant
+    assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
+
+
 def test_execution_roles_are_assumable_by_sagemaker_only(endpoints):
     for role in resources(endpoints, "AWS::IAM::Role").values():
         (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
