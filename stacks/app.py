@@ -70,6 +70,6 @@ def endpoint_stack(
         decision_gpu_image=config.decision_gpu_image,
         invoker_role_arns=config.invoker_role_arns,
         decision_async=config.decision_async_endpoint,
-        release_model=config.builds.model,
+        release_model=config.release_model,
         **kwargs,
     )

@@ -150,7 +150,7 @@ class Builds(_Config):
     )
     # CodeBuild accepts 5..2160 minutes; compiling llama.cpp for CUDA takes the longest.
     timeout_minutes: int = Field(180, ge=5, le=2160)
-    log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365] = 30
+    log_retention_days: LogRetentionDays = 30
 
     @property
     def model(self) -> str:
@@ -201,10 +201,15 @@ class Alarms(_Config):
     )
 
 
+LogRetentionDays = Literal[7, 14, 30, 60, 90, 180, 365]
+
+
 class EndpointSettings(_Config):
     enabled: bool = True
     endpoint_name: EndpointName
     initial_instance_count: int = Field(1, ge=1, le=100)
+    # The endpoint's log group (/aws/sagemaker/Endpoints/<name>) expires its events after this.
+    log_retention_days: LogRetentionDays = 30
     container_startup_timeout_seconds: ContainerTimeout = 600
     model_data_download_timeout_seconds: ContainerTimeout = 600
     autoscaling: Autoscaling = Autoscaling()
@@ -302,7 +307,7 @@ class _MeasuredEndpoint(EndpointSettings):
     @property
     def model_source(self) -> str:
         """Where the model a measurement is filed under comes from (for a refusal)."""
-        return "builds.modelSpec"
+        return "the spec modelDataUri names, else builds.modelSpec"
 
     def measured_capacity(self, model: str) -> Any:
         """The derivation from the committed measurement (capacity.MissingMeasurement)."""
@@ -373,7 +378,9 @@ class TextGenerationEndpoint(_MeasuredEndpoint):
 
     @property
     def model_source(self) -> str:
-        return "huggingFace.file" if self.hugging_face is not None else "builds.modelSpec"
+        if self.hugging_face is not None:
+            return "huggingFace.file"
+        return super().model_source
 
     def served_model(self, release_model: str) -> str:
         """The name it serves its model under (llama-server's --alias), which its measurement
@@ -546,6 +553,20 @@ class DecisionAsyncEndpoint(EndpointSettings):
         return self
 
 
+def release_model(model_data_uri: str, builds: Builds) -> str:
+    """The model a release deploys, which its capacity is looked up by: the spec its archive was
+    packaged from (the manifest's `spec`), which the model build writes into the archive's key,
+    `<artifactPrefix>/<spec>/<sha256>/model.tar.gz`; an archive whose key does not name it (one
+    uploaded by hand, or before keys did) is taken to hold builds.modelSpec's model."""
+    key = _MODEL_DATA.match(model_data_uri)["key"]  # type: ignore[index]
+    named = re.fullmatch(
+        rf"{re.escape(builds.artifact_prefix)}/(?P<spec>[A-Za-z0-9][A-Za-z0-9._-]*)"
+        r"/[0-9a-f]{64}/model\.tar\.gz",
+        key,
+    )
+    return named["spec"] if named else builds.model
+
+
 # Each endpoint's name after the stack prefix, `<prefix in kebab case>-<suffix>`.
 ENDPOINT_SUFFIXES = {
     "text_generation_endpoint": "text-generation",
@@ -654,7 +675,8 @@ class AppConfig(_Config):
         release's model on its instance types, or is refused without one; switched to
         `measuring`, it is deployed to be measured instead."""
         builds = info.data.get("builds")  # absent when invalid, and reported as such
-        if not (endpoint.enabled and info.data.get("model_data_uri") and builds):
+        model_data_uri = info.data.get("model_data_uri")
+        if not (endpoint.enabled and model_data_uri and builds):
             return endpoint
         if endpoint.measuring:
             return endpoint.for_measuring()
@@ -664,7 +686,7 @@ class AppConfig(_Config):
         if info.data.get("for_destroy"):
             return endpoint.with_capacity(endpoint.placeholder_capacity())
         try:
-            derived = endpoint.measured_capacity(builds.model)
+            derived = endpoint.measured_capacity(release_model(model_data_uri, builds))
         except capacity.MissingMeasurement as absent:
             section = to_camel(info.field_name)
             keys = [f"{section}.{key}" for key in missing]
@@ -729,6 +751,12 @@ class AppConfig(_Config):
                     check_ami_runs_cuda(endpoint.inference_ami_version, self.dlc.cuda_major_version)
                 except ValueError as error:
                     raise ValueError(f"{key}.{error}") from None
+
+    @property
+    def release_model(self) -> str:
+        """The model the release deploys (see `release_model`); needs modelDataUri."""
+        assert self.model_data_uri is not None
+        return release_model(self.model_data_uri, self.builds)
 
     @property
     def deploys_endpoints(self) -> bool:

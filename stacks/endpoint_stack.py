@@ -22,6 +22,7 @@ from stacks.constructs.artifacts import ContainerImage, ModelArchive
 from stacks.constructs.async_endpoint import AsyncDecisionEndpoint
 from stacks.constructs.batch_access import grant_batch_transform
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
+from stacks.log_retention import RETENTION
 
 
 class EndpointStack(Stack):
@@ -205,6 +206,7 @@ def _endpoint_props(settings: EndpointSettings) -> dict[str, Any]:
         "initial_instance_count": settings.initial_instance_count,
         "autoscaling": settings.autoscaling,
         "alarms": settings.alarms,
+        "log_retention": RETENTION[settings.log_retention_days],
         "container_startup_timeout": Duration.seconds(settings.container_startup_timeout_seconds),
         "model_data_download_timeout": Duration.seconds(
             settings.model_data_download_timeout_seconds

@@ -367,3 +367,26 @@ def test_the_adapter_names_its_metrics_by_the_endpoint_its_alarms_watch(endpoint
     }
     assert environment["DECISION_METRICS_ENDPOINT"] == name
     assert name in watched
+
+
+def test_every_endpoint_log_group_expires_and_exists_before_its_endpoint(endpoints):
+    """SageMaker writes /aws/sagemaker/Endpoints/<name>; left to SageMaker it never expires."""
+    groups = {
+        logical_id: group
+        for logical_id, group in resources(endpoints, "AWS::Logs::LogGroup").items()
+    }
+    named = {g["Properties"]["LogGroupName"]: (i, g) for i, g in groups.items()}
+    for endpoint_id, endpoint in resources(endpoints, "AWS::SageMaker::Endpoint").items():
+        name = endpoint["Properties"]["EndpointName"]
+        logical_id, group = named[f"/aws/sagemaker/Endpoints/{name}"]
+        assert group["Properties"]["RetentionInDays"] == 30
+        assert group["DeletionPolicy"] == "Delete"
+        assert logical_id in endpoint["DependsOn"]
+    assert len(groups) == len(resources(endpoints, "AWS::SageMaker::Endpoint"))
+    week = TextGenerationEndpoint.model_validate({**GIVEN_TEXT_CAPACITY, "logRetentionDays": 7})
+    (group,) = [
+        g
+        for g in resources(bare(text_generation=week), "AWS::Logs::LogGroup").values()
+        if g["Properties"]["LogGroupName"].endswith("text-generation")
+    ]
+    assert group["Properties"]["RetentionInDays"] == 7

@@ -226,7 +226,7 @@ def test_the_release_configuration_is_checked_before_the_builds(tmp_path):
     """The endpoint synth with the builds' outputs as placeholders runs before the builds:
     cdk.json's release as shipped has no measurement and is refused in seconds; given
     capacity, the same command synthesizes."""
-    from tests.cdk_templates import GIVEN_CAPACITY, run_app
+    from tests.cdk_templates import GIVEN_CAPACITY, GIVEN_TEXT_CAPACITY, run_app
 
     names = [s.get("name") for s in workflow()["jobs"]["deploy"]["steps"]]
     assert names.index("Release configuration") < names.index("Builds through the operator CLI")
@@ -238,5 +238,29 @@ def test_the_release_configuration_is_checked_before_the_builds(tmp_path):
     assert set(context) == {"modelDataUri", "decisionCpuImage", "decisionGpuImage"}
     refused = run_app(tmp_path / "as-shipped", **context)
     assert refused.returncode == 1 and "no measurement of model" in refused.stderr
-    given = run_app(tmp_path / "given", **context, decisionCpuEndpoint=GIVEN_CAPACITY)
+    capacity = {
+        "decisionCpuEndpoint": GIVEN_CAPACITY,
+        "textGenerationEndpoint": GIVEN_TEXT_CAPACITY,
+    }
+    given = run_app(tmp_path / "given", **context, **capacity)
     assert given.returncode == 0, given.stderr[-2000:]
+
+
+def test_node_js_22_or_24_is_required_in_the_checks_ci_and_the_docs():
+    """Node.js 20 is end-of-life: package.json's engines (which `npm ci` checks) accept 22 and
+    24 only, every CI job sets one of them up, and the prerequisites say so."""
+    engines = json.loads((ROOT / "package.json").read_text())["engines"]["node"]
+    assert engines == "^22.0.0 || ^24.0.0"
+    lock = json.loads((ROOT / "package-lock.json").read_text())["packages"][""]["engines"]
+    assert lock == {"node": engines}
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    versions = [
+        step["with"]["node-version"]
+        for job in workflow["jobs"].values()
+        for step in job["steps"]
+        if step.get("uses", "").startswith("actions/setup-node@")
+    ]
+    assert versions and set(versions) <= {"22", "24"}
+    for page in (ROOT / "README.md", ROOT / "docs" / "deploy.md"):
+        text = page.read_text()
+        assert "Node.js 22 or 24" in text and "Node.js 20+" not in text
