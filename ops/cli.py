@@ -1,5 +1,5 @@
-"""python -m ops {build,invoke,status,load,measure,submit,batch,mark-released,context}: the
-operator's view of builds and endpoints."""
+"""python -m ops {build,invoke,status,load,measure,submit,batch,mark-released,prune-released,
+context}: the operator's view of builds and endpoints."""
 
 from __future__ import annotations
 
@@ -236,6 +236,10 @@ def main(
             from ops.released_images import mark
 
             return mark(args, make_client)
+        if args.command == "prune-released":
+            from ops.released_images import prune
+
+            return prune(args, make_client)
         if args.command == "context":
             return _context(args)
         return _status(args, make_client)

@@ -32,7 +32,7 @@ def compose(
         repository_root=repository_root,
         builds=config.builds,
         dlc=config.dlc,
-        cuda_architectures=config.decision_gpu_endpoint.cuda_architectures,
+        cuda_architectures=config.builds.cuda_architectures,
         retain_artifacts=config.retain_artifacts,
         work_prefixes=config.work_prefixes,
         work_retention_days=config.work_retention_days,

@@ -151,6 +151,10 @@ class Builds(_Config):
     # CodeBuild accepts 5..2160 minutes; compiling llama.cpp for CUDA takes the longest.
     timeout_minutes: int = Field(180, ge=5, le=2160)
     log_retention_days: LogRetentionDays = 30
+    # What the GPU image compiles llama.cpp's CUDA kernels for (CMake's list): the compute
+    # capabilities of the default GPU pool (stacks/gpu_instances.py). A pool type whose GPU is
+    # not in it is refused at synthesis; a pool narrowed to one type (to measure it) leaves it.
+    cuda_architectures: str = Field("75;86;89", pattern=r"^[0-9]{2,3}(;[0-9]{2,3})*$")
 
     @property
     def model(self) -> str:
@@ -712,6 +716,7 @@ class AppConfig(_Config):
         if len(names) != len(set(names)):
             raise ValueError(f"endpoint names must differ: {names}")
         self._amis_run_the_cuda_image()
+        self._pool_runs_the_gpu_image()
         images = (
             (self.decision_cpu_endpoint, self.decision_cpu_image, "decisionCpuImage", "cpu-image"),
             (self.decision_gpu_endpoint, self.decision_gpu_image, "decisionGpuImage", "gpu-image"),
@@ -738,6 +743,22 @@ class AppConfig(_Config):
                     "the endpoint with enabled=false"
                 )
         return self
+
+    def _pool_runs_the_gpu_image(self) -> None:
+        """Every type of an enabled GPU pool has a GPU the GPU image is compiled for."""
+        gpu = self.decision_gpu_endpoint
+        built = self.builds.cuda_architectures.split(";")
+        if not gpu.enabled:
+            return
+        for instance_type in gpu.instance_pool:
+            needed = cuda_architectures([instance_type])
+            if needed not in built:
+                raise ValueError(
+                    f"decisionGpuEndpoint.instancePool: {instance_type} needs CUDA architecture "
+                    f"{needed}, which the GPU image is not compiled for (builds.cudaArchitectures "
+                    f"{self.builds.cuda_architectures}): add it there, deploy the stateful stack "
+                    "and build the GPU image again, or leave the type out of the pool"
+                )
 
     def _amis_run_the_cuda_image(self) -> None:
         """Every enabled endpoint on the CUDA image gets an AMI whose driver runs its CUDA."""

@@ -38,7 +38,7 @@ class StatefulStack(Stack):
         work_retention_days: int = 30,
         **kwargs,
     ) -> None:
-        """`cuda_architectures`: what the GPU image compiles for (the GPU endpoint's pool)."""
+        """`cuda_architectures`: what the GPU image compiles for (`builds.cudaArchitectures`)."""
         super().__init__(scope, construct_id, **kwargs)
         removal = RemovalPolicy.RETAIN if retain_artifacts else RemovalPolicy.DESTROY
 

@@ -396,6 +396,19 @@ def test_every_pool_type_has_a_known_gpu_architecture():
     assert one.decision_gpu_endpoint.cuda_architectures == "86"
 
 
+def test_a_pool_type_the_gpu_image_is_not_compiled_for_is_refused_at_synthesis():
+    h100 = {"enabled": True, "instancePool": ["ml.g6e.xlarge", "ml.p5.48xlarge"]}
+    message = rejected(decisionGpuEndpoint=h100)
+    assert (
+        "decisionGpuEndpoint.instancePool: ml.p5.48xlarge needs CUDA architecture 90, which the "
+        "GPU image is not compiled for (builds.cudaArchitectures 75;86;89)"
+    ) in message
+    compiled = config(decisionGpuEndpoint=h100, builds={"cudaArchitectures": "86;89;90"})
+    assert compiled.decision_gpu_endpoint.enabled
+    # Off, the pool is not deployed: nothing to refuse.
+    assert not config(decisionGpuEndpoint={**h100, "enabled": False}).decision_gpu_endpoint.enabled
+
+
 @pytest.mark.parametrize("unknown", ["ml.p3.2xlarge", "ml.g5g.xlarge", "ml.g7.xlarge"])
 def test_a_pool_type_whose_gpu_is_unknown_fails_naming_it(unknown):
     message = rejected(decisionGpuEndpoint={"instancePool": ["ml.g5.xlarge", unknown]})

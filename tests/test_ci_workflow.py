@@ -264,3 +264,56 @@ def test_node_js_22_or_24_is_required_in_the_checks_ci_and_the_docs():
     for page in (ROOT / "README.md", ROOT / "docs" / "deploy.md"):
         text = page.read_text()
         assert "Node.js 22 or 24" in text and "Node.js 20+" not in text
+
+
+def test_a_push_builds_only_when_what_the_builds_read_changed(tmp_path):
+    """The step's own bash in a repository: a push that changed docs only deploys the release
+    committed in cdk.json; one that changed the build source (the paths the staged zip holds),
+    or whose range is unknown (a new branch: `before` is zeros), builds."""
+    from stacks.constructs.build_project import DEFAULT_SOURCE_PATHS
+
+    changed = step("deploy", "Build inputs changed")
+    assert step("deploy", "Builds through the operator CLI")["if"] == (
+        "steps.build-inputs.outputs.changed == 'true' || inputs.build"
+    )
+    (paths,) = re.findall(r"HEAD -- (.+?);", changed["run"])
+    assert tuple(paths.split()) == DEFAULT_SOURCE_PATHS
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    def pushed(path: str) -> str:
+        """Commit a change to `path`; the step's output for the push of that commit."""
+        before = git("rev-parse", "HEAD")
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(path + before)
+        git("add", ".")
+        git("commit", "-qm", path)
+        return run_step(before)
+
+    def run_step(before: str) -> str:
+        output = tmp_path.parent / f"output-{before[:8]}"
+        output.write_text("")
+        subprocess.run(
+            ["bash", "-eo", "pipefail", "-c", changed["run"]],
+            cwd=tmp_path,
+            env={**os.environ, "BEFORE": before, "GITHUB_OUTPUT": str(output)},
+            check=True,
+        )
+        return output.read_text().strip()
+
+    git("init", "-q")
+    (tmp_path / "README.md").write_text("x")
+    git("add", ".")
+    git("commit", "-qm", "start")
+    assert pushed("docs/deploy.md") == "changed=false"
+    assert pushed("stacks/measurements/m/t.json") == "changed=false"
+    for path in ("container/app.py", "model_manifest/x.json", "model_packaging/catalog.py"):
+        assert pushed(path) == "changed=true"
+    assert run_step("0" * 40) == "changed=true"
