@@ -1,7 +1,9 @@
 """Deploy rehearsal against a moto server: README's deploy steps, run as README writes them
 (`make bootstrap`, `make deploy ...`, `make ops ARGS=...`, `make destroy ...`) from a shell where
 no virtual environment is active and `python3`/`python` are the system's: a step that reached
-for the system interpreter (which lacks aws_cdk) fails here. Between the stack deployments the
+for the system interpreter (which lacks aws_cdk) fails here. README's prerequisites only: the
+checkout's venv holds what requirements-deploy.txt installs (the serving packages cannot be
+imported) and no C compiler is on the PATH. Between the stack deployments the
 builds run as CodeBuild would run them on the deployed resources; afterwards what is left is
 checked against what the templates retain.
 
@@ -30,6 +32,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import urllib.request
 import warnings
 from pathlib import Path
@@ -51,6 +54,7 @@ from tests.codebuild_rehearsal import (
 )
 from tests.codebuild_view import build_projects, staged_source
 from tests.readme_steps import DEPLOY, DEPLOY_PAGE, FIRST_DEPLOYMENT, block_with, commands
+from tests.test_deploy_path import SERVING
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.timeout(1200)]
 
@@ -84,6 +88,11 @@ CDK_STANDIN = """#!/bin/sh
 if [ "$1" = deploy ]; then set -- "$@" --method=direct --previous-parameters=false; fi
 exec {cdk} "$@"
 """
+COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++", "cmake", "nvcc")
+NO_COMPILER = """#!/bin/sh
+echo "compiler used: $0 $*" >&2
+exit 98
+"""
 # Stands for the system interpreter: it has no aws_cdk, and no step may reach it.
 NO_SYSTEM_PYTHON = f"""#!/bin/sh
 echo "system python used: $0 $*" >&2
@@ -115,6 +124,7 @@ def checkout(tmp_path: Path, context: dict | None = None, name: str = "checkout"
     # Copied: step 4 writes and commits a measurement under stacks/, and the app must read it
     # there (Python puts a linked script's real folder first on its path).
     own |= {"stacks", "app.py"}
+    own |= {".venv"}  # the deploy path's own (deploy_venv)
     for entry in ROOT.iterdir():
         if entry.name not in own:
             (work / entry.name).symlink_to(entry.resolve())
@@ -128,7 +138,20 @@ def checkout(tmp_path: Path, context: dict | None = None, name: str = "checkout"
     bin_dir.mkdir(parents=True)
     executable(bin_dir / "cdk", CDK_STANDIN.format(cdk=CDK))
     (work / "node_modules/.package-lock.json").write_text("{}")  # `npm ci` has run
+    deploy_venv(work / ".venv")
     return work
+
+
+def deploy_venv(path: Path) -> None:
+    """What the AWS steps' `make` leaves of requirements-deploy.txt alone: a venv that sees the
+    repository venv's packages except the serving ones (importing one raises ImportError), its
+    stamps saying the deploy requirements are installed (no registry is reached from here)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    (site,) = path.glob("lib/python3*/site-packages")
+    blocked = f"import sys; sys.modules.update(dict.fromkeys({SERVING!r}))"
+    (site / "deploy-only.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n{blocked}\n")
+    for stamp in (".venv", ".deploy"):  # in this order: make compares their times
+        (path / stamp).touch()
 
 
 def shell_environment(tmp_path: Path, aws: dict[str, str]) -> dict[str, str]:
@@ -138,6 +161,8 @@ def shell_environment(tmp_path: Path, aws: dict[str, str]) -> dict[str, str]:
     system_bin.mkdir()
     for name in ("python", "python3", f"python3.{sys.version_info.minor}"):
         executable(system_bin / name, NO_SYSTEM_PYTHON)
+    for name in COMPILERS:  # README lists none: no step may compile
+        executable(system_bin / name, NO_COMPILER)
     home = tmp_path / "home"
     home.mkdir()
     (home / ".gitconfig").write_text("[user]\n\tname = Operator\n\temail = operator@example.com\n")
@@ -372,6 +397,11 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         # `npx cdk deploy` (cdk.json's `python3 app.py` on this PATH) fails at once.
         old_way = shell.run(f"npx --no-install cdk synth {STATEFUL} --no-notices")
         assert old_way.returncode != 0 and "system python used" in old_way.stderr
+
+        # The deploy path's venv has no serving package, and the shell no compiler.
+        for module in ("llama_cpp", "numpy"):
+            assert shell.run(f".venv/bin/python -c 'import {module}'").returncode == 1
+        assert shell.run("cc --version").returncode == 98
 
         # 0. Bootstrap, as README writes it; what exists then is not the app's.
         assert "bootstrapped" in shell(block_with(DEPLOY, "make bootstrap"))

@@ -96,3 +96,23 @@ def test_an_unmeasured_release_may_be_written_as_a_removal_reads_it(cdk_json):
     assert main(["context", "set", f"modelDataUri={MODEL}", f"decisionCpuImage={CPU_IMAGE}"]) == 0
     with pytest.raises(ValueError, match="no measurement of model"):
         AppConfig.from_context(context(cdk_json))
+
+
+def test_the_docs_one_type_pool_command_survives_make_and_the_shell(cdk_json):
+    """docs/deploy.md's command for measuring one GPU type: ARGS reaches the recipe's shell,
+    which must hand ops a JSON list."""
+    import re
+    import subprocess
+
+    (command,) = re.findall(
+        r"`(make ops ARGS='context set decisionGpuEndpoint\.instancePool=[^`]*)`",
+        (ROOT / "docs" / "deploy.md").read_text(),
+    )
+    recipe = 'make() { ARGS="${2#ARGS=}"; eval "printf \'%s\\0\' $ARGS"; }\n'
+    words = subprocess.run(
+        ["bash", "-c", recipe + command], capture_output=True, text=True, check=True
+    ).stdout.split("\0")[:-1]
+    assert words == ["context", "set", 'decisionGpuEndpoint.instancePool=["ml.g6e.xlarge"]']
+    assert main(words) == 0
+    gpu = AppConfig.from_context(context(cdk_json)).decision_gpu_endpoint
+    assert gpu.instance_pool == ["ml.g6e.xlarge"]
