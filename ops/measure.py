@@ -281,8 +281,9 @@ class MeasuredCompletions:
             self.digest.update(hashlib.sha256(encoded).digest())
         return encoded
 
-    def answered(self, answer: bytes) -> float:
-        """llama-server's own time for the completion in ms: its prefill and its generation."""
+    def answered(self, answer: bytes, *, measured: bool = True) -> float:
+        """llama-server's own time for the completion in ms: its prefill and its generation;
+        kept unless `measured` is false (the warm-up is checked, not counted)."""
         try:
             data = json.loads(answer)
             timings, model = data["timings"], str(data["model"])
@@ -298,10 +299,11 @@ class MeasuredCompletions:
                 "measurement would be of shorter completions than the release allows (is the "
                 "context, ctx-size / parallel per slot, too small for them?)"
             )
-        with self._lock:
-            self.models.add(model)
-            self.prompt_tokens.append(prompt_n)
-            self.generated.append((predicted_n, predicted_ms))
+        if measured:
+            with self._lock:
+                self.models.add(model)
+                self.prompt_tokens.append(prompt_n)
+                self.generated.append((predicted_n, predicted_ms))
         return prompt_ms + predicted_ms
 
     def as_dict(self) -> dict:
@@ -330,7 +332,9 @@ def _measure_text_generation(
     sleep, rng, report = run["sleep"], run["rng"], run["report"]
     # A first completion, not measured: a cold instance's first answer is no measure.
     first = completions.next()
-    call_with_retries(lambda: completions.answered(send(first)), backoff, sleep=sleep, rng=rng)
+    call_with_retries(
+        lambda: completions.answered(send(first), measured=False), backoff, sleep=sleep, rng=rng
+    )
     levels = sorted({1, slots})
     requests, seconds = limits.max_requests // len(levels), limits.max_seconds / len(levels)
     measured: list[Level] = []

@@ -498,6 +498,7 @@ def test_a_text_generation_endpoint_is_measured_at_its_n_predict_and_filed_for_s
         "n-predict": "256",
     }
     assert measured["completion_p95_ms"] == 9_200.0
+    assert measured["requests"]["count"] == 4  # the warm-up checked, not counted
     assert measured["throughput_rps"] == 0.125  # two slots, 16 s each
     # What synthesis derives from it, with the flags the config renders.
     derived = text_generation_capacity.for_release(
