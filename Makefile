@@ -6,9 +6,10 @@ PYTHON  := $(VENV)/bin/python
 HOST    ?= 127.0.0.1
 PORT    ?= 8080
 export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
-# The CDK CLI pinned in package.json, offline, with this venv's python for the app.
+# The CDK CLI pinned in package.json, offline, with this venv's python for the app. Node.js 22
+# or 24 (package.json's engines); on an end-of-life Node.js jsii says so at every synthesis.
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
-	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
+	npx --no-install cdk
 
 .PHONY: llama run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
 

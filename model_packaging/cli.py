@@ -110,7 +110,7 @@ def _package(spec, output: Path, args, *, fetcher, s3_client) -> int:
     _info(f"archive   {result.path}  {result.bytes} bytes  sha256 {result.sha256}")
     model_uri = None
     if args.upload:
-        model_uri = _upload(result, args.upload, s3_client)
+        model_uri = _upload(result, args.upload, s3_client, spec.name)
         _info(f"uploaded  {model_uri}")
     if args.summary:
         args.summary.write_text(json.dumps(_summary(spec.name, result, model_uri), indent=2) + "\n")
@@ -136,14 +136,16 @@ def _s3_client_for_upload():
     return session.client("s3")
 
 
-def _upload(result, destination: str, s3_client) -> str:
+def _upload(result, destination: str, s3_client, spec_name: str) -> str:
     from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
 
     from model_packaging.upload import upload_archive
 
     try:
-        return upload_archive(s3_client, result.path, result.sha256, destination)
+        return upload_archive(
+            s3_client, result.path, result.sha256, destination, spec_name=spec_name
+        )
     except (BotoCoreError, ClientError, S3UploadFailedError) as exc:
         raise PackagingError(
             f"upload to {destination} failed: {exc}; the archive stays at {result.path}"

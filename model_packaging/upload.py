@@ -1,4 +1,8 @@
-"""Upload an archive under a content-addressed key: PREFIX/<archive sha256>/model.tar.gz."""
+"""Upload an archive under a content-addressed key: PREFIX/<spec>/<archive sha256>/model.tar.gz.
+
+The spec's name in the key (the manifest's `spec`) travels with the URI the build prints: the
+release's `modelDataUri` names the model it deploys, which capacity is looked up by
+(stacks/config.py, `AppConfig.release_model`)."""
 
 from __future__ import annotations
 
@@ -19,15 +23,21 @@ def parse_s3_destination(url: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.strip("/")
 
 
-def archive_key(prefix: str, archive_sha256: str) -> str:
-    return "/".join(part for part in (prefix, archive_sha256, ARCHIVE_NAME) if part)
+def archive_key(prefix: str, spec_name: str, archive_sha256: str) -> str:
+    return "/".join(part for part in (prefix, spec_name, archive_sha256, ARCHIVE_NAME) if part)
 
 
 def upload_archive(
-    s3_client, archive: Path, archive_sha256: str, destination: str, transfer_config=None
+    s3_client,
+    archive: Path,
+    archive_sha256: str,
+    destination: str,
+    transfer_config=None,
+    *,
+    spec_name: str,
 ) -> str:
     bucket, prefix = parse_s3_destination(destination)
-    key = archive_key(prefix, archive_sha256)
+    key = archive_key(prefix, spec_name, archive_sha256)
     uri = f"s3://{bucket}/{key}"
     # The key names the content, so an object already there is this very archive.
     if _object_exists(s3_client, bucket, key):

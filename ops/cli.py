@@ -1,5 +1,5 @@
-"""python -m ops {build,invoke,status,load,measure,submit,batch,mark-released}: the
-operator's view of builds and endpoints."""
+"""python -m ops {build,invoke,status,load,measure,submit,batch,mark-released,prune-released,
+context}: the operator's view of builds and endpoints."""
 
 from __future__ import annotations
 
@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ops.released_images import add_command as add_mark_released
 
     add_mark_released(commands)
+    from ops.context import add_command as add_context
+
+    add_context(commands)
     return parser
 
 
@@ -233,6 +236,12 @@ def main(
             from ops.released_images import mark
 
             return mark(args, make_client)
+        if args.command == "prune-released":
+            from ops.released_images import prune
+
+            return prune(args, make_client)
+        if args.command == "context":
+            return _context(args)
         return _status(args, make_client)
     except UsageError as exc:
         _error(str(exc))
@@ -388,6 +397,17 @@ def _load(args, make_client: ClientFactory, sleep) -> int:
             out.write(text + "\n")
     else:
         print(text)
+    return 0
+
+
+def _context(args) -> int:
+    from ops.context import ContextError, run
+
+    try:
+        lines = run(args)
+    except ContextError as exc:
+        raise UsageError(str(exc)) from None
+    print("\n".join(lines))
     return 0
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ops.retry import Backoff, Retryable
 
@@ -56,10 +57,13 @@ def run_level(
     until: float | None = None,
     backoff: Backoff | None = None,
     rng: random.Random | None = None,
+    own_time: Callable[[Any], float] | None = None,
 ) -> Level:
     """Any failure other than backpressure stops every client and is raised here. No client
     sends after `until` (a time.perf_counter() value). After a refusal a client waits the retry
-    hint, or with `backoff` its delay for that many refusals in a row (which honours the hint)."""
+    hint, or with `backoff` its delay for that many refusals in a row (which honours the hint).
+    An answer's latency is the client's round trip, or `own_time(answer)` in seconds: the
+    server's own timing, without the network between client and endpoint."""
     level = Level(clients)
     lock = threading.Lock()
     failures: list[Exception] = []
@@ -72,7 +76,8 @@ def run_level(
                 return
             started = time.perf_counter()
             try:
-                send()
+                answer = send()
+                took = time.perf_counter() - started if own_time is None else own_time(answer)
             except Retryable as refusal:
                 with lock:
                     level.refused += 1
@@ -91,7 +96,7 @@ def run_level(
                 return
             refused_in_a_row = 0
             with lock:
-                level.answered.append(time.perf_counter() - started)
+                level.answered.append(took)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     started = time.perf_counter()

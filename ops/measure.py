@@ -1,12 +1,18 @@
-"""`python -m ops measure`: the capacity measurement of a deployed decision endpoint, written as
-the file synthesis derives that endpoint's defaults from (stacks/capacity.py).
+"""`python -m ops measure`: the capacity measurement of a deployed endpoint, written as the file
+synthesis derives that endpoint's defaults from (stacks/capacity.py for a decision endpoint,
+stacks/text_generation_capacity.py for the text-generation one).
 
 What is measured is named by the endpoint itself: the instance type from its configuration
-(a pool's type the instances run on) and the model from its answers (the packaged manifest's
-spec), so the file lands under the (model, instance type) pair it belongs to. The load is the
-bench's concurrency decision (bench/workloads.py) at rising concurrency, closed loop, within a
-request count and a time limit shared equally by the levels; a 503 is waited out with
-ops/retry.py's backoff, which honours the adapter's retry hint.
+(a pool's type the instances run on), its kind from its model's environment (llama-server flags,
+SM_LLAMA_CPP_*, make it the DLC's text-generation endpoint) and the model from its answers (the
+packaged manifest's spec; llama-server's alias), so the file lands under the (model, instance
+type) pair it belongs to. It measures one instance, and each answer's latency is the
+container's own timing (the adapter's `timing.total_ms`, llama-server's `timings`), not the
+operator's round trip. A decision endpoint gets the bench's concurrency decision
+(bench/workloads.py) at rising concurrency, closed loop; the text-generation endpoint gets
+completions of its release's most tokens (n-predict) from one client, then one per slot. The
+levels share a request count and a time limit equally; a 503 is waited out with ops/retry.py's
+backoff, which honours the adapter's retry hint.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import hashlib
 import itertools
 import json
 import random
+import statistics
 import threading
 import time
 from collections import Counter
@@ -24,9 +31,9 @@ from pathlib import Path
 
 from bench.workloads import load_decision
 from ops.endpoint_status import endpoint_status
-from ops.load import Level, figures, run_level
+from ops.load import Level, figures, p95, run_level
 from ops.retry import Backoff, call_with_retries
-from stacks import capacity
+from stacks import capacity, text_generation_capacity
 
 
 class CannotMeasure(Exception):
@@ -37,6 +44,7 @@ class CannotMeasure(Exception):
 class Placement:
     instance_type: str
     instances: int
+    endpoint_config: str
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,28 @@ def placement(sagemaker, endpoint: str) -> Placement:
             f"endpoint {endpoint} runs on {', '.join(running_on) or 'no instance'}: a "
             "measurement is of one instance type (deploy a pool of one type to measure it)"
         )
-    return Placement(running_on[0], variants[0]["current_instances"])
+    return Placement(running_on[0], variants[0]["current_instances"], status["endpoint_config"])
+
+
+_SERVER_FLAG = "SM_LLAMA_CPP_"
+# Flags that name the model rather than set how it runs: not part of what is measured.
+_MODEL_FLAGS = ("alias", "hf-repo", "hf-file")
+
+
+def server_flags(sagemaker, endpoint_config: str) -> dict[str, str] | None:
+    """The llama-server flags the endpoint's model runs with (the DLC reads SM_LLAMA_CPP_<FLAG>),
+    or None for a container configured otherwise (the decision adapter)."""
+    (variant, *_) = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint_config)[
+        "ProductionVariants"
+    ]
+    model = sagemaker.describe_model(ModelName=variant["ModelName"])
+    environment = model.get("PrimaryContainer", {}).get("Environment", {})
+    flags = {
+        name.removeprefix(_SERVER_FLAG).lower().replace("_", "-"): value
+        for name, value in environment.items()
+        if name.startswith(_SERVER_FLAG)
+    }
+    return flags or None
 
 
 def served_model(answer: bytes) -> str:
@@ -117,16 +146,19 @@ class MeasuredBodies:
             self.digest.update(hashlib.sha256(encoded).digest())
         return encoded
 
-    def answered(self, answer: bytes) -> bytes:
+    def answered(self, answer: bytes) -> float:
+        """The adapter's own time for the answer in ms (from its arrival, any wait for the model
+        included), once what it read is recorded."""
         try:
             result = json.loads(answer)["result"]
             cache, tokens = result["timing"]["state_cache"], int(result["input_tokens"])
+            total_ms = float(result["timing"]["total_ms"])
         except (ValueError, KeyError, TypeError) as error:
             raise CannotMeasure(f"not a decision answer ({error}): {answer[:200]!r}") from None
         with self._lock:
             self.state_cache[cache] += 1
             self.input_tokens.append(tokens)
-        return answer
+        return total_ms
 
     def check(self) -> None:
         if self.state_cache["hit"]:
@@ -159,6 +191,16 @@ def measure(
     """The measurement file's content. `send(body) -> answer body` raises ops.retry.Retryable
     for a 503 and anything else for a failure, which ends the measurement."""
     before = placement(sagemaker, endpoint)
+    if before.instances != 1:
+        raise CannotMeasure(
+            f"endpoint {endpoint} runs {before.instances} instances: a measurement is of one "
+            "(deploy it with `measuring` on, or autoscaling minCapacity = maxCapacity = 1)"
+        )
+    flags = server_flags(sagemaker, before.endpoint_config)
+    if flags is not None:
+        return _measure_text_generation(
+            sagemaker, send, endpoint, limits, before, flags, sleep=sleep, rng=rng, report=report
+        )
     bodies = MeasuredBodies()
     backoff = Backoff()
     # One decision first: a cold instance's first answer is no measure, and it names the model.
@@ -176,6 +218,7 @@ def measure(
             until=time.perf_counter() + seconds,
             backoff=backoff,
             rng=rng,
+            own_time=lambda total_ms: total_ms / 1000,
         )
         report(f"{clients} client(s): {len(level.answered)} answered, {level.refused} refused")
         measured.append(level)
@@ -195,19 +238,159 @@ def measure(
         "measured": True,
         "model": model,
         "instance_type": before.instance_type,
-        "source": (
-            f"python -m ops measure --endpoint {endpoint} ({before.instances} instance(s), "
-            f"{time.strftime('%Y-%m-%d', time.gmtime())})"
-        ),
+        "source": _source(endpoint),
         "workload": "bench/workloads.py load_decision, each state numbered, closed loop",
+        "latency": "the adapter's timing.total_ms",
         "requests": bodies.as_dict(),
         **{key: value for key, value in result.items() if key not in ("measured", "source")},
     }
 
 
+def _source(endpoint: str) -> str:
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    return f"python -m ops measure --endpoint {endpoint} (1 instance, {day})"
+
+
+# What each measured completion asks for: long enough an answer that ignore_eos only matters
+# for a model that would stop early.
+CHAT_PROMPT = "Tell a long story about a lighthouse keeper and the ships she guides."
+
+
+class MeasuredCompletions:
+    """Each measured completion's body: the prompt numbered at its start, so llama-server's
+    prompt cache cannot serve its prefill, and generation held to the release's n-predict
+    (`ignore_eos`), so every completion is as long as the release allows; llama-server's own
+    timings of each answer are kept, and a completion cut short refuses the run."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self._numbers = itertools.count()
+        self._lock = threading.Lock()
+        self.prompt_tokens: list[int] = []
+        self.generated: list[tuple[int, float]] = []  # (tokens, ms) of each completion
+        self.models: set[str] = set()
+        self.digest = hashlib.sha256()
+
+    def next(self) -> bytes:
+        with self._lock:
+            number = next(self._numbers)
+        message = {"role": "user", "content": f"Request {number}. {CHAT_PROMPT}"}
+        body = {"messages": [message], "max_tokens": self.max_tokens, "ignore_eos": True}
+        encoded = json.dumps({**body, "cache_prompt": False}).encode()
+        with self._lock:
+            self.digest.update(hashlib.sha256(encoded).digest())
+        return encoded
+
+    def answered(self, answer: bytes, *, measured: bool = True) -> float:
+        """llama-server's own time for the completion in ms: its prefill and its generation;
+        kept unless `measured` is false (the warm-up is checked, not counted)."""
+        try:
+            data = json.loads(answer)
+            timings, model = data["timings"], str(data["model"])
+            prompt_n, prompt_ms = int(timings["prompt_n"]), float(timings["prompt_ms"])
+            predicted_n, predicted_ms = int(timings["predicted_n"]), float(timings["predicted_ms"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise CannotMeasure(
+                f"not a llama-server chat completion with timings ({error}): {answer[:200]!r}"
+            ) from None
+        if predicted_n < self.max_tokens:
+            raise CannotMeasure(
+                f"a completion generated {predicted_n} of its {self.max_tokens} tokens: the "
+                "measurement would be of shorter completions than the release allows (is the "
+                "context, ctx-size / parallel per slot, too small for them?)"
+            )
+        if measured:
+            with self._lock:
+                self.models.add(model)
+                self.prompt_tokens.append(prompt_n)
+                self.generated.append((predicted_n, predicted_ms))
+        return prompt_ms + predicted_ms
+
+    def as_dict(self) -> dict:
+        tokens = sorted(self.prompt_tokens)
+        return {
+            "count": len(tokens),
+            "prompt_tokens": {"min": tokens[0], "max": tokens[-1]} if tokens else {},
+            "bodies_sha256": self.digest.hexdigest(),
+        }
+
+
+def _measure_text_generation(
+    sagemaker, send, endpoint: str, limits: Limits, before: Placement, flags: dict, **run
+) -> dict:
+    """The text-generation endpoint's measurement (stacks/text_generation_capacity.py): one
+    client's completions give the p95 of one with nothing waiting, one client per slot the rate
+    of the instance with every slot busy (slots over the mean completion time)."""
+    if "n-predict" not in flags:
+        raise CannotMeasure(
+            f"endpoint {endpoint} runs llama-server without n-predict: a completion has no "
+            "length to measure at (textGenerationEndpoint.llamaServerArgs)"
+        )
+    max_tokens, slots = int(flags["n-predict"]), int(flags.get("parallel", "1"))
+    completions = MeasuredCompletions(max_tokens)
+    backoff = Backoff()
+    sleep, rng, report = run["sleep"], run["rng"], run["report"]
+    # A first completion, not measured: a cold instance's first answer is no measure.
+    first = completions.next()
+    call_with_retries(
+        lambda: completions.answered(send(first), measured=False), backoff, sleep=sleep, rng=rng
+    )
+    levels = sorted({1, slots})
+    requests, seconds = limits.max_requests // len(levels), limits.max_seconds / len(levels)
+    measured: list[Level] = []
+    for clients in levels:
+        level = run_level(
+            lambda: completions.answered(send(completions.next())),
+            clients,
+            max(1, requests // clients),
+            sleep=sleep,
+            until=time.perf_counter() + seconds,
+            backoff=backoff,
+            rng=rng,
+            own_time=lambda own_ms: own_ms / 1000,
+        )
+        report(f"{clients} client(s): {len(level.answered)} answered, {level.refused} refused")
+        measured.append(level)
+    if placement(sagemaker, endpoint) != before:
+        raise CannotMeasure(
+            f"endpoint {endpoint} changed its instances while measured: hold its capacity "
+            "(autoscaling minCapacity = maxCapacity = 1) and measure again"
+        )
+    single, busy = measured[0], measured[-1]
+    for level in (single, busy):
+        if not level.answered:
+            raise CannotMeasure(f"no completion answered at {level.clients} client(s)")
+    (model,) = completions.models or {""}
+    if len(completions.models) != 1 or not model:
+        raise CannotMeasure(f"the answers name models {sorted(completions.models)}, not one")
+    per_completion = [tokens / (ms / 1000) for tokens, ms in completions.generated if ms > 0]
+    return {
+        "measured": True,
+        "kind": text_generation_capacity.KIND,
+        "model": model,
+        "instance_type": before.instance_type,
+        "server_args": {k: v for k, v in flags.items() if k not in _MODEL_FLAGS},
+        "max_tokens": max_tokens,
+        "slots": slots,
+        "source": _source(endpoint),
+        "workload": f"chat completions of {max_tokens} tokens (ignore_eos), each prompt numbered",
+        "latency": "llama-server's timings (prompt_ms + predicted_ms)",
+        "requests": completions.as_dict(),
+        "throughput_rps": round(slots / statistics.mean(busy.answered), 4),
+        "completion_p95_ms": round(p95(single.answered) * 1000, 2),
+        "tokens_per_s": round(statistics.mean(per_completion), 2) if per_completion else None,
+        "levels": [level.as_dict(1) for level in measured],
+    }
+
+
 def write(measurement: dict, output: Path | None) -> Path:
     """Where synthesis reads it, unless `output` says otherwise."""
-    path = output or capacity.measurement_path(measurement["model"], measurement["instance_type"])
+    filed_by = (
+        text_generation_capacity.measurement_path
+        if measurement.get("kind") == text_generation_capacity.KIND
+        else capacity.measurement_path
+    )
+    path = output or filed_by(measurement["model"], measurement["instance_type"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(measurement, indent=2) + "\n", encoding="utf-8")
     return path

@@ -3,7 +3,13 @@ repository's lifecycle rules never expire it (stacks/stateful_stack.py keeps eve
 a `released-` tag); an endpoint still needs its image to replace or add an instance.
 
 The tag is `released-<digest hex>`: one per digest, so marking again changes nothing (the
-repository's tags are immutable)."""
+repository's tags are immutable).
+
+python -m ops prune-released REPOSITORY_URI: the other way, once a release is replaced: every
+`released-` tag of the repository whose image no endpoint of the account and region runs any
+more is removed, so the lifecycle rules expire that image like any other (beyond the newest
+50). Nothing is removed while an endpoint is being created or updated (which images it will
+run is not settled)."""
 
 from __future__ import annotations
 
@@ -32,6 +38,78 @@ def add_command(commands) -> None:
         help="<account>.dkr.ecr.<region>.amazonaws.com/<repository>"  # pragma: no mutate
         "@sha256:<digest>",  # pragma: no mutate
     )
+
+    prune = commands.add_parser(
+        "prune-released",
+        help="untag released images no endpoint runs any more, so the"  # pragma: no mutate
+        " lifecycle rules expire them",  # pragma: no mutate
+    )
+    prune.add_argument(
+        "repository",
+        metavar="REPOSITORY_URI",  # pragma: no mutate
+        help="<account>.dkr.ecr.<region>.amazonaws.com/<repository>"  # pragma: no mutate
+        " (the stateful stack's ImageRepositoryUri)",  # pragma: no mutate
+    )
+
+
+_REPOSITORY = re.compile(
+    r"^(?P<registry>\d{12})\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/(?P<repository>[^@:]+)$"
+)
+# An endpoint in these states runs the images it will keep running.
+_SETTLED = ("InService", "OutOfService", "Failed")
+
+
+def images_in_use(sagemaker) -> tuple[set[str], list[str]]:
+    """The digests of the images every endpoint's variants run (as SageMaker resolved them),
+    and the endpoints whose images are not settled (being created, updated, rolled back)."""
+    digests: set[str] = set()
+    unsettled = []
+    token: dict[str, str] = {}
+    while True:
+        page = sagemaker.list_endpoints(MaxResults=100, **token)
+        for summary in page["Endpoints"]:
+            endpoint = sagemaker.describe_endpoint(EndpointName=summary["EndpointName"])
+            if endpoint["EndpointStatus"] not in _SETTLED:
+                unsettled.append(f"{endpoint['EndpointName']} ({endpoint['EndpointStatus']})")
+            for variant in endpoint.get("ProductionVariants", []):
+                for image in variant.get("DeployedImages", []):
+                    uri = image.get("ResolvedImage") or image.get("SpecifiedImage") or ""
+                    digests.add(uri.rpartition("@")[2])
+        if not page.get("NextToken"):
+            return digests, unsettled
+        token = {"NextToken": page["NextToken"]}
+
+
+def prune(args, make_client: ClientFactory) -> int:
+    match = _REPOSITORY.match(args.repository)
+    if match is None:
+        raise UsageError(f"{args.repository!r} is not a private ECR repository URI")
+    in_use, unsettled = images_in_use(make_client("sagemaker"))
+    if unsettled:
+        _error(f"endpoints changing: {', '.join(unsettled)}; prune once they are InService")
+        return EXIT_FAILED
+    ecr = make_client("ecr")
+    where = {"registryId": match["registry"], "repositoryName": match["repository"]}
+    token: dict[str, str] = {}
+    released = []
+    while True:
+        page = ecr.describe_images(**where, filter={"tagStatus": "TAGGED"}, **token)
+        for detail in page["imageDetails"]:
+            tags = detail.get("imageTags", [])
+            released += [
+                (t, detail["imageDigest"]) for t in tags if t.startswith(RELEASED_TAG_PREFIX)
+            ]
+        if not page.get("nextToken"):
+            break
+        token = {"nextToken": page["nextToken"]}
+    for tag, digest in sorted(released):
+        if digest in in_use:
+            _info(f"kept {tag}: an endpoint runs it")
+            continue
+        # Only the tag goes: the image keeps its build tag, and the lifecycle rules decide.
+        ecr.batch_delete_image(**where, imageIds=[{"imageTag": tag}])
+        _info(f"unmarked {tag}: no endpoint runs it")
+    return 0
 
 
 def released_tag(digest_hex: str) -> str:

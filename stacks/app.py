@@ -32,7 +32,7 @@ def compose(
         repository_root=repository_root,
         builds=config.builds,
         dlc=config.dlc,
-        cuda_architectures=config.decision_gpu_endpoint.cuda_architectures,
+        cuda_architectures=config.builds.cuda_architectures,
         retain_artifacts=config.retain_artifacts,
         work_prefixes=config.work_prefixes,
         work_retention_days=config.work_retention_days,
@@ -70,5 +70,6 @@ def endpoint_stack(
         decision_gpu_image=config.decision_gpu_image,
         invoker_role_arns=config.invoker_role_arns,
         decision_async=config.decision_async_endpoint,
+        release_model=config.release_model,
         **kwargs,
     )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, Self
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -25,7 +26,7 @@ from pydantic.alias_generators import to_camel
 
 from model_packaging.catalog import BUILTIN_SPECS, load_spec
 from model_packaging.errors import SpecError
-from stacks import capacity
+from stacks import capacity, text_generation_capacity
 from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
 from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
 from stacks.inference_amis import check_ami_runs_cuda
@@ -149,7 +150,11 @@ class Builds(_Config):
     )
     # CodeBuild accepts 5..2160 minutes; compiling llama.cpp for CUDA takes the longest.
     timeout_minutes: int = Field(180, ge=5, le=2160)
-    log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365] = 30
+    log_retention_days: LogRetentionDays = 30
+    # What the GPU image compiles llama.cpp's CUDA kernels for (CMake's list): the compute
+    # capabilities of the default GPU pool (stacks/gpu_instances.py). A pool type whose GPU is
+    # not in it is refused at synthesis; a pool narrowed to one type (to measure it) leaves it.
+    cuda_architectures: str = Field("75;86;89", pattern=r"^[0-9]{2,3}(;[0-9]{2,3})*$")
 
     @property
     def model(self) -> str:
@@ -200,10 +205,15 @@ class Alarms(_Config):
     )
 
 
+LogRetentionDays = Literal[7, 14, 30, 60, 90, 180, 365]
+
+
 class EndpointSettings(_Config):
     enabled: bool = True
     endpoint_name: EndpointName
     initial_instance_count: int = Field(1, ge=1, le=100)
+    # The endpoint's log group (/aws/sagemaker/Endpoints/<name>) expires its events after this.
+    log_retention_days: LogRetentionDays = 30
     container_startup_timeout_seconds: ContainerTimeout = 600
     model_data_download_timeout_seconds: ContainerTimeout = 600
     autoscaling: Autoscaling = Autoscaling()
@@ -242,19 +252,100 @@ class HuggingFaceModel(_Config):
     file: Annotated[str, AfterValidator(_gguf_in_repository)]
 
 
+class MeasuredAutoscaling(Autoscaling):
+    invocations_per_instance: int | None = Field(
+        None, ge=1, description="per minute, target tracking; None: from measurement"
+    )
+
+
+class MeasuredAlarms(Alarms):
+    model_latency_p90_ms: int | None = Field(None, ge=1, le=3_600_000)  # None: from measurement
+
+
+class _MeasuredEndpoint(EndpointSettings):
+    """An endpoint whose autoscaling target and latency threshold (and what a subclass adds to
+    DERIVED) default to the derivation from the committed measurement of the release's model on
+    its instance type; a value given in the config wins. AppConfig fills in what is not given
+    (`with_capacity`) or refuses the release. `measuring` deploys it for its first measurement
+    instead: one instance, capacity.MEASURING's values where none are given."""
+
+    # Context key (below the endpoint's section) -> field path; the last name is also the
+    # derivation's attribute.
+    DERIVED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "autoscaling.invocationsPerInstance": ("autoscaling", "invocations_per_instance"),
+        "alarms.modelLatencyP90Ms": ("alarms", "model_latency_p90_ms"),
+    }
+    measuring: bool = False
+    autoscaling: MeasuredAutoscaling = MeasuredAutoscaling()
+    alarms: MeasuredAlarms = MeasuredAlarms()
+
+    def unmeasured(self) -> list[str]:
+        """The context keys of the derived settings that the config leaves to measurement."""
+        unset = []
+        for key, path in self.DERIVED.items():
+            value: Any = self
+            for name in path:
+                value = getattr(value, name)
+            if value is None:
+                unset.append(key)
+        return unset
+
+    def with_capacity(self, derived: Any, **changes: Any) -> Self:
+        """These settings with what the config left open taken from `derived` (validated)."""
+        data = self.model_dump()
+        for path in self.DERIVED.values():
+            holder = data
+            for name in path[:-1]:
+                holder = holder[name]
+            if holder[path[-1]] is None:
+                holder[path[-1]] = getattr(derived, path[-1])
+        for section, values in changes.items():
+            data[section] = {**data[section], **values} if isinstance(values, dict) else values
+        return self.model_validate(data)
+
+    def for_measuring(self) -> Self:
+        """Deployed to be measured: one instance, the measuring values where none are given."""
+        one = {"min_capacity": 1, "max_capacity": 1}
+        return self.with_capacity(capacity.MEASURING, initial_instance_count=1, autoscaling=one)
+
+    @property
+    def model_source(self) -> str:
+        """Where the model a measurement is filed under comes from (for a refusal)."""
+        return "the spec modelDataUri names, else builds.modelSpec"
+
+    def measured_capacity(self, model: str) -> Any:
+        """The derivation from the committed measurement (capacity.MissingMeasurement)."""
+        raise NotImplementedError
+
+    def placeholder_capacity(self) -> Any:
+        """What a removal synthesizes with (any valid values: nothing is deployed)."""
+        raise NotImplementedError
+
+
 # llama-server flags the configuration sets itself; in llamaServerArgs they would fight it.
-_MODEL_FLAGS = ("model", "model-dir", "hf-repo", "hf-file", "model-url")
+_MODEL_FLAGS = ("model", "model-dir", "hf-repo", "hf-file", "model-url", "alias")
 
 
-class TextGenerationEndpoint(EndpointSettings):
-    """The standard llama.cpp endpoint: the DLC image as published, chat completions."""
+def _flag_value(value: str | int | bool) -> str:
+    """A llama-server flag's value as the DLC reads it from SM_LLAMA_CPP_<FLAG> (true: bare)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class TextGenerationEndpoint(_MeasuredEndpoint):
+    """The standard llama.cpp endpoint: the DLC image as published, chat completions. Its
+    autoscaling target and latency threshold derive from the measurement of the release's
+    model on its instance type at its llama-server flags (stacks/text_generation_capacity.py)."""
 
     endpoint_name: EndpointName = "decision-models-text-generation"
     instance_type: InstanceType = "ml.c6i.2xlarge"
     image: Literal["cpu", "cuda"] = "cpu"
     # llama-server flags; the DLC turns each into SM_LLAMA_CPP_<FLAG> (true: bare flag).
+    # n-predict: the most tokens one completion generates, which the capacity is measured at;
+    # 256 keeps one 4B completion on ml.c6i.2xlarge inside InvokeEndpoint's 60 s.
     llama_server_args: dict[str, str | int | bool] = Field(
-        default_factory=lambda: {"ctx-size": 8192, "threads": 8, "parallel": 2}
+        default_factory=lambda: {"ctx-size": 8192, "threads": 8, "parallel": 2, "n-predict": 256}
     )
     # Only applied to the cuda image: its driver must run the image's CUDA (checked at synth).
     inference_ami_version: AmiVersion = "al2023-ami-sagemaker-inference-gpu-4-1"
@@ -271,6 +362,11 @@ class TextGenerationEndpoint(EndpointSettings):
                     f"llamaServerArgs sets {flag!r}: the model comes from the release's archive "
                     "(modelDataUri) or from huggingFace {repo, file}, not from both"
                 )
+        if "n-predict" not in self.llama_server_args:
+            raise ValueError(
+                "llamaServerArgs needs 'n-predict', the most tokens one completion generates: "
+                "without it a completion has no bound, and the capacity is measured at it"
+            )
         gpu = self.instance_type.startswith(_GPU_FAMILIES)
         if gpu != (self.image == "cuda"):
             raise ValueError(
@@ -279,50 +375,50 @@ class TextGenerationEndpoint(EndpointSettings):
             )
         return self
 
+    @property
+    def server_args(self) -> dict[str, str]:
+        """The llama-server flags as the DLC reads them (what a measurement is taken at)."""
+        return {flag: _flag_value(value) for flag, value in self.llama_server_args.items()}
 
-class MeasuredAutoscaling(Autoscaling):
-    invocations_per_instance: int | None = Field(
-        None, ge=1, description="per minute, target tracking; None: from measurement"
-    )
+    @property
+    def model_source(self) -> str:
+        if self.hugging_face is not None:
+            return "huggingFace.file"
+        return super().model_source
+
+    def served_model(self, release_model: str) -> str:
+        """The name it serves its model under (llama-server's --alias), which its measurement
+        is filed under: the release's model, or the Hub file's name without `.gguf`."""
+        if self.hugging_face is not None:
+            return Path(self.hugging_face.file).stem
+        return release_model
+
+    def measured_capacity(self, model: str) -> text_generation_capacity.Capacity:
+        return text_generation_capacity.for_release(
+            self.served_model(model), self.instance_type, self.server_args
+        )
+
+    def placeholder_capacity(self) -> text_generation_capacity.Capacity:
+        return text_generation_capacity.derive(text_generation_capacity.DESTROY_PLACEHOLDER)
 
 
-class MeasuredAlarms(Alarms):
-    model_latency_p90_ms: int | None = Field(None, ge=1, le=3_600_000)  # None: from measurement
+class _MeasuredDecisionEndpoint(_MeasuredEndpoint):
+    """A decision endpoint: its admission queue and wait derive from the measurement too
+    (stacks/capacity.py)."""
 
-
-class _MeasuredDecisionEndpoint(EndpointSettings):
-    """A decision endpoint whose admission queue and wait, autoscaling target and latency
-    threshold default to the derivation from the measurement of the release's model on its
-    instance type (stacks/capacity.py); a value given in the config wins. AppConfig fills in
-    what is not given (`with_capacity`) or refuses the release."""
-
+    DERIVED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "maxQueue": ("max_queue",),
+        "admissionWaitS": ("admission_wait_s",),
+        **_MeasuredEndpoint.DERIVED,
+    }
     max_queue: int | None = Field(None, ge=0, le=1024)  # DECISION_MAX_QUEUE
     admission_wait_s: float | None = Field(None, ge=0.0, le=60.0)  # DECISION_ADMISSION_WAIT_S
-    autoscaling: MeasuredAutoscaling = MeasuredAutoscaling()
-    alarms: MeasuredAlarms = MeasuredAlarms()
 
-    def unmeasured(self) -> list[str]:
-        """The context keys of the derived settings that the config leaves to measurement."""
-        values = {
-            "maxQueue": self.max_queue,
-            "admissionWaitS": self.admission_wait_s,
-            "autoscaling.invocationsPerInstance": self.autoscaling.invocations_per_instance,
-            "alarms.modelLatencyP90Ms": self.alarms.model_latency_p90_ms,
-        }
-        return [key for key, value in values.items() if value is None]
+    def measured_capacity(self, model: str) -> capacity.Capacity:
+        return capacity.for_release(model, self.instance_types)
 
-    def with_capacity(self, derived: capacity.Capacity) -> Self:
-        """These settings with what the config left open taken from `derived` (validated)."""
-        data = self.model_dump()
-        for holder, field, value in (
-            (data, "max_queue", derived.max_queue),
-            (data, "admission_wait_s", derived.admission_wait_s),
-            (data["autoscaling"], "invocations_per_instance", derived.invocations_per_instance),
-            (data["alarms"], "model_latency_p90_ms", derived.model_latency_p90_ms),
-        ):
-            if holder[field] is None:
-                holder[field] = value
-        return self.model_validate(data)
+    def placeholder_capacity(self) -> capacity.Capacity:
+        return capacity.derive(capacity.DESTROY_PLACEHOLDER)
 
 
 class DecisionCpuEndpoint(_MeasuredDecisionEndpoint):
@@ -461,6 +557,20 @@ class DecisionAsyncEndpoint(EndpointSettings):
         return self
 
 
+def release_model(model_data_uri: str, builds: Builds) -> str:
+    """The model a release deploys, which its capacity is looked up by: the spec its archive was
+    packaged from (the manifest's `spec`), which the model build writes into the archive's key,
+    `<artifactPrefix>/<spec>/<sha256>/model.tar.gz`; an archive whose key does not name it (one
+    uploaded by hand, or before keys did) is taken to hold builds.modelSpec's model."""
+    key = _MODEL_DATA.match(model_data_uri)["key"]  # type: ignore[index]
+    named = re.fullmatch(
+        rf"{re.escape(builds.artifact_prefix)}/(?P<spec>[A-Za-z0-9][A-Za-z0-9._-]*)"
+        r"/[0-9a-f]{64}/model\.tar\.gz",
+        key,
+    )
+    return named["spec"] if named else builds.model
+
+
 # Each endpoint's name after the stack prefix, `<prefix in kebab case>-<suffix>`.
 ENDPOINT_SUFFIXES = {
     "text_generation_endpoint": "text-generation",
@@ -562,30 +672,35 @@ class AppConfig(_Config):
             )
         return endpoint.model_copy(update={"endpoint_name": name})
 
-    @field_validator("decision_cpu_endpoint", "decision_gpu_endpoint")
+    @field_validator("text_generation_endpoint", "decision_cpu_endpoint", "decision_gpu_endpoint")
     @classmethod
-    def _measured_capacity(
-        cls, endpoint: DecisionCpuEndpoint | DecisionGpuEndpoint, info: ValidationInfo
-    ) -> DecisionCpuEndpoint | DecisionGpuEndpoint:
-        """A release's decision endpoint takes what its config leaves open from the measurement
-        of the release's model on its instance types, or is refused without one."""
-        missing = endpoint.unmeasured()
+    def _measured_capacity(cls, endpoint: _MeasuredEndpoint, info: ValidationInfo) -> Any:
+        """A release's endpoint takes what its config leaves open from the measurement of the
+        release's model on its instance types, or is refused without one; switched to
+        `measuring`, it is deployed to be measured instead."""
         builds = info.data.get("builds")  # absent when invalid, and reported as such
-        if not (missing and endpoint.enabled and info.data.get("model_data_uri") and builds):
+        model_data_uri = info.data.get("model_data_uri")
+        if not (endpoint.enabled and model_data_uri and builds):
+            return endpoint
+        if endpoint.measuring:
+            return endpoint.for_measuring()
+        missing = endpoint.unmeasured()
+        if not missing:
             return endpoint
         if info.data.get("for_destroy"):
-            return endpoint.with_capacity(capacity.derive(capacity.DESTROY_PLACEHOLDER))
+            return endpoint.with_capacity(endpoint.placeholder_capacity())
         try:
-            derived = capacity.for_release(builds.model, endpoint.instance_types)
+            derived = endpoint.measured_capacity(release_model(model_data_uri, builds))
         except capacity.MissingMeasurement as absent:
             section = to_camel(info.field_name)
             keys = [f"{section}.{key}" for key in missing]
             raise ValueError(
-                f"{absent} (the model is builds.modelSpec). Until it is measured, give "
+                f"{absent} (the model is {endpoint.model_source}). Until it is measured, deploy it "
+                f"to be measured (`python -m ops context set {section}.measuring=true`) or give "
                 f"{', '.join(keys[:-1])}{' and ' if len(keys) > 1 else ''}{keys[-1]}; then "
                 f"`python -m ops measure --endpoint {endpoint.endpoint_name}` on the deployed "
-                "endpoint writes the file of the instance type it runs on (commit it, and drop "
-                "the values given)"
+                "endpoint writes the file of the instance type it runs on (commit it, and "
+                f"unset {section}.measuring or the values given)"
             ) from None
         return endpoint.with_capacity(derived)
 
@@ -601,6 +716,7 @@ class AppConfig(_Config):
         if len(names) != len(set(names)):
             raise ValueError(f"endpoint names must differ: {names}")
         self._amis_run_the_cuda_image()
+        self._pool_runs_the_gpu_image()
         images = (
             (self.decision_cpu_endpoint, self.decision_cpu_image, "decisionCpuImage", "cpu-image"),
             (self.decision_gpu_endpoint, self.decision_gpu_image, "decisionGpuImage", "gpu-image"),
@@ -628,6 +744,22 @@ class AppConfig(_Config):
                 )
         return self
 
+    def _pool_runs_the_gpu_image(self) -> None:
+        """Every type of an enabled GPU pool has a GPU the GPU image is compiled for."""
+        gpu = self.decision_gpu_endpoint
+        built = self.builds.cuda_architectures.split(";")
+        if not gpu.enabled:
+            return
+        for instance_type in gpu.instance_pool:
+            needed = cuda_architectures([instance_type])
+            if needed not in built:
+                raise ValueError(
+                    f"decisionGpuEndpoint.instancePool: {instance_type} needs CUDA architecture "
+                    f"{needed}, which the GPU image is not compiled for (builds.cudaArchitectures "
+                    f"{self.builds.cuda_architectures}): add it there, deploy the stateful stack "
+                    "and build the GPU image again, or leave the type out of the pool"
+                )
+
     def _amis_run_the_cuda_image(self) -> None:
         """Every enabled endpoint on the CUDA image gets an AMI whose driver runs its CUDA."""
         text, gpu = self.text_generation_endpoint, self.decision_gpu_endpoint
@@ -640,6 +772,12 @@ class AppConfig(_Config):
                     check_ami_runs_cuda(endpoint.inference_ami_version, self.dlc.cuda_major_version)
                 except ValueError as error:
                     raise ValueError(f"{key}.{error}") from None
+
+    @property
+    def release_model(self) -> str:
+        """The model the release deploys (see `release_model`); needs modelDataUri."""
+        assert self.model_data_uri is not None
+        return release_model(self.model_data_uri, self.builds)
 
     @property
     def deploys_endpoints(self) -> bool:

@@ -22,10 +22,13 @@ from stacks.constructs.artifacts import ContainerImage, ModelArchive
 from stacks.constructs.async_endpoint import AsyncDecisionEndpoint
 from stacks.constructs.batch_access import grant_batch_transform
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
+from stacks.log_retention import RETENTION
 
 
 class EndpointStack(Stack):
-    """`decision_*_image` is required for each enabled decision endpoint (the config checks it)."""
+    """`decision_*_image` is required for each enabled decision endpoint (the config checks it);
+    `release_model` is the model the archive holds (its spec name), which the text-generation
+    endpoint serves under that name."""
 
     def __init__(
         self,
@@ -41,6 +44,7 @@ class EndpointStack(Stack):
         decision_gpu_image: str | None,
         invoker_role_arns: Sequence[str] = (),
         decision_async: DecisionAsyncEndpoint | None = None,
+        release_model: str,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -49,12 +53,16 @@ class EndpointStack(Stack):
 
         text = text_generation
         if text.enabled:
+            if text.unmeasured():  # AppConfig fills them in from measurement, or refuses
+                raise ValueError(f"TextGeneration: {', '.join(text.unmeasured())} not set")
             cuda = text.image == "cuda"
             digest = dlc.cuda_digest if cuda else dlc.cpu_digest
-            # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value.
+            # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value. The
+            # alias names the model in every answer: `ops measure` files its measurement so.
+            server_args = {**text.server_args, "alias": text.served_model(release_model)}
             environment = {
-                "SM_LLAMA_CPP_" + flag.upper().replace("-", "_"): _flag_value(value)
-                for flag, value in text.llama_server_args.items()
+                "SM_LLAMA_CPP_" + flag.upper().replace("-", "_"): value
+                for flag, value in server_args.items()
             }
             hub = text.hugging_face
             if hub is not None:
@@ -198,6 +206,7 @@ def _endpoint_props(settings: EndpointSettings) -> dict[str, Any]:
         "initial_instance_count": settings.initial_instance_count,
         "autoscaling": settings.autoscaling,
         "alarms": settings.alarms,
+        "log_retention": RETENTION[settings.log_retention_days],
         "container_startup_timeout": Duration.seconds(settings.container_startup_timeout_seconds),
         "model_data_download_timeout": Duration.seconds(
             settings.model_data_download_timeout_seconds
@@ -218,9 +227,3 @@ def _decision_environment(
         "DECISION_N_CTX": str(settings.n_ctx),
         "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
     }
-
-
-def _flag_value(value: str | int | bool) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)

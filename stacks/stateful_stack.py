@@ -8,28 +8,18 @@ from pathlib import Path
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.config import Builds, DlcImages
 from stacks.constructs.artifact_store import ArtifactStore
 from stacks.constructs.artifacts import ContainerImage
 from stacks.constructs.build_project import BuildProject, BuildSource
+from stacks.log_retention import RETENTION
 
 # Images tagged so by `python -m ops mark-released` (ops/released_images.py), each release's;
 # the lifecycle rule that selects them counts far more than a repository ever holds.
 RELEASED_TAG_PREFIX = "released-"
 RELEASED_IMAGES_KEPT = 10_000
-
-_RETENTION = {
-    7: logs.RetentionDays.ONE_WEEK,
-    14: logs.RetentionDays.TWO_WEEKS,
-    30: logs.RetentionDays.ONE_MONTH,
-    60: logs.RetentionDays.TWO_MONTHS,
-    90: logs.RetentionDays.THREE_MONTHS,
-    180: logs.RetentionDays.SIX_MONTHS,
-    365: logs.RetentionDays.ONE_YEAR,
-}
 
 
 class StatefulStack(Stack):
@@ -48,7 +38,7 @@ class StatefulStack(Stack):
         work_retention_days: int = 30,
         **kwargs,
     ) -> None:
-        """`cuda_architectures`: what the GPU image compiles for (the GPU endpoint's pool)."""
+        """`cuda_architectures`: what the GPU image compiles for (`builds.cudaArchitectures`)."""
         super().__init__(scope, construct_id, **kwargs)
         removal = RemovalPolicy.RETAIN if retain_artifacts else RemovalPolicy.DESTROY
 
@@ -95,7 +85,7 @@ class StatefulStack(Stack):
         common = {
             "source": source,
             "timeout": Duration.minutes(builds.timeout_minutes),
-            "log_retention": _RETENTION[builds.log_retention_days],
+            "log_retention": RETENTION[builds.log_retention_days],
         }
         model_build = BuildProject(
             self,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -32,10 +32,16 @@ GIVEN_CAPACITY = {
     "autoscaling": {"invocationsPerInstance": 20},
     "alarms": {"modelLatencyP90Ms": 15000},
 }
+# The text-generation endpoint's two derived values (stacks/text_generation_capacity.py), given.
+GIVEN_TEXT_CAPACITY = {
+    "autoscaling": {"invocationsPerInstance": 6},
+    "alarms": {"modelLatencyP90Ms": 40000},
+}
 RELEASE = {
     "modelDataUri": MODEL,
     "decisionCpuImage": CPU_IMAGE,
     "decisionGpuImage": GPU_IMAGE,
+    "textGenerationEndpoint": GIVEN_TEXT_CAPACITY,
     "decisionCpuEndpoint": GIVEN_CAPACITY,
     "decisionGpuEndpoint": GIVEN_CAPACITY,
 }
@@ -46,14 +52,21 @@ STATEFUL, ENDPOINTS = "DecisionModels-Stateful", "DecisionModels-Endpoints"
 ENV = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
 
 
-def first_deployment_capacity() -> dict:
-    """What the deploy steps give a decision endpoint whose model and instance type have no
-    measurement yet (its `-c decisionCpuEndpoint='...'`, the same in every step: README's and
-    docs/deploy.md's GPU step)."""
-    steps = (ROOT / "README.md").read_text() + (ROOT / "docs" / "deploy.md").read_text()
-    # Written inside CDK_ARGS="...", once for each deploy before the measurement.
-    (value,) = set(re.findall(r"-c decisionCpuEndpoint='(\{.*?\})'", steps))
-    return json.loads(value.replace('\\"', '"'))
+def context_commands(block: str, **variables: str) -> list[tuple[str, list[str]]]:
+    """The `make ops ARGS="context ..."` commands of a deploy step's block as ops receives them:
+    (action, items), the shell's variables given their values and ARGS split into words as
+    make's recipe line splits it."""
+    from tests.readme_steps import commands
+
+    found = []
+    for command in commands(block):
+        for name, value in variables.items():
+            command = command.replace(f"${name}", value)
+        words = shlex.split(command)
+        if words[:2] == ["make", "ops"] and words[2].startswith("ARGS=context "):
+            _, action, *items = words[2].removeprefix("ARGS=").split()
+            found.append((action, items))
+    return found
 
 
 def cdk_json_context() -> dict:

@@ -17,6 +17,7 @@ from tests.cdk_templates import (
     ENDPOINTS,
     ENV,
     GIVEN_CAPACITY,
+    GIVEN_TEXT_CAPACITY,
     MODEL,
     RELEASE,
     RELEASE_WITH_GPU,
@@ -49,7 +50,8 @@ def disposable(tmp_path_factory) -> Path:
         decisionCpuImage=CPU_IMAGE,
         decisionCpuEndpoint=GIVEN_CAPACITY,
         textGenerationEndpoint={
-            "huggingFace": {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
+            "huggingFace": {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"},
+            **GIVEN_TEXT_CAPACITY,
         },
         decisionGpuEndpoint={"enabled": False},
     )

@@ -87,6 +87,7 @@ def test_the_config_refuses_gpu_types_overlapping_prefixes_and_a_missing_image()
             {
                 "modelDataUri": RELEASE["modelDataUri"],
                 "decisionGpuImage": RELEASE["decisionGpuImage"],
+                "textGenerationEndpoint": RELEASE["textGenerationEndpoint"],
                 "decisionCpuEndpoint": {"enabled": False},
                 "decisionGpuEndpoint": RELEASE["decisionGpuEndpoint"],
                 "decisionAsyncEndpoint": {"enabled": True},

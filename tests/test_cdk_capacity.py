@@ -4,8 +4,8 @@ type (stacks/capacity.py), or are given; without either, synthesis refuses the r
 from __future__ import annotations
 
 import json
-import re
 import shlex
+import shutil
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -32,12 +32,13 @@ from tests.cdk_templates import (
     GPU_IMAGE,
     MODEL,
     RELEASE,
+    ROOT,
     cdk_json_context,
-    first_deployment_capacity,
+    context_commands,
     one,
     run_app,
 )
-from tests.readme_steps import DEPLOY, section
+from tests.readme_steps import DEPLOY, block_with
 
 SMALL = "gemma3-270m"
 TYPE = "ml.c6i.large"
@@ -137,9 +138,12 @@ def test_a_release_without_a_measurement_is_refused_naming_pair_file_and_keys():
     assert error["msg"] == (
         f"Value error, no measurement of model '{SMALL}' on {TYPE}: "
         f"{capacity.shown(capacity.measurement_path(SMALL, TYPE))} does not exist (the model is "
-        f"builds.modelSpec). Until it is measured, give {KEYS}; then `python -m ops measure "
-        "--endpoint decision-models-decision-cpu` on the deployed endpoint writes the file of "
-        "the instance type it runs on (commit it, and drop the values given)"
+        "the spec modelDataUri names, else builds.modelSpec). Until it is measured, deploy it "
+        "to be measured (`python -m ops context set decisionCpuEndpoint.measuring=true`) or "
+        f"give {KEYS}; then `python -m ops "
+        "measure --endpoint decision-models-decision-cpu` on the deployed endpoint writes the "
+        "file of the instance type it runs on (commit it, and unset "
+        "decisionCpuEndpoint.measuring or the values given)"
     )
 
 
@@ -275,6 +279,25 @@ def test_the_model_of_a_spec_file_is_the_name_inside_it(tmp_path, monkeypatch):
     assert config(**release).decision_cpu_endpoint.max_queue == derived.max_queue
 
 
+def test_the_capacity_follows_the_model_the_archive_holds_not_the_configured_spec():
+    """The model build writes the manifest's spec into the archive's key: a release of an
+    archive of the small model is looked up as the small model, whatever builds.modelSpec says
+    (the stateful stack's build may package another model by now)."""
+    filed(SMALL, TYPE, rps=2.5, p95_ms=410.0)
+    archive = f"s3://artifacts-bucket/models/{SMALL}/{'0a' * 32}/model.tar.gz"
+    release = {**SMALL_RELEASE, "modelDataUri": archive, "builds": {}}
+    assert config(**release).builds.model == "qwen3.5-4b-q4_k_m"
+    assert config(**release).release_model == SMALL
+    derived = capacity.derive(_measured(2.5, 410.0))
+    assert decision_cpu_capacity(config(**release)) == expect(derived)
+    # Another model in the key: its own measurement, which does not exist.
+    other = archive.replace(SMALL, "smollm2-135m-instruct")
+    (error,) = refusal(**{**release, "modelDataUri": other})
+    assert "no measurement of model 'smollm2-135m-instruct'" in error["msg"]
+    # A key without a spec (an archive uploaded by hand): builds.modelSpec's model.
+    assert config(**SMALL_RELEASE).release_model == SMALL
+
+
 def test_the_endpoint_stack_refuses_settings_left_to_a_measurement():
     with pytest.raises(ValueError, match="^DecisionCpu: maxQueue, admissionWaitS, "):
         EndpointStack(
@@ -287,6 +310,7 @@ def test_the_endpoint_stack_refuses_settings_left_to_a_measurement():
             decision_cpu_image=CPU_IMAGE,
             decision_gpu=DecisionGpuEndpoint(enabled=False),
             decision_gpu_image=None,
+            release_model=SMALL,
         )
 
 
@@ -318,56 +342,84 @@ def test_a_very_slow_instance_still_scales_at_one_invocation_per_minute():
     assert capacity.derive(_measured(0.01, 200.0)).invocations_per_instance == 1
 
 
-def test_readmes_deploy_steps_measure_then_deploy_again():
-    """README's deploy steps: the values a first deployment gives make the default release (no
-    measurement) deployable, hold one instance and admit every measuring client; then measure,
-    commit the file, deploy again."""
-    given = first_deployment_capacity()
-    cpu = config(**{**RELEASE, "decisionCpuEndpoint": given}).decision_cpu_endpoint
-    assert cpu.unmeasured() == []
-    assert cpu.autoscaling.min_capacity == cpu.autoscaling.max_capacity == 1
-    assert cpu.max_queue >= Limits().max_clients - 1
-    assert cpu.alarms.model_latency_p90_ms == 60_000  # InvokeEndpoint's limit
-    first = section(DEPLOY)
-    steps = re.findall(r"^\d+\. \*\*(.+?)\*\*", first, flags=re.MULTILINE)
-    assert steps[-1] == "Measure, then deploy again."
-    measuring = first[first.index(steps[-1]) :]
-    lines = [line.strip() for line in measuring.splitlines() if line.startswith("   ")]
-    measure = next(i for i, line in enumerate(lines) if "ops ARGS='measure " in line)
-    commit = next(i for i, line in enumerate(lines) if line.startswith("git add stacks/measure"))
-    deploys = [i for i, line in enumerate(lines) if " deploy " in line]
-    assert measure < commit < deploys[-1]
-    # The deploy before measuring is step 3's, with the values first_deployment_capacity read.
-    assert "-c decisionCpuEndpoint=" in first[: first.index(steps[-1])]
+def test_readmes_deploy_steps_measure_then_deploy_again(tmp_path, monkeypatch):
+    """README's deploy steps as ops receives them, on a copy of cdk.json: step 3 keeps the
+    release switched to be measured, so the default release (no measurement) is deployable
+    with one instance, a queue for every measuring client and the alarm at InvokeEndpoint's
+    60 s; step 4 unsets the switches, and then only the committed measurement deploys it."""
+    from ops.context import update
+
+    shutil.copy(ROOT / "cdk.json", tmp_path / "cdk.json")
+    release = {"MODEL_URI": MODEL, "CPU_IMAGE_URI": CPU_IMAGE}
+    step_3 = context_commands(block_with(DEPLOY, 'mark-released $CPU_IMAGE_URI"'), **release)
+    step_4 = context_commands(block_with(DEPLOY, "ops ARGS='measure "))
+    assert [action for action, _ in step_3 + step_4] == ["set", "unset"]
+
+    def written() -> AppConfig:
+        return AppConfig.from_context(json.loads((tmp_path / "cdk.json").read_text())["context"])
+
+    update(*step_3[0], path=tmp_path / "cdk.json")
+    for endpoint in (written().decision_cpu_endpoint, written().text_generation_endpoint):
+        assert endpoint.measuring and endpoint.unmeasured() == []
+        assert endpoint.autoscaling.min_capacity == endpoint.autoscaling.max_capacity == 1
+        assert endpoint.alarms.model_latency_p90_ms == 60_000  # InvokeEndpoint's limit
+    assert written().decision_cpu_endpoint.max_queue >= Limits().max_clients - 1
+    update(*step_4[0], path=tmp_path / "cdk.json")
+    with pytest.raises(ValidationError, match="no measurement of model 'qwen3.5-4b-q4_k_m'"):
+        written()
+    # Measured (as ops measure files it): the deploy after step 4 takes its values.
+    filed("qwen3.5-4b-q4_k_m", "ml.c6i.2xlarge", rps=0.5, p95_ms=2_000.0)
+    text = written_text_measurement("qwen3.5-4b-q4_k_m", "ml.c6i.2xlarge")
+    cpu = written().decision_cpu_endpoint
+    assert not cpu.measuring and cpu.max_queue == capacity.derive(_measured(0.5, 2000.0)).max_queue
+    assert written().text_generation_endpoint.alarms.model_latency_p90_ms == 2 * text * 1.5
+
+
+def written_text_measurement(model: str, instance_type: str) -> float:
+    """A text-generation measurement of the default flags filed for the pair; its p95 in ms."""
+    from stacks import text_generation_capacity
+    from stacks.config import TextGenerationEndpoint
+
+    path = text_generation_capacity.measurement_path(model, instance_type)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"measured": True, "kind": "text-generation", "model": model}
+    data |= {"instance_type": instance_type, "server_args": TextGenerationEndpoint().server_args}
+    data |= {"max_tokens": 256, "throughput_rps": 0.2, "completion_p95_ms": 9_000.0}
+    path.write_text(json.dumps(data))
+    return 9_000.0
 
 
 def test_readmes_clean_up_synthesizes_a_release_that_was_never_measured(tmp_path):
-    """`make destroy` as README writes it, on a checkout whose release has no measurement
-    (stopped after step 3, a failed `ops measure`, another clone): the CDK CLI's context is
-    what make passes, and the app synthesizes the endpoint stack to delete, not a refusal."""
+    """`make destroy` as README writes it, on a checkout whose cdk.json holds the release as
+    steps 3 and 4 leave it but no measurement (a failed `ops measure`, another clone): the
+    CDK CLI's context is cdk.json's plus what make passes, and the app synthesizes the endpoint
+    stack to delete, not a refusal."""
+    from ops.context import update
     from tests.make_dry_run import cdk_command
-    from tests.readme_steps import block_with, commands
+    from tests.readme_steps import commands
+
+    shutil.copy(ROOT / "cdk.json", tmp_path / "cdk.json")
+    release = {"MODEL_URI": MODEL, "CPU_IMAGE_URI": CPU_IMAGE}
+    steps = context_commands(block_with(DEPLOY, 'mark-released $CPU_IMAGE_URI"'), **release)
+    steps += context_commands(block_with(DEPLOY, "ops ARGS='measure "))
+    for action, items in steps:
+        update(action, items, path=tmp_path / "cdk.json")
+    committed = json.loads((tmp_path / "cdk.json").read_text())["context"]
 
     (endpoints, _stateful) = commands(block_with(DEPLOY, "make destroy"))
-    release = {"MODEL_URI": MODEL, "CPU_IMAGE_URI": CPU_IMAGE}
-    for name, value in release.items():
-        endpoints = endpoints.replace(f"${name}", value)
-    make_args = shlex.split(endpoints)[1:]  # after `make`
-    command = cdk_command(*make_args)
+    command = cdk_command(*shlex.split(endpoints)[1:])  # after `make`
     assert command[:2] == ["cdk", "destroy"]
-    context = {}
+    given = {}
     for flag, value in zip(command, command[1:], strict=False):
         if flag == "-c":
-            key, _, given = value.partition("=")
-            context[key] = given
-    assert context["forDestroy"] == "true" and "decisionCpuEndpoint" not in context
-    result = run_app(tmp_path, **context)
+            key, _, text = value.partition("=")
+            given[key] = text
+    assert given == {"forDestroy": "true"}  # the release itself comes from cdk.json
+    result = run_app(tmp_path / "destroy", **committed, **given)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / f"{ENDPOINTS}.template.json").is_file()
+    assert (tmp_path / "destroy" / f"{ENDPOINTS}.template.json").is_file()
     # The same release without the clean-up's flag is refused: the flag is what lets it pass.
-    refused = run_app(
-        tmp_path / "deploy", **{k: v for k, v in context.items() if k != "forDestroy"}
-    )
+    refused = run_app(tmp_path / "deploy", **committed)
     assert refused.returncode == 1 and "no measurement of model" in refused.stderr
 
 

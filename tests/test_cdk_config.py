@@ -22,6 +22,7 @@ from stacks.config import (
 from tests.cdk_templates import (
     CPU_IMAGE,
     GIVEN_CAPACITY,
+    GIVEN_TEXT_CAPACITY,
     GPU_IMAGE,
     MODEL,
     RELEASE,
@@ -248,6 +249,7 @@ def test_an_enabled_decision_endpoint_needs_its_image_once_a_release_is_given():
     assert config(
         modelDataUri=MODEL,
         decisionCpuImage=CPU_IMAGE,
+        textGenerationEndpoint=GIVEN_TEXT_CAPACITY,
         decisionCpuEndpoint=GIVEN_CAPACITY,
         decisionGpuEndpoint={"enabled": False},
     ).deploys_endpoints
@@ -257,7 +259,10 @@ def test_the_first_release_needs_no_gpu_endpoint_quota():
     """Off unless asked: a new account has no GPU endpoint quota, and a quota refusal fails
     (and rolls back) the whole deploy; no pool falls back from it."""
     first = config(
-        modelDataUri=MODEL, decisionCpuImage=CPU_IMAGE, decisionCpuEndpoint=GIVEN_CAPACITY
+        modelDataUri=MODEL,
+        decisionCpuImage=CPU_IMAGE,
+        textGenerationEndpoint=GIVEN_TEXT_CAPACITY,
+        decisionCpuEndpoint=GIVEN_CAPACITY,
     )
     assert first.deploys_endpoints and not first.decision_gpu_endpoint.enabled
     assert config(**RELEASE_WITH_GPU).decision_gpu_endpoint.enabled
@@ -389,6 +394,19 @@ def test_every_pool_type_has_a_known_gpu_architecture():
     assert config().decision_gpu_endpoint.cuda_architectures == "75;86;89"
     one = config(decisionGpuEndpoint={"instancePool": ["ml.g5.12xlarge"]})
     assert one.decision_gpu_endpoint.cuda_architectures == "86"
+
+
+def test_a_pool_type_the_gpu_image_is_not_compiled_for_is_refused_at_synthesis():
+    h100 = {"enabled": True, "instancePool": ["ml.g6e.xlarge", "ml.p5.48xlarge"]}
+    message = rejected(decisionGpuEndpoint=h100)
+    assert (
+        "decisionGpuEndpoint.instancePool: ml.p5.48xlarge needs CUDA architecture 90, which the "
+        "GPU image is not compiled for (builds.cudaArchitectures 75;86;89)"
+    ) in message
+    compiled = config(decisionGpuEndpoint=h100, builds={"cudaArchitectures": "86;89;90"})
+    assert compiled.decision_gpu_endpoint.enabled
+    # Off, the pool is not deployed: nothing to refuse.
+    assert not config(decisionGpuEndpoint={**h100, "enabled": False}).decision_gpu_endpoint.enabled
 
 
 @pytest.mark.parametrize("unknown", ["ml.p3.2xlarge", "ml.g5g.xlarge", "ml.g7.xlarge"])

@@ -21,6 +21,7 @@ from tests.cdk_templates import (
     CPU_IMAGE,
     ENDPOINTS,
     GIVEN_CAPACITY,
+    GIVEN_TEXT_CAPACITY,
     GPU_IMAGE,
     MODEL,
     cdk_json_context,
@@ -35,7 +36,8 @@ def bare(**overrides) -> Template:
     props = {
         "model_data_uri": MODEL,
         "dlc": DlcImages(),
-        "text_generation": TextGenerationEndpoint(),
+        "text_generation": TextGenerationEndpoint.model_validate(GIVEN_TEXT_CAPACITY),
+        "release_model": "qwen3.5-4b-q4_k_m",
         "decision_cpu": DecisionCpuEndpoint.model_validate(GIVEN_CAPACITY),
         "decision_cpu_image": CPU_IMAGE,
         "decision_gpu": DecisionGpuEndpoint.model_validate({**GIVEN_CAPACITY, "enabled": True}),
@@ -101,6 +103,9 @@ def test_text_generation_endpoint_runs_the_dlc_with_llama_cpp_settings(endpoints
         "SM_LLAMA_CPP_CTX_SIZE": "8192",
         "SM_LLAMA_CPP_THREADS": "8",
         "SM_LLAMA_CPP_PARALLEL": "2",
+        "SM_LLAMA_CPP_N_PREDICT": "256",
+        # The name every answer gives its model: ops measure files the measurement under it.
+        "SM_LLAMA_CPP_ALIAS": "qwen3.5-4b-q4_k_m",
     }
     assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
     assert "InferenceAmiVersion" not in built["variant"]
@@ -110,13 +115,19 @@ HUB = {"repo": "unsloth/Qwen3.5-4B-GGUF", "file": "Qwen3.5-4B-Q4_K_M.gguf"}
 
 
 def test_text_generation_from_hugging_face_downloads_instead_of_the_archive(endpoints):
-    hub = bare(text_generation=TextGenerationEndpoint.model_validate({"huggingFace": HUB}))
+    hub = bare(
+        text_generation=TextGenerationEndpoint.model_validate(
+            {"huggingFace": HUB, **GIVEN_TEXT_CAPACITY}
+        )
+    )
     built = model(hub, "decision-models-text-generation")
     container = built["model"]["PrimaryContainer"]
     assert container["Environment"] == {
         "SM_LLAMA_CPP_CTX_SIZE": "8192",
         "SM_LLAMA_CPP_THREADS": "8",
         "SM_LLAMA_CPP_PARALLEL": "2",
+        "SM_LLAMA_CPP_N_PREDICT": "256",
+        "SM_LLAMA_CPP_ALIAS": "Qwen3.5-4B-Q4_K_M",
         "SM_LLAMA_CPP_HF_REPO": "unsloth/Qwen3.5-4B-GGUF",
         "SM_LLAMA_CPP_HF_FILE": "Qwen3.5-4B-Q4_K_M.gguf",
     }
@@ -165,6 +176,18 @@ def test_decision_gpu_endpoint_uses_the_ordered_pool_with_full_offload(endpoints
     assert variant["VariantInstanceProvisionTimeoutInSeconds"] == 900
     assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
     assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+
+
+def test_a_gpu_pool_of_one_type_is_that_instance_type():
+    """One type deployed to be measured: no pool to fall back through, a plain variant."""
+    one_type = DecisionGpuEndpoint.model_validate(
+        {**GIVEN_CAPACITY, "enabled": True, "instancePool": ["ml.g6e.xlarge"]}
+    )
+    variant = model(bare(decision_gpu=one_type), "decision-models-decision-gpu")["variant"]
+    assert variant["InstanceType"] == "ml.g6e.xlarge"
+    assert "InstancePools" not in variant
+    assert "VariantInstanceProvisionTimeoutInSeconds" not in variant
+    assert variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
 
 
 def test_execution_roles_are_assumable_by_sagemaker_only(endpoints):
@@ -229,8 +252,8 @@ def endpoint_of(resource: dict) -> str:
 
 
 def test_default_scaling_and_alarm_settings(endpoints):
-    """The DLC endpoint keeps the fixed defaults; the decision endpoints get what their
-    settings say (given here; otherwise derived from measurement, tests/test_cdk_capacity.py)."""
+    """Every endpoint gets what its settings say (given here; otherwise derived from
+    measurement: tests/test_cdk_capacity.py, tests/test_cdk_text_generation_capacity.py)."""
     names = {
         logical_id: r["Properties"]["EndpointName"]
         for logical_id, r in resources(endpoints, "AWS::SageMaker::Endpoint").items()
@@ -240,7 +263,10 @@ def test_default_scaling_and_alarm_settings(endpoints):
         GIVEN_CAPACITY["alarms"]["modelLatencyP90Ms"],
     )
     expected = {
-        "decision-models-text-generation": (60, 10_000),
+        "decision-models-text-generation": (
+            GIVEN_TEXT_CAPACITY["autoscaling"]["invocationsPerInstance"],
+            GIVEN_TEXT_CAPACITY["alarms"]["modelLatencyP90Ms"],
+        ),
         "decision-models-decision-cpu": given,
         "decision-models-decision-gpu": given,
     }
@@ -341,3 +367,26 @@ def test_the_adapter_names_its_metrics_by_the_endpoint_its_alarms_watch(endpoint
     }
     assert environment["DECISION_METRICS_ENDPOINT"] == name
     assert name in watched
+
+
+def test_every_endpoint_log_group_expires_and_exists_before_its_endpoint(endpoints):
+    """SageMaker writes /aws/sagemaker/Endpoints/<name>; left to SageMaker it never expires."""
+    groups = {
+        logical_id: group
+        for logical_id, group in resources(endpoints, "AWS::Logs::LogGroup").items()
+    }
+    named = {g["Properties"]["LogGroupName"]: (i, g) for i, g in groups.items()}
+    for endpoint_id, endpoint in resources(endpoints, "AWS::SageMaker::Endpoint").items():
+        name = endpoint["Properties"]["EndpointName"]
+        logical_id, group = named[f"/aws/sagemaker/Endpoints/{name}"]
+        assert group["Properties"]["RetentionInDays"] == 30
+        assert group["DeletionPolicy"] == "Delete"
+        assert logical_id in endpoint["DependsOn"]
+    assert len(groups) == len(resources(endpoints, "AWS::SageMaker::Endpoint"))
+    week = TextGenerationEndpoint.model_validate({**GIVEN_TEXT_CAPACITY, "logRetentionDays": 7})
+    (group,) = [
+        g
+        for g in resources(bare(text_generation=week), "AWS::Logs::LogGroup").values()
+        if g["Properties"]["LogGroupName"].endswith("text-generation")
+    ]
+    assert group["Properties"]["RetentionInDays"] == 7

@@ -149,14 +149,19 @@ def test_image_build_projects_build_from_the_dlc_pinned_by_digest(
     )
 
 
-def test_the_gpu_image_build_follows_the_configured_pool(tmp_path):
-    assembly = synthesize(
-        tmp_path, decisionGpuEndpoint={"instancePool": ["ml.g6e.xlarge", "ml.p5.48xlarge"]}
-    )
-    _, props = project(
-        template(assembly, STATEFUL), "container/buildspec.yml", "container/Dockerfile.gpu"
-    )
-    assert variables(props)["CUDA_ARCHITECTURES"] == "89;90"
+def test_the_gpu_image_build_compiles_for_the_configured_architectures(tmp_path):
+    """builds.cudaArchitectures, not the pool of the moment: a pool narrowed to one type to
+    measure it leaves the image for every type of the default pool."""
+    measuring = {"instancePool": ["ml.g6e.xlarge"]}
+    for name, context, expected in (
+        ("default", {"decisionGpuEndpoint": measuring}, "75;86;89"),
+        ("h100", {"builds": {"cudaArchitectures": "89;90"}}, "89;90"),
+    ):
+        assembly = synthesize(tmp_path / name, **context)
+        _, props = project(
+            template(assembly, STATEFUL), "container/buildspec.yml", "container/Dockerfile.gpu"
+        )
+        assert variables(props)["CUDA_ARCHITECTURES"] == expected
 
 
 def test_the_dlc_account_mapping_covers_the_regions(stateful):

@@ -226,7 +226,7 @@ def test_the_release_configuration_is_checked_before_the_builds(tmp_path):
     """The endpoint synth with the builds' outputs as placeholders runs before the builds:
     cdk.json's release as shipped has no measurement and is refused in seconds; given
     capacity, the same command synthesizes."""
-    from tests.cdk_templates import GIVEN_CAPACITY, run_app
+    from tests.cdk_templates import GIVEN_CAPACITY, GIVEN_TEXT_CAPACITY, run_app
 
     names = [s.get("name") for s in workflow()["jobs"]["deploy"]["steps"]]
     assert names.index("Release configuration") < names.index("Builds through the operator CLI")
@@ -238,5 +238,82 @@ def test_the_release_configuration_is_checked_before_the_builds(tmp_path):
     assert set(context) == {"modelDataUri", "decisionCpuImage", "decisionGpuImage"}
     refused = run_app(tmp_path / "as-shipped", **context)
     assert refused.returncode == 1 and "no measurement of model" in refused.stderr
-    given = run_app(tmp_path / "given", **context, decisionCpuEndpoint=GIVEN_CAPACITY)
+    capacity = {
+        "decisionCpuEndpoint": GIVEN_CAPACITY,
+        "textGenerationEndpoint": GIVEN_TEXT_CAPACITY,
+    }
+    given = run_app(tmp_path / "given", **context, **capacity)
     assert given.returncode == 0, given.stderr[-2000:]
+
+
+def test_node_js_22_or_24_is_required_in_the_checks_ci_and_the_docs():
+    """Node.js 20 is end-of-life: package.json's engines (which `npm ci` checks) accept 22 and
+    24 only, every CI job sets one of them up, and the prerequisites say so."""
+    engines = json.loads((ROOT / "package.json").read_text())["engines"]["node"]
+    assert engines == "^22.0.0 || ^24.0.0"
+    lock = json.loads((ROOT / "package-lock.json").read_text())["packages"][""]["engines"]
+    assert lock == {"node": engines}
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    versions = [
+        step["with"]["node-version"]
+        for job in workflow["jobs"].values()
+        for step in job["steps"]
+        if step.get("uses", "").startswith("actions/setup-node@")
+    ]
+    assert versions and set(versions) <= {"22", "24"}
+    for page in (ROOT / "README.md", ROOT / "docs" / "deploy.md"):
+        text = page.read_text()
+        assert "Node.js 22 or 24" in text and "Node.js 20+" not in text
+
+
+def test_a_push_builds_only_when_what_the_builds_read_changed(tmp_path):
+    """The step's own bash in a repository: a push that changed docs only deploys the release
+    committed in cdk.json; one that changed the build source (the paths the staged zip holds),
+    or whose range is unknown (a new branch: `before` is zeros), builds."""
+    from stacks.constructs.build_project import DEFAULT_SOURCE_PATHS
+
+    changed = step("deploy", "Build inputs changed")
+    assert step("deploy", "Builds through the operator CLI")["if"] == (
+        "steps.build-inputs.outputs.changed == 'true' || inputs.build"
+    )
+    (paths,) = re.findall(r"HEAD -- (.+?);", changed["run"])
+    assert tuple(paths.split()) == DEFAULT_SOURCE_PATHS
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    def pushed(path: str) -> str:
+        """Commit a change to `path`; the step's output for the push of that commit."""
+        before = git("rev-parse", "HEAD")
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(path + before)
+        git("add", ".")
+        git("commit", "-qm", path)
+        return run_step(before)
+
+    def run_step(before: str) -> str:
+        output = tmp_path.parent / f"output-{before[:8]}"
+        output.write_text("")
+        subprocess.run(
+            ["bash", "-eo", "pipefail", "-c", changed["run"]],
+            cwd=tmp_path,
+            env={**os.environ, "BEFORE": before, "GITHUB_OUTPUT": str(output)},
+            check=True,
+        )
+        return output.read_text().strip()
+
+    git("init", "-q")
+    (tmp_path / "README.md").write_text("x")
+    git("add", ".")
+    git("commit", "-qm", "start")
+    assert pushed("docs/deploy.md") == "changed=false"
+    assert pushed("stacks/measurements/m/t.json") == "changed=false"
+    for path in ("container/app.py", "model_manifest/x.json", "model_packaging/catalog.py"):
+        assert pushed(path) == "changed=true"
+    assert run_step("0" * 40) == "changed=true"

@@ -1,20 +1,26 @@
 """Deploy rehearsal against a moto server: README's deploy steps, run as README writes them
 (`make bootstrap`, `make deploy ...`, `make ops ARGS=...`, `make destroy ...`) from a shell where
 no virtual environment is active and `python3`/`python` are the system's: a step that reached
-for the system interpreter (which lacks aws_cdk) fails here. Between the stack deployments the
+for the system interpreter (which lacks aws_cdk) fails here. README's prerequisites only: the
+checkout's venv holds what requirements-deploy.txt installs (the serving packages cannot be
+imported) and no C compiler is on the PATH. Between the stack deployments the
 builds run as CodeBuild would run them on the deployed resources; afterwards what is left is
 checked against what the templates retain.
 
 Where moto 5.2.5 differs from AWS, the rehearsal adapts and says so (docs/development.md, "What
 is rehearsed offline"): its checkout's cdk.json carries the rehearsal's context (an explicit image
 repository name, since moto rejects the generated one; c5 instance types, since moto's
-SageMaker knows no c6i; the bundled model's spec); its CDK CLI deploys with `--method=direct`
+SageMaker knows no c6i, and a GPU pool of one g4dn type, since it knows no instance pools and
+no g5, g6 or g6e; the bundled model's spec); its CDK CLI deploys with `--method=direct`
 (moto's change-set execution drops stack outputs) and `--previous-parameters=false` (moto's
 stack update loses the SSM-typed BootstrapVersion parameter's previous value); `ops status` is
-given the endpoint's name from the stack outputs (moto ignores EndpointName); step 4's measure
-gets one answer for every request from moto (naming the release's model), so what it proves is
-the file's place, its commit and the deploy that reads it. moto's CloudFormation skips some resource
-types; the test pins that list so a change in either direction is noticed.
+given the endpoint's name from the stack outputs (moto ignores EndpointName); step 4's measures
+get one answer for every request from moto (naming the release's model), so what they prove is
+the files' places, their commit and the deploy that reads them. The GPU step runs before step 4
+and again after it (switched off in between), so each order is rehearsed; the clean-up runs
+from a second checkout that holds the committed cdk.json but no measurement. moto's
+CloudFormation skips some resource types; the test pins that list so a change in either
+direction is noticed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import urllib.request
 import warnings
 from pathlib import Path
@@ -33,7 +40,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from stacks import capacity
+from ops.measure import Limits
+from stacks import capacity, text_generation_capacity
 from tests.codebuild_rehearsal import (
     ACCOUNT,
     REGION,
@@ -45,9 +53,10 @@ from tests.codebuild_rehearsal import (
     run_build,
 )
 from tests.codebuild_view import build_projects, staged_source
-from tests.readme_steps import DEPLOY, block_with, commands
+from tests.readme_steps import DEPLOY, DEPLOY_PAGE, FIRST_DEPLOYMENT, block_with, commands
+from tests.test_deploy_path import SERVING
 
-pytestmark = [pytest.mark.rehearsal, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.rehearsal, pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parents[1]
 CDK = ROOT / "node_modules/.bin/cdk"
@@ -59,10 +68,10 @@ REHEARSAL_CONTEXT = {
     "imageRepositoryName": REPOSITORY,
     "builds": {"modelSpec": MODEL_SPEC},
     "textGenerationEndpoint": {"instanceType": "ml.c5.2xlarge"},
-    # No measurement of the small model on it until step 4 writes one: step 3 gives the first
-    # deployment's values on the command line, as README's "Deploy to AWS" does.
+    # No measurement of the small model on it until step 4 writes one: step 3 switches the
+    # endpoints to be measured in cdk.json, as README's "Deploy to AWS" does.
     "decisionCpuEndpoint": {"instanceType": "ml.c5.2xlarge"},
-    "decisionGpuEndpoint": {"enabled": False},
+    "decisionGpuEndpoint": {"enabled": False, "instancePool": ["ml.g4dn.2xlarge"]},
 }
 # Resource types moto's CloudFormation does not implement: created by AWS, skipped by moto.
 SKIPPED_BY_MOTO = {
@@ -75,19 +84,14 @@ SKIPPED_BY_MOTO = {
 }
 SYSTEM_PYTHON_USED = 97
 # The rehearsal's CDK CLI: the pinned one, each deploy direct (see the docstring).
-# A decision endpoint's section given with `-c` replaces cdk.json's: it gets the rehearsal's c5
-# type too (moto's SageMaker knows no c6i).
 CDK_STANDIN = """#!/bin/sh
-for word; do
-  shift
-  case "$word" in
-    decisionCpuEndpoint={{*)
-      word="decisionCpuEndpoint={{\\"instanceType\\": \\"ml.c5.2xlarge\\", ${{word#*{{}}";;
-  esac
-  set -- "$@" "$word"
-done
 if [ "$1" = deploy ]; then set -- "$@" --method=direct --previous-parameters=false; fi
 exec {cdk} "$@"
+"""
+COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++", "cmake", "nvcc")
+NO_COMPILER = """#!/bin/sh
+echo "compiler used: $0 $*" >&2
+exit 98
 """
 # Stands for the system interpreter: it has no aws_cdk, and no step may reach it.
 NO_SYSTEM_PYTHON = f"""#!/bin/sh
@@ -110,15 +114,17 @@ def executable(path: Path, text: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def checkout(tmp_path: Path) -> Path:
-    """The repository as a user's checkout with the rehearsal's cdk.json: every file linked,
-    cdk.out and cdk-outputs.json its own, and the pinned CDK CLI behind the standin above."""
-    work = tmp_path / "checkout"
+def checkout(tmp_path: Path, context: dict | None = None, name: str = "checkout") -> Path:
+    """The repository as a user's checkout with the rehearsal's cdk.json (or `context`): every
+    file linked, cdk.out and cdk-outputs.json its own, and the pinned CDK CLI behind the
+    standin above."""
+    work = tmp_path / name
     work.mkdir()
     own = {".git", "cdk.json", "node_modules", "cdk.out", "cdk-outputs.json", "__pycache__"}
     # Copied: step 4 writes and commits a measurement under stacks/, and the app must read it
     # there (Python puts a linked script's real folder first on its path).
     own |= {"stacks", "app.py"}
+    own |= {".venv"}  # the deploy path's own (deploy_venv)
     for entry in ROOT.iterdir():
         if entry.name not in own:
             (work / entry.name).symlink_to(entry.resolve())
@@ -126,13 +132,26 @@ def checkout(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "app.py", work / "app.py")
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     cdk_json = json.loads((ROOT / "cdk.json").read_text())
-    cdk_json["context"] = {**cdk_json["context"], **REHEARSAL_CONTEXT}
+    cdk_json["context"] = context or {**cdk_json["context"], **REHEARSAL_CONTEXT}
     (work / "cdk.json").write_text(json.dumps(cdk_json, indent=2))
     bin_dir = work / "node_modules/.bin"
     bin_dir.mkdir(parents=True)
     executable(bin_dir / "cdk", CDK_STANDIN.format(cdk=CDK))
     (work / "node_modules/.package-lock.json").write_text("{}")  # `npm ci` has run
+    deploy_venv(work / ".venv")
     return work
+
+
+def deploy_venv(path: Path) -> None:
+    """What the AWS steps' `make` leaves of requirements-deploy.txt alone: a venv that sees the
+    repository venv's packages except the serving ones (importing one raises ImportError), its
+    stamps saying the deploy requirements are installed (no registry is reached from here)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    (site,) = path.glob("lib/python3*/site-packages")
+    blocked = f"import sys; sys.modules.update(dict.fromkeys({SERVING!r}))"
+    (site / "deploy-only.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n{blocked}\n")
+    for stamp in (".venv", ".deploy"):  # in this order: make compares their times
+        (path / stamp).touch()
 
 
 def shell_environment(tmp_path: Path, aws: dict[str, str]) -> dict[str, str]:
@@ -142,6 +161,8 @@ def shell_environment(tmp_path: Path, aws: dict[str, str]) -> dict[str, str]:
     system_bin.mkdir()
     for name in ("python", "python3", f"python3.{sys.version_info.minor}"):
         executable(system_bin / name, NO_SYSTEM_PYTHON)
+    for name in COMPILERS:  # README lists none: no step may compile
+        executable(system_bin / name, NO_COMPILER)
     home = tmp_path / "home"
     home.mkdir()
     (home / ".gitconfig").write_text("[user]\n\tname = Operator\n\temail = operator@example.com\n")
@@ -250,8 +271,6 @@ def build(tmp_path: Path, outdir: Path, aws: dict[str, str], cloudformation, cli
     resolve = Resolver(template, ids, {(repository_id, "Arn"): repository_arn})
     produced = {}
     for project in build_projects(outdir, STATEFUL):
-        if project.environment.get("DOCKERFILE") == "container/Dockerfile.gpu":
-            continue  # the GPU endpoint is off by default; the GPU build is rehearsed elsewhere
         source = Path(
             shutil.copytree(staged_source(outdir, STATEFUL, project), tmp_path / project.logical_id)
         )
@@ -263,8 +282,99 @@ def build(tmp_path: Path, outdir: Path, aws: dict[str, str], cloudformation, cli
             path_prefix=[docker_standin_bin(tmp_path / "bin")],
         )
         assert result.returncode == 0, result.output[-4000:]
-        produced.update(result.exported)
+        gpu = project.environment.get("DOCKERFILE") == "container/Dockerfile.gpu"
+        produced.update(
+            {
+                ("GPU_" if gpu and k == "IMAGE_URI" else "") + k: v
+                for k, v in result.exported.items()
+            }
+        )
     return produced
+
+
+TEXT_OUTPUT = "TextGenerationEndpointName"
+# What moto's InvokeEndpoint answers ops measure: the adapter's decision answer naming the
+# release's model (the manifest's spec), timed by the adapter; then llama-server's chat
+# completion under its alias, of the release's n-predict tokens, with its own timings.
+DECISION_ANSWER = {
+    "result": {
+        "id": "measure",
+        "model": {"manifest": {"spec": MODEL_SPEC}},
+        "input_tokens": 40,
+        "timing": {"state_cache": "miss", "total_ms": 180.0},
+    }
+}
+CHAT_ANSWER = {
+    "object": "chat.completion",
+    "model": MODEL_SPEC,
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "..."}}],
+    "timings": {"prompt_n": 30, "prompt_ms": 150.0, "predicted_n": 256, "predicted_ms": 9000.0},
+}
+
+
+def sent(levels: list[int]) -> int:
+    """The requests `ops measure` sends with its default limits at these levels: a warm-up,
+    then each level's share of the run's requests, a whole number per client."""
+    share = Limits().max_requests // len(levels)
+    return 1 + sum(max(1, share // clients) * clients for clients in levels)
+
+
+def endpoint_on(sagemaker, instance_type: str) -> str:
+    """The one endpoint whose variant runs on `instance_type`."""
+    (found,) = [
+        name
+        for name in endpoints_now(sagemaker)
+        if instance_type
+        in {
+            variant.get("InstanceType")
+            for variant in sagemaker.describe_endpoint_config(
+                EndpointConfigName=sagemaker.describe_endpoint(EndpointName=name)[
+                    "EndpointConfigName"
+                ]
+            )["ProductionVariants"]
+        }
+    ]
+    return found
+
+
+def endpoints_now(sagemaker) -> set[str]:
+    return {e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]}
+
+
+def deployed_model(sagemaker, cloudformation, logical_prefix: str) -> dict[str, str]:
+    """The environment of the model the endpoint stack holds now (moto's update replaces it,
+    records its ARN as the physical id and leaves the endpoint config naming the old one,
+    where AWS would replace the config and update the endpoint)."""
+    (model_name,) = [
+        physical.rsplit("/", 1)[-1]
+        for logical, physical in physical_ids(cloudformation, ENDPOINTS).items()
+        if logical.startswith(logical_prefix)
+    ]
+    return sagemaker.describe_model(ModelName=model_name)["PrimaryContainer"]["Environment"]
+
+
+def deployed_environment(work: Path, logical_prefix: str) -> dict[str, str]:
+    """A model's environment in the endpoint template the last deploy sent."""
+    template = json.loads((work / "cdk.out" / f"{ENDPOINTS}.template.json").read_text())
+    (environment,) = [
+        r["Properties"]["PrimaryContainer"]["Environment"]
+        for logical, r in template["Resources"].items()
+        if r["Type"] == "AWS::SageMaker::Model" and logical.startswith(logical_prefix)
+    ]
+    return environment
+
+
+def text_latency_threshold(work: Path) -> float:
+    """The text-generation endpoint's latency alarm threshold in the deployed template."""
+    template = json.loads((work / "cdk.out" / f"{ENDPOINTS}.template.json").read_text())
+    (threshold,) = [
+        r["Properties"]["Threshold"]
+        for logical, r in template["Resources"].items()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        and logical.startswith("TextGeneration")
+        and r["Properties"].get("MetricName") == "ModelLatency"
+    ]
+    return threshold
 
 
 def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_path):
@@ -288,12 +398,18 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         old_way = shell.run(f"npx --no-install cdk synth {STATEFUL} --no-notices")
         assert old_way.returncode != 0 and "system python used" in old_way.stderr
 
+        # The deploy path's venv has no serving package, and the shell no compiler.
+        for module in ("llama_cpp", "numpy"):
+            assert shell.run(f".venv/bin/python -c 'import {module}'").returncode == 1
+        assert shell.run("cc --version").returncode == 98
+
         # 0. Bootstrap, as README writes it; what exists then is not the app's.
         assert "bootstrapped" in shell(block_with(DEPLOY, "make bootstrap"))
         before = inventory(client)
 
         # 1. The stateful stack (no model yet: the app holds only this stack).
-        shell(block_with(DEPLOY, f"make deploy STACKS={STATEFUL}"))
+        printed = shell(block_with(DEPLOY, f"make deploy STACKS={STATEFUL}"))
+        assert STATEFUL in shell.outputs(), printed[-3000:]
         stateful = shell.outputs()[STATEFUL]
         assert stateful["ImageRepositoryUri"] == (
             f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{REPOSITORY}"
@@ -311,11 +427,17 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         assert produced["IMAGE_URI"].startswith(stateful["ImageRepositoryUri"] + "@sha256:")
         release = {"MODEL_URI": produced["MODEL_URI"], "CPU_IMAGE_URI": produced["IMAGE_URI"]}
 
-        # 3. The release, step by step as README writes it, with what the builds printed.
-        step = commands(block_with(DEPLOY, 'mark-released $CPU_IMAGE_URI"'))
-        mark, deploy, status = step
+        # 3. The release, step by step as README writes it, with what the builds printed: the
+        # release and its measuring switches go into cdk.json, committed, and the deploy reads it.
+        release["GPU_IMAGE_URI"] = produced["GPU_IMAGE_URI"]
+        mark, keep, commit, deploy, status = commands(
+            block_with(DEPLOY, 'mark-released $CPU_IMAGE_URI"')
+        )
         assert "marked released-" in shell(mark, **release)
-        shell(deploy, **release)
+        shell(keep, **release)
+        shell(commit)
+        assert "CDK_ARGS" not in deploy
+        shell(deploy)
         outputs = shell.outputs()[ENDPOINTS]
         cpu_endpoint = outputs["DecisionCpuEndpointName"]
         sagemaker = client("sagemaker")
@@ -326,6 +448,7 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         container = sagemaker.describe_model(ModelName=variant["ModelName"])["PrimaryContainer"]
         assert container["Image"] == produced["IMAGE_URI"]
         assert container["ModelDataUrl"] == produced["MODEL_URI"]
+        assert container["Environment"]["DECISION_MAX_QUEUE"] == "8"  # measuring
         digest = produced["IMAGE_URI"].rsplit("@sha256:", 1)[1]
         (image,) = client("ecr").describe_images(
             repositoryName=REPOSITORY, imageIds=[{"imageDigest": f"sha256:{digest}"}]
@@ -337,45 +460,104 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
         assert f"endpoint {cpu_endpoint}: InService" in printed
         assert "on ml.c5.2xlarge" in printed
 
+        # The GPU step before step 4, as docs/deploy.md writes it (its image built above).
+        gpu_step = commands(block_with(FIRST_DEPLOYMENT, "$GPU_IMAGE_URI", DEPLOY_PAGE))
+        assert gpu_step[0] == "make ops ARGS='build gpu-image'"
+
+        def gpu_step_run() -> None:
+            """The step up to its deploy; the deployed template then holds the GPU endpoint."""
+            for command in gpu_step[1:-1]:
+                shell(command, **release)
+            assert "DecisionGpuEndpointName" in shell.outputs()[ENDPOINTS]
+            assert deployed_environment(work, "DecisionGpuModel")["DECISION_N_GPU_LAYERS"] == "-1"
+
+        def gpu_status() -> str:
+            """The step's status command, on the endpoint found by its instance type: moto's
+            stack update names an endpoint it adds otherwise than the stack output says."""
+            gpu_endpoint = endpoint_on(sagemaker, "ml.g4dn.2xlarge")
+            assert "--endpoint decision-models-decision-gpu" in gpu_step[-1]
+            shell(gpu_step[-1].replace("decision-models-decision-gpu", gpu_endpoint))
+            return gpu_endpoint
+
+        gpu_step_run()
+        gpu_endpoint = gpu_status()
+        assert (
+            deployed_model(sagemaker, cloudformation, "DecisionCpuModel")["DECISION_MAX_QUEUE"]
+            == "8"
+        )  # the GPU step left the CPU endpoint as it was
+
         # Destroy has something to remove: roles, log groups and the release's SageMaker side.
         deployed = {kind: names - before[kind] for kind, names in inventory(client).items()}
-        assert deployed["endpoints"] == set(outputs.values())
-        assert len(deployed["models"]) == len(deployed["endpoint configs"]) == 2
+        assert deployed["endpoints"] == {cpu_endpoint, gpu_endpoint, outputs[TEXT_OUTPUT]}
         assert deployed["roles"] and deployed["log groups"]
 
         # 4. Measure, then deploy again. moto's InvokeEndpoint answers each distinct body with
         # what it was given, here what the release's adapter says of its model (the manifest's
-        # spec): the figures measure moto, not a model; rehearsed are the file's place, its
-        # commit and the deploy that takes the endpoint's capacity from it.
-        answer = {"result": {"id": "measure", "model": {"manifest": {"spec": MODEL_SPEC}}}}
-        answer["result"] |= {"input_tokens": 40, "timing": {"state_cache": "miss"}}
-        # ops measure numbers each state (every request a cache miss): a result per request,
-        # the warm-up and its default 400 at most.
-        moto_answers(endpoint, json.dumps(answer), requests=401)
-        measure, commit, redeploy = commands(block_with(DEPLOY, "ops ARGS='measure "))
-        printed = shell(measure.replace("decision-models-decision-cpu", cpu_endpoint))
+        # spec), then what llama-server answers a chat under its alias: the figures measure
+        # moto, not a model; rehearsed are the files' places, their commit and the deploy that
+        # takes the endpoints' capacity from them, with the GPU endpoint kept.
+        measure_cpu, measure_text, unset, commit, redeploy = commands(
+            block_with(DEPLOY, "ops ARGS='measure ")
+        )
+        moto_answers(endpoint, json.dumps(DECISION_ANSWER), requests=sent(Limits().levels()))
+        printed = shell(measure_cpu.replace("decision-models-decision-cpu", cpu_endpoint))
         written = f"stacks/measurements/{MODEL_SPEC}/ml.c5.2xlarge.json"
         (measured,) = re.findall(r"^MEASUREMENT=(.+)$", printed, re.M)
         assert Path(measured).resolve() == (work / written).resolve()
+        moto_answers(endpoint, json.dumps(CHAT_ANSWER), requests=sent([1, 2]))  # parallel 2
+        text_endpoint = outputs[TEXT_OUTPUT]
+        printed = shell(measure_text.replace("decision-models-text-generation", text_endpoint))
+        text_written = f"stacks/measurements/{MODEL_SPEC}/ml.c5.2xlarge.text-generation.json"
+        (measured,) = re.findall(r"^MEASUREMENT=(.+)$", printed, re.M)
+        assert Path(measured).resolve() == (work / text_written).resolve()
+        shell(unset)
         shell(commit)
-        assert shell("git ls-files stacks/measurements").split() == [written]
-        shell(redeploy, **release)
+        assert shell("git ls-files stacks/measurements").split() == [written, text_written]
+        assert "CDK_ARGS" not in redeploy
+        shell(redeploy)
         derived = capacity.derive(capacity.Measurement.read(work / written))
-        # The model the updated stack holds (moto's update replaces it, records its ARN as the
-        # physical id and leaves the endpoint config naming the old one, where AWS would
-        # replace the config and update the endpoint).
-        (model_name,) = [
-            physical.rsplit("/", 1)[-1]
-            for logical, physical in physical_ids(cloudformation, ENDPOINTS).items()
-            if logical.startswith("DecisionCpuModel")
-        ]
-        environment = sagemaker.describe_model(ModelName=model_name)["PrimaryContainer"][
-            "Environment"
-        ]
-        assert environment["DECISION_MAX_QUEUE"] == str(derived.max_queue)
-        assert environment["DECISION_ADMISSION_WAIT_S"] == str(derived.admission_wait_s)
 
-        # Removing it, as README writes it: what is left is what the templates retain.
+        def cpu_measured() -> None:
+            """In what moto created and in the template the last deploy sent."""
+            for environment in (
+                deployed_model(sagemaker, cloudformation, "DecisionCpuModel"),
+                deployed_environment(work, "DecisionCpuModel"),
+            ):
+                assert environment["DECISION_MAX_QUEUE"] == str(derived.max_queue)
+                assert environment["DECISION_ADMISSION_WAIT_S"] == str(derived.admission_wait_s)
+
+        cpu_measured()
+        assert gpu_endpoint in endpoints_now(sagemaker)  # step 4 kept the GPU endpoint
+        # The text-generation endpoint's alarm as the deployed template holds it (moto skips
+        # alarms): the derivation from its committed measurement.
+        text_capacity = text_generation_capacity.derive(
+            text_generation_capacity.Measurement.read(
+                work / text_written,
+                model=MODEL_SPEC,
+                instance_type="ml.c5.2xlarge",
+                server_args=json.loads((work / text_written).read_text())["server_args"],
+            )
+        )
+        assert text_latency_threshold(work) == text_capacity.model_latency_p90_ms * 1000
+
+        # The GPU step after step 4, on a cdk.json where it has not run: its keys unset and
+        # committed without a deploy (moto's stack update does not create again what an
+        # earlier update deleted), then the step as written; the measured CPU endpoint keeps
+        # its values and the GPU endpoint is there.
+        shell(
+            "make ops ARGS='context unset decisionGpuImage decisionGpuEndpoint.enabled "
+            "decisionGpuEndpoint.measuring' && git commit -qam 'Before the GPU step'"
+        )
+        gpu_step_run()
+        assert gpu_status() == gpu_endpoint
+        cpu_measured()
+
+        # Removing it, as README writes it, from a second checkout: the committed cdk.json
+        # (the release and its switches) and no measurement. What is left is what the
+        # templates retain.
+        committed = json.loads(shell("git show HEAD:cdk.json"))["context"]
+        clean = Shell(checkout(tmp_path, committed, "clean-up"), shell.env)
+        assert not list((clean.work / "stacks").glob("measurements/*/*.json"))
         template = json.loads((work / "cdk.out" / f"{STATEFUL}.template.json").read_text())
         ids = physical_ids(cloudformation, STATEFUL)
         retained = {
@@ -383,7 +565,9 @@ def test_readmes_deploy_steps_bootstrap_deploy_release_status_and_destroy(tmp_pa
             for logical_id, resource in template["Resources"].items()
             if resource.get("DeletionPolicy") == "Retain" and logical_id in ids
         }
-        shell(block_with(DEPLOY, "make destroy"), **release)
+        clean_up = block_with(DEPLOY, "make destroy")
+        assert "CDK_ARGS" not in clean_up
+        clean(clean_up)
         left = inventory(client)
         stacks = {
             s["StackName"]: s["StackStatus"]

@@ -210,12 +210,12 @@ def test_model_build_role_allows_every_call_the_packaging_cli_makes(stateful, tm
         assert main(argv, s3_client=client) == 0
         # The same archive again: found by its key, not uploaded twice.
         sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
-        upload_archive(client, archive, sha256, destination)
+        upload_archive(client, archive, sha256, destination, spec_name="gemma3-270m")
         # A real model archive is GBs: boto3 uploads it in parts.
         big = tmp_path / "big.tar.gz"
         big.write_bytes(os.urandom(6 * 1024 * 1024))
         config = TransferConfig(multipart_threshold=5 * 1024 * 1024, use_threads=False)
-        upload_archive(client, big, "ef" * 32, destination, config)
+        upload_archive(client, big, "ef" * 32, destination, config, spec_name="gemma3-270m")
 
     operations = {operation for operation, _ in calls}
     assert {

@@ -19,7 +19,7 @@ from ops.cli import main
 from stacks import capacity
 from tests.aws_stubs import stubbed_client
 from tests.test_cdk_capacity import SMALL_RELEASE, config, decision_cpu_capacity, expect
-from tests.test_ops_measure import placed
+from tests.test_ops_measure import ADAPTER, placed
 
 ENDPOINT = "decision-models-decision-cpu"
 TYPE = SMALL_RELEASE["decisionCpuEndpoint"]["instanceType"]
@@ -72,7 +72,7 @@ def test_measure_the_served_model_and_synthesize_from_its_file(
     ):
         from tests.sagemaker_runtime import runtime_in_front_of
 
-        placed(stubber, TYPE, name=ENDPOINT)
+        placed(stubber, TYPE, name=ENDPOINT, serving=ADAPTER)
         placed(stubber, TYPE, name=ENDPOINT)
         runtime = runtime_in_front_of(adapter.url, invoked)
         argv = ["measure", "--endpoint", ENDPOINT, "--max-clients", "2", "--max-requests", "8"]

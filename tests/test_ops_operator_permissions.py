@@ -18,6 +18,7 @@ from moto import mock_aws
 from ops.cli import main
 from ops.released_images import RELEASED_TAG_PREFIX
 from tests.aws_stubs import stubbed_client
+from tests.endpoint_descriptions import NOW
 from tests.s3_under_policy import restrict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,3 +159,97 @@ def test_mark_released_tags_each_image_once_and_again_changes_nothing(capsys):
     err = capsys.readouterr().err
     assert f"ops: error: no image {missing}" in err
     assert main(["mark-released", "decision-models:latest"], clients=lambda _: None) == 2
+
+
+# --- prune-released ----------------------------------------------------------------------------
+def built(ecr, layer: bytes, tag: str) -> str:
+    """An image of one layer pushed to moto's ECR with its build tag (moto's digest is the
+    layers'): its digest."""
+    digest = "sha256:" + hashlib.sha256(layer).hexdigest()
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {
+            "digest": digest,
+            "size": 1,
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+        },
+        "layers": [
+            {
+                "digest": digest,
+                "size": 1,
+                "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+            }
+        ],
+    }
+    pushed = ecr.put_image(
+        repositoryName="decision-models", imageManifest=json.dumps(manifest), imageTag=tag
+    )
+    return pushed["image"]["imageId"]["imageDigest"]
+
+
+def described(stubber, name: str, status: str, images: list[str]) -> None:
+    """describe_endpoint of an endpoint whose one variant runs `images` (as SageMaker resolved
+    them)."""
+    deployed = [{"SpecifiedImage": image, "ResolvedImage": image} for image in images]
+    stubber.add_response(
+        "describe_endpoint",
+        {
+            "EndpointName": name,
+            "EndpointArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/{name}",
+            "EndpointConfigName": f"{name}-config",
+            "EndpointStatus": status,
+            "CreationTime": NOW,
+            "LastModifiedTime": NOW,
+            "ProductionVariants": [{"VariantName": "AllTraffic", "DeployedImages": deployed}],
+        },
+        expected_params={"EndpointName": name},
+    )
+
+
+def listed(stubber, *names: str) -> None:
+    summaries = [
+        {
+            "EndpointName": name,
+            "EndpointArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/{name}",
+            "CreationTime": NOW,
+            "LastModifiedTime": NOW,
+            "EndpointStatus": "InService",
+        }
+        for name in names
+    ]
+    stubber.add_response("list_endpoints", {"Endpoints": summaries}, {"MaxResults": 100})
+
+
+def test_prune_released_untags_the_images_no_endpoint_runs_and_keeps_the_others(capsys):
+    with mock_aws(), stubbed_client("sagemaker", REGION) as (sagemaker, stubber):
+        ecr = client("ecr")
+        repository = ecr.create_repository(
+            repositoryName="decision-models", imageTagMutability="IMMUTABLE"
+        )["repository"]
+        old, new = built(ecr, b"old", "dockerfile-1"), built(ecr, b"new", "dockerfile-2")
+        uris = {d: f"{repository['repositoryUri']}@{d}" for d in (old, new)}
+        by_service = {"ecr": ecr, "sagemaker": sagemaker}.__getitem__
+        assert main(["mark-released", *uris.values()], clients=by_service) == 0
+        # The newer release runs on both endpoints; the older one on none any more.
+        listed(stubber, "cpu", "async")
+        described(stubber, "cpu", "InService", [uris[new]])
+        described(stubber, "async", "InService", [uris[new]])
+        assert main(["prune-released", repository["repositoryUri"]], clients=by_service) == 0
+        tags = {
+            detail["imageDigest"]: sorted(detail.get("imageTags", []))
+            for detail in ecr.describe_images(repositoryName="decision-models")["imageDetails"]
+        }
+    assert tags[new] == sorted(["dockerfile-2", RELEASED_TAG_PREFIX + new.removeprefix("sha256:")])
+    assert tags[old] == ["dockerfile-1"]  # the lifecycle rules' to expire now
+    err = capsys.readouterr().err
+    assert f"unmarked {RELEASED_TAG_PREFIX}{old.removeprefix('sha256:')}" in err
+
+
+def test_prune_released_changes_nothing_while_an_endpoint_is_updating(capsys):
+    with stubbed_client("sagemaker", REGION) as (sagemaker, stubber):
+        listed(stubber, "cpu")
+        described(stubber, "cpu", "Updating", [])
+        uri = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-models"
+        assert main(["prune-released", uri], clients={"sagemaker": sagemaker}.__getitem__) == 1
+    assert "endpoints changing: cpu (Updating)" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """Content-addressed upload, every S3 call answered by botocore's Stubber."""
 
 import hashlib
+import json
 
 import boto3
 import pytest
@@ -22,14 +23,17 @@ def s3():
         yield stubbed
 
 
+SPEC = "gemma3-270m"
+
+
 def single_threaded():
     # Keeps the transfer in this thread so the Stubber sees calls in order.
     return TransferConfig(use_threads=False)
 
 
-def test_key_contains_the_archive_checksum():
-    assert archive_key("models/qwen", ARCHIVE_SHA) == f"models/qwen/{ARCHIVE_SHA}/model.tar.gz"
-    assert archive_key("", ARCHIVE_SHA) == f"{ARCHIVE_SHA}/model.tar.gz"
+def test_key_names_the_spec_and_contains_the_archive_checksum():
+    assert archive_key("models", "qwen", ARCHIVE_SHA) == f"models/qwen/{ARCHIVE_SHA}/model.tar.gz"
+    assert archive_key("", "qwen", ARCHIVE_SHA) == f"qwen/{ARCHIVE_SHA}/model.tar.gz"
     assert parse_s3_destination("s3://bucket/models/qwen/") == ("bucket", "models/qwen")
 
 
@@ -43,7 +47,7 @@ def test_new_archive_is_uploaded_under_its_checksum(tmp_path, s3):
     client, stubber = s3
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(b"archive bytes")
-    key = f"models/{ARCHIVE_SHA}/model.tar.gz"
+    key = f"models/{SPEC}/{ARCHIVE_SHA}/model.tar.gz"
     stubber.add_response(
         "list_objects_v2",
         {"KeyCount": 0},
@@ -61,7 +65,9 @@ def test_new_archive_is_uploaded_under_its_checksum(tmp_path, s3):
             "ChecksumAlgorithm": ANY,
         },
     )
-    uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/models", single_threaded())
+    uri = upload_archive(
+        client, archive, ARCHIVE_SHA, "s3://bucket/models", single_threaded(), spec_name=SPEC
+    )
     assert uri == f"s3://bucket/{key}"
 
 
@@ -69,14 +75,16 @@ def test_archive_already_present_is_not_uploaded_again(tmp_path, s3):
     client, stubber = s3
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(b"archive bytes")
-    key = f"{ARCHIVE_SHA}/model.tar.gz"
+    key = f"{SPEC}/{ARCHIVE_SHA}/model.tar.gz"
     stubber.add_response(
         "list_objects_v2",
         {"KeyCount": 1, "Contents": [{"Key": key, "Size": 13}]},
         expected_params={"Bucket": "bucket", "Prefix": key, "MaxKeys": 1},
     )
     # No put_object stubbed: an upload attempt would fail the test.
-    uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket", single_threaded())
+    uri = upload_archive(
+        client, archive, ARCHIVE_SHA, "s3://bucket", single_threaded(), spec_name=SPEC
+    )
     assert uri == f"s3://bucket/{key}"
 
 
@@ -87,11 +95,13 @@ def test_presence_is_asked_by_listing_never_by_head_object(tmp_path, s3):
     client, stubber = s3
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(b"x")
-    key = f"p/{ARCHIVE_SHA}/model.tar.gz"
+    key = f"p/{SPEC}/{ARCHIVE_SHA}/model.tar.gz"
     # A longer key under the same prefix is not the archive.
     stubber.add_response("list_objects_v2", {"Contents": [{"Key": key + ".partial"}]})
     stubber.add_response("put_object", {"ETag": '"etag"'})
-    uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/p", single_threaded())
+    uri = upload_archive(
+        client, archive, ARCHIVE_SHA, "s3://bucket/p", single_threaded(), spec_name=SPEC
+    )
     assert uri == f"s3://bucket/{key}"
 
 
@@ -103,10 +113,13 @@ def test_a_real_access_denied_fails_clearly_naming_the_permission(tmp_path, s3):
         "list_objects_v2", "AccessDenied", "Access Denied", http_status_code=403
     )
     with pytest.raises(PackagingError) as raised:
-        upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/p", single_threaded())
+        upload_archive(
+            client, archive, ARCHIVE_SHA, "s3://bucket/p", single_threaded(), spec_name=SPEC
+        )
     assert str(raised.value) == (
-        f"not allowed to check for s3://bucket/p/{ARCHIVE_SHA}/model.tar.gz: the uploader needs "
-        f"s3:ListBucket on bucket for the prefix p/{ARCHIVE_SHA}/model.tar.gz (Access Denied)"
+        f"not allowed to check for s3://bucket/p/{SPEC}/{ARCHIVE_SHA}/model.tar.gz: the uploader "
+        f"needs s3:ListBucket on bucket for the prefix p/{SPEC}/{ARCHIVE_SHA}/model.tar.gz "
+        "(Access Denied)"
     )
 
 
@@ -123,8 +136,8 @@ def test_first_and_repeated_upload_against_moto_s3(tmp_path):
         client.create_bucket(Bucket="bucket")
         client.put_bucket_versioning(Bucket="bucket", VersioningConfiguration={"Status": "Enabled"})
         for _ in range(2):
-            uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/models")
-        key = f"models/{ARCHIVE_SHA}/model.tar.gz"
+            uri = upload_archive(client, archive, ARCHIVE_SHA, "s3://bucket/models", spec_name=SPEC)
+        key = f"models/{SPEC}/{ARCHIVE_SHA}/model.tar.gz"
         assert uri == f"s3://bucket/{key}"
         versions = client.list_object_versions(Bucket="bucket")["Versions"]
         assert [v["Key"] for v in versions] == [key]
@@ -146,7 +159,10 @@ def test_cli_upload_prints_the_model_uri(tmp_path, s3, capsys):
 
     archive_sha = hashlib.sha256(out.read_bytes()).hexdigest()
     assert code == 0
-    assert capsys.readouterr().out.strip() == f"s3://bucket/models/{archive_sha}/model.tar.gz"
+    spec_name = json.loads(spec.read_text())["name"]  # the manifest's spec, in the key
+    assert capsys.readouterr().out.strip() == (
+        f"s3://bucket/models/{spec_name}/{archive_sha}/model.tar.gz"
+    )
 
 
 def test_cli_refuses_a_malformed_destination_before_packaging(tmp_path, capsys):

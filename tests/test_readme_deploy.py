@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -24,7 +25,7 @@ from tests.cdk_templates import (
     RELEASE,
     RELEASE_WITH_GPU,
     ROOT,
-    cdk_json_context,
+    context_commands,
     synthesize,
 )
 from tests.make_dry_run import cdk_command
@@ -171,27 +172,32 @@ def test_the_first_deploy_needs_no_gpu_quota(quotas):
     assert not [q for q in quotas["default"] if q.startswith(("ml.g", "ml.p"))]
 
 
-def test_the_gpu_step_deploys_the_endpoint_switched_on_with_its_image(tmp_path):
-    """Its quoting survives bash and make: the `-c` values reach cdk as the config reads them."""
-    deploy = next(
-        c
-        for c in commands(block_with(FIRST_DEPLOYMENT, "$GPU_IMAGE_URI", DEPLOY_PAGE))
-        if "deploy" in c
-    )
-    recorder = 'make() { printf "%s\\0" "$@"; }\n'
-    done = subprocess.run(
-        ["bash", "-c", recorder + deploy],
-        env={"MODEL_URI": MODEL, "CPU_IMAGE_URI": CPU_IMAGE, "GPU_IMAGE_URI": GPU_IMAGE},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    command = cdk_command(*done.stdout.split("\0")[:-1])
-    pairs = dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "-c")
-    config = AppConfig.from_context({**cdk_json_context(), **pairs})
-    assert config.decision_gpu_endpoint.enabled
+@pytest.mark.parametrize("order", [("3", "gpu", "4"), ("3", "4", "gpu")])
+def test_the_gpu_step_and_step_4_keep_each_others_values_in_cdk_json(tmp_path, order):
+    """The steps' `ops context` commands as ops receives them, on a copy of cdk.json: the GPU
+    step switches its endpoint on (with its image, to be measured) and leaves the CPU endpoint
+    as it was; step 4 unsets only what step 3 set. Either order ends with both."""
+    from ops.context import update
+
+    shutil.copy(ROOT / "cdk.json", tmp_path / "cdk.json")
+    release = {"MODEL_URI": MODEL, "CPU_IMAGE_URI": CPU_IMAGE, "GPU_IMAGE_URI": GPU_IMAGE}
+    blocks = {
+        "3": block_with(DEPLOY, 'mark-released $CPU_IMAGE_URI"'),
+        "4": block_with(DEPLOY, "ops ARGS='measure "),
+        "gpu": block_with(FIRST_DEPLOYMENT, "$GPU_IMAGE_URI", DEPLOY_PAGE),
+    }
+    for step in order:
+        (change,) = context_commands(blocks[step], **release)
+        update(*change, path=tmp_path / "cdk.json")
+    context = json.loads((tmp_path / "cdk.json").read_text())["context"]
+    config = AppConfig.from_context({**context, "forDestroy": True})
+    gpu, cpu = config.decision_gpu_endpoint, config.decision_cpu_endpoint
+    assert gpu.enabled and gpu.measuring
     assert (config.model_data_uri, config.decision_gpu_image) == (MODEL, GPU_IMAGE)
+    assert not cpu.measuring and not config.text_generation_endpoint.measuring
+    # Every deploy after them reads this: no step passes `-c` values of its own.
+    for block in blocks.values():
+        assert "CDK_ARGS" not in block
 
 
 def test_readme_says_where_the_operator_cli_runs():

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -41,7 +42,11 @@ class Instances:
     @classmethod
     def pool(cls, instance_types: Sequence[str], *, provision_timeout: Duration) -> Instances:
         """`instance_types` in priority order; the config checks SageMaker's rule (1-5 distinct
-        types, stacks/config.py `DecisionGpuEndpoint`), so it is checked in one place."""
+        types, stacks/config.py `DecisionGpuEndpoint`), so it is checked in one place. A pool
+        of one type (one type deployed to be measured) has nothing to fall back to: it is that
+        type, as every endpoint API and tool knows it."""
+        if len(instance_types) == 1:
+            return cls.fixed(instance_types[0])
         return cls(instance_types=tuple(instance_types), provision_timeout=provision_timeout)
 
     @property
@@ -79,6 +84,7 @@ class SageMakerEndpoint(Construct):
         alarms: Alarms,
         container_startup_timeout: Duration,
         model_data_download_timeout: Duration,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         network_isolation: bool = True,
         inference_ami_version: str | None = None,
         least_outstanding_requests: bool = False,
@@ -100,6 +106,15 @@ class SageMakerEndpoint(Construct):
         image.grant_pull(self.role)
         if model_archive is not None:  # None: the container fetches its model itself
             model_archive.grant_read(self.role)
+        # The log group SageMaker writes to, made here so that its events expire (SageMaker's
+        # own would keep them forever) and it goes with the endpoint.
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            log_group_name=runtime_grants.endpoint_log_group(endpoint_name),
+            retention=log_retention,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
         runtime_grants.grant_logs(self.role, runtime_grants.endpoint_log_group(endpoint_name))
         runtime_grants.grant_metrics(self.role, runtime_grants.ENDPOINT_METRICS)
 
@@ -154,6 +169,8 @@ class SageMakerEndpoint(Construct):
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
             retain_all_variant_properties=True,
         )
+        # No container starts (and writes a log group of its own) before the group exists.
+        self.endpoint.node.add_dependency(self.log_group)
         self.endpoint_name = self.endpoint.attr_endpoint_name
         self.endpoint_arn = self.endpoint.ref
 
