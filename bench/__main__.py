@@ -71,8 +71,8 @@ class Prepared:
 
 def prepare(plan: Plan, gguf: Path) -> Prepared:
     """Tokenize with the adapter's own renderer, so the floor prefills the very same tokens."""
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     engine = Engine(
         gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=THREADS, n_gpu_layers=0, n_seq_max=16)

@@ -201,8 +201,8 @@ def measure(name: str, repeats: int) -> dict:
 
 
 def _tokens(gguf: Path, state, question, options, prompt_tokens) -> tuple[list[int], list[int]]:
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     engine = Engine(gguf, EngineConfig(8192, 512, THREADS, 0, 4))
     try:

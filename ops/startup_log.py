@@ -12,7 +12,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-EVENT = "model_loaded"  # decision_adapter/native_libraries.py MODEL_LOADED
+EVENT = "model_loaded"  # decision_adapter/model/native_libraries.py MODEL_LOADED
 
 
 def log_group(endpoint_name: str) -> str:

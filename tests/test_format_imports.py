@@ -27,7 +27,7 @@ def test_importing_every_format_and_the_contract_does_not_import_llama_cpp():
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'llama_cpp'\n"
-        "    or m in ('decision_adapter.engine', 'decision_adapter.scoring'))\n"
+        "    or m in ('decision_adapter.model.engine', 'decision_adapter.scoring.score'))\n"
         "print(','.join(loaded))\n"
     )
     result = subprocess.run(

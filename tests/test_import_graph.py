@@ -105,7 +105,7 @@ def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
     # cli imports its subcommands lazily, inside functions; the walk must still see it.
     assert "ops.codebuild" in graph["ops.cli"]
-    assert "decision_adapter.engine" in graph["decision_adapter.service"]
+    assert "decision_adapter.model.engine" in graph["decision_adapter.service.decision_service"]
 
 
 @pytest.mark.parametrize(

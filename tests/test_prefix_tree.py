@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from decision_adapter.prefix_tree import (
+from decision_adapter.model.prefix_tree import (
     TreeLowerBound,
     common_prefix_length,
     prefix_tree_batches,

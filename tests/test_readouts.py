@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from decision_adapter.budget import READ_TOKEN_COST, TokenBudget
 from decision_adapter.contract import READOUTS, Question
-from decision_adapter.scoring import ContentFreeScores, build_plan, score
-from decision_adapter.state_cache import StateCache
-from decision_adapter.tokenizer import TokenLimitExceeded
+from decision_adapter.model.tokenizer import TokenLimitExceeded
+from decision_adapter.scoring.budget import READ_TOKEN_COST, TokenBudget
+from decision_adapter.scoring.score import ContentFreeScores, build_plan, score
+from decision_adapter.scoring.state_cache import StateCache
 
 from tests.bodies import decision
 from tests.fake_service import FakeService, app_client

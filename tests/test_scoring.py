@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from decision_adapter.contract import Question
-from decision_adapter.engine import Branch
-from decision_adapter.letter_spellings import letter_spellings, spelled_letter
-from decision_adapter.scoring import build_plan, option_labels, score
+from decision_adapter.model.engine import Branch
+from decision_adapter.scoring.letter_spellings import letter_spellings, spelled_letter
+from decision_adapter.scoring.score import build_plan, option_labels, score
 
 STATE = "The customer cannot receive a password reset email. They tried twice and checked spam."
 ROUTE = Question(
@@ -224,7 +224,7 @@ GEMMA_CHAT_TEMPLATE = (
 
 
 def test_a_chat_template_that_leaves_a_message_out_is_refused_naming_it(engine):
-    from decision_adapter.prompts import ChatTemplateError, PromptRenderer
+    from decision_adapter.scoring.prompts import ChatTemplateError, PromptRenderer
 
     drops_system = (
         "{% for m in messages %}{% if m['role'] != 'system' %}<start_of_turn>{{ m['role'] }}\n"
@@ -240,7 +240,7 @@ def test_a_chat_template_that_leaves_a_message_out_is_refused_naming_it(engine):
 def test_a_chat_template_frames_user_text_that_stays_plain(engine):
     """With a chat template (Gemma's instruct format here), the template's own markers become
     control tokens while the same strings inside the state stay text."""
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     templated = PromptRenderer(engine, template=GEMMA_CHAT_TEMPLATE)
     assert templated.mode == "chat-template" and templated.label_prefix == ""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from decision_adapter.contract import Question
-from decision_adapter.scoring import build_plan, score
-from decision_adapter.state_cache import StateCache
+from decision_adapter.scoring.score import build_plan, score
+from decision_adapter.scoring.state_cache import StateCache
 
 STATE = "Order 1182 arrived damaged; the customer wants a replacement, not a refund. " * 6
 QUESTIONS = [

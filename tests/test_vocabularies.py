@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import llama_cpp
 import pytest
-from decision_adapter.engine import silence_llama_logs, tokenize_bytes, user_text_tokenizer
+from decision_adapter.model.engine import silence_llama_logs, tokenize_bytes, user_text_tokenizer
 
 from tests.model_matrix import vocabulary_file
 

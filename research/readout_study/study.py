@@ -43,7 +43,7 @@ from bench import labelled, metrics
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data"
 
-# decision-prompt-v1, as container/decision_adapter/prompts.py renders it without a chat
+# decision-prompt-v1, as container/decision_adapter/scoring/prompts.py renders it without a chat
 # template (the bundled Gemma 3 270M GGUF has none). Copied, not imported: this study must keep
 # measuring the same prompt while the adapter changes.
 SYSTEM_TEXT = (

@@ -20,7 +20,6 @@ from pydantic import (
 )
 
 from .. import sampling
-from ..admission import ShuttingDown
 from ..contract import (
     MAX_REQUEST_ITEMS,
     Chat,
@@ -31,6 +30,7 @@ from ..contract import (
     TokenChoice,
 )
 from ..limits import LimitExceeded
+from ..service.admission import ShuttingDown
 from .base import Call, EventStream, WireFormat
 
 # Strict types throughout: "stream": "yes" or "n": true is a 422, not a guess, and the OpenAPI

@@ -18,26 +18,26 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..contract import ModelService
+from ..errors import RequestError
+from ..formats import decision, openai_chat, openai_decisions, systemone
+from ..formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
+from ..logs import RequestLog
+from ..model.engine import EngineError
+from ..model.files import ModelFileError
+from ..model.native_libraries import log_model_loaded
+from ..scoring.prompts import ChatTemplateError
+from ..service.admission import Busy, Loading, OutOfTime
+from ..service.decision_service import DecisionService
+from ..settings import Settings
 from . import jsonlines
-from .admission import Busy, Loading, OutOfTime
 from .auth import authenticate
+from .body import media_type, off_loop, parsed_in_place, read_bytes, read_json
 from .connections import limit_accept_error_logs
-from .contract import ModelService
-from .engine import EngineError
-from .errors import RequestError
+from .custom_attributes import CUSTOM_ATTRIBUTES, EchoCustomAttributes, forced_format
+from .draining import on_daemon_thread
 from .execution_parameters import execution_parameters
-from .formats import decision, openai_chat, openai_decisions, systemone
-from .formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
-from .http_body import media_type, off_loop, parsed_in_place, read_bytes, read_json
-from .logs import RequestLog
-from .model_files import ModelFileError
-from .native_libraries import log_model_loaded
 from .openapi import openapi_document
-from .prompts import ChatTemplateError
-from .sagemaker import CUSTOM_ATTRIBUTES, EchoCustomAttributes, forced_format
-from .service import DecisionService
-from .settings import Settings
-from .shutdown import on_daemon_thread
 
 log = logging.getLogger("decision_adapter")
 

@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from ..contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
+from ..model.engine import Branch, Engine, log_partition
+from ..model.prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
+from ..model.tokenizer import TokenLimitExceeded
 from .budget import READ_TOKEN_COST, TokenBudget
-from .contract import BUILT_IN_READOUT, Answer, Question, QuestionScores
-from .engine import Branch, Engine, log_partition
 from .letter_spellings import letter_spellings
-from .prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
 from .prompts import CONTENT_FREE_STATE, JSON_CHOICE_CLOSE, PromptRenderer
 from .state_cache import StateCache
-from .tokenizer import TokenLimitExceeded
 
 PREFIX_SEQ = 0
 QUESTION_SEQ = 1  # every question suffix in turn; its branches take the sequences after it

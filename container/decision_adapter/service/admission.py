@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import metrics
+from .. import metrics
 
 T = TypeVar("T")
 _DONE = object()

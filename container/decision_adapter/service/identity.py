@@ -5,13 +5,13 @@ from __future__ import annotations
 import importlib.metadata
 from datetime import datetime, timezone
 
-from . import __version__
-from .calibration import Calibration
-from .contract import ModelIdentity
-from .engine import Engine
-from .model_files import ModelFile
-from .prompts import PROMPT_VERSION
-from .settings import Settings
+from .. import __version__
+from ..calibration import Calibration
+from ..contract import ModelIdentity
+from ..model.engine import Engine
+from ..model.files import ModelFile
+from ..scoring.prompts import PROMPT_VERSION
+from ..settings import Settings
 
 # llama.cpp's `general.file_type` values for the quantizations people actually serve.
 FILE_TYPES = {

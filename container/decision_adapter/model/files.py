@@ -16,7 +16,7 @@ from model_manifest import (
     sha256_of_file,
 )
 
-from .settings import Settings
+from ..settings import Settings
 
 
 class ModelFileError(RuntimeError):

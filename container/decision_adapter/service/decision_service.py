@@ -13,10 +13,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from .admission import ModelRunner, OutOfTime, ShuttingDown
-from .budget import TokenBudget
-from .calibration import load_calibration
-from .contract import (
+from ..calibration import load_calibration
+from ..contract import (
     WORK_DEADLINE,
     Chat,
     Generated,
@@ -26,17 +24,19 @@ from .contract import (
     TextDelta,
     TokenChoice,
 )
-from .engine import DeadlinePassed, Engine, EngineConfig, EngineError
+from ..http.draining import on_daemon_thread
+from ..limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
+from ..model.engine import DeadlinePassed, Engine, EngineConfig, EngineError
+from ..model.files import load_model_file
+from ..model.tokenizer import TokenLimitExceeded
+from ..scoring.budget import TokenBudget
+from ..scoring.prompts import PromptRenderer, state_text
+from ..scoring.score import ContentFreeScores, QuestionsOverBudget, ScoringPlan, build_plan, score
+from ..scoring.state_cache import StateCache
+from ..settings import Settings
+from .admission import ModelRunner, OutOfTime, ShuttingDown
 from .generation import text_events
 from .identity import model_identity
-from .limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
-from .model_files import load_model_file
-from .prompts import PromptRenderer, state_text
-from .scoring import ContentFreeScores, QuestionsOverBudget, ScoringPlan, build_plan, score
-from .settings import Settings
-from .shutdown import on_daemon_thread
-from .state_cache import StateCache
-from .tokenizer import TokenLimitExceeded
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ from typing import TypeVar
 import uvicorn
 from starlette.applications import Starlette
 
+from ..logs import log
 from .connections import answer_backlog
-from .logs import log
 
 T = TypeVar("T")
 

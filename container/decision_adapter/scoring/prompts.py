@@ -20,7 +20,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .engine import Engine
+from ..model.engine import Engine
 
 PROMPT_VERSION = "decision-prompt-v1"
 SYSTEM_TEXT = (
