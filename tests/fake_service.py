@@ -117,7 +117,7 @@ def overload_bodies(retry_after_s: int) -> dict[str, str]:
     """The 503 body the adapter writes for an overload in each wire format (through
     /invocations, as SageMaker sends it), with `retry_after_s` configured: what InvokeEndpoint
     hands a client as a ModelError's OriginalMessage."""
-    from decision_adapter.service.admission import Busy
+    from decision_adapter.errors import Busy
 
     requests = {
         "decision": {

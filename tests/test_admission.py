@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from decision_adapter.service.admission import Busy
+from decision_adapter.errors import Busy
 
 from tests.admission_scenarios import (
     SCENARIO_LIMIT_S,

@@ -5,8 +5,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from decision_adapter.errors import ModelFileError
 from decision_adapter.model import files as model_files
-from decision_adapter.model.files import ModelFileError, discover_gguf, load_model_file
+from decision_adapter.model.files import discover_gguf, load_model_file
 from decision_adapter.settings import Settings
 
 from model_manifest import sha256_of_file

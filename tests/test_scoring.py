@@ -224,7 +224,8 @@ GEMMA_CHAT_TEMPLATE = (
 
 
 def test_a_chat_template_that_leaves_a_message_out_is_refused_naming_it(engine):
-    from decision_adapter.scoring.prompts import ChatTemplateError, PromptRenderer
+    from decision_adapter.errors import ChatTemplateError
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     drops_system = (
         "{% for m in messages %}{% if m['role'] != 'system' %}<start_of_turn>{{ m['role'] }}\n"

@@ -50,7 +50,7 @@ def test_waiting_for_a_preparation_thread_is_not_charged_to_the_requests_deadlin
 ):
     """Two requests slow to prepare hold both preparation threads for a second; a small one
     waiting behind them keeps its own 0.5 s scoring deadline, counted from its preparation."""
-    from decision_adapter.service.admission import OutOfTime
+    from decision_adapter.errors import OutOfTime
 
     settings = Settings(model_path=gemma_gguf, n_threads=2, scoring_deadline_s=0.5, max_queue=4)
     service = DecisionService(settings)  # a queue: the slow ones may reach the model first

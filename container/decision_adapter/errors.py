@@ -1,4 +1,13 @@
-"""Domain errors that map to 4xx responses naming the field at fault."""
+"""The errors a request or the start-up can meet. The layers below raise them; the HTTP layer
+answers each in the format of the route that met it (http/app.error_parts), so it needs no
+import past the service.
+
+- RequestError: a 4xx naming the field at fault.
+- Busy and its kinds: the service cannot take the work now; a retryable 503 with Retry-After.
+- ChatTemplateError: the model's chat template refused a conversation; a 422.
+- EngineError: llama.cpp refused an operation; a 500, or a start-up that cannot serve.
+- ModelFileError: the GGUF cannot be served; the start-up ends.
+"""
 
 from __future__ import annotations
 
@@ -69,3 +78,52 @@ def validation_details(error: ValidationError) -> list[dict]:
         }
         for e in error.errors(include_url=False, include_input=False)[:MAX_ERROR_DETAILS]
     ]
+
+
+class Busy(Exception):
+    """No model slot free within the admission wait; retryable."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("the model is busy with other requests; retry shortly")
+        self.retry_after_s = retry_after_s
+
+
+class Loading(Busy):
+    """The model is not loaded yet (SageMaker sends no traffic before /ping is 200; others may)."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        Exception.__init__(self, "the model is still loading; retry shortly")
+        self.retry_after_s = retry_after_s
+
+
+class ShuttingDown(Busy):
+    """The server stopped model work at its shutdown deadline; retryable elsewhere."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        Exception.__init__(self, "the server is shutting down; retry the request")
+        self.retry_after_s = retry_after_s
+
+
+class OutOfTime(Busy):
+    """Admitted work ran past its request's deadline: this machine was slower than the budget
+    assumes (load, fewer cores); retryable, here later or on another instance."""
+
+    def __init__(self, retry_after_s: int, deadline_s: float) -> None:
+        Exception.__init__(
+            self,
+            f"the request's model work ran past {deadline_s:g} s (DECISION_SCORING_DEADLINE_S); "
+            "retry the request, or send fewer tokens",
+        )
+        self.retry_after_s = retry_after_s
+
+
+class ChatTemplateError(ValueError):
+    """The model's chat template cannot render what it was given (its own words included)."""
+
+
+class EngineError(RuntimeError):
+    """llama.cpp refused an operation (load, decode)."""
+
+
+class ModelFileError(RuntimeError):
+    """The model cannot be served; the message says which file and why."""

@@ -29,8 +29,8 @@ from ..contract import (
     TextDelta,
     TokenChoice,
 )
+from ..errors import ShuttingDown
 from ..limits import LimitExceeded
-from ..service.admission import ShuttingDown
 from .base import Call, EventStream, WireFormat
 
 # Strict types throughout: "stream": "yes" or "n": true is a 422, not a guess, and the OpenAPI

@@ -19,23 +19,27 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..contract import ModelService
-from ..errors import RequestError
+from ..errors import (
+    Busy,
+    ChatTemplateError,
+    EngineError,
+    Loading,
+    ModelFileError,
+    OutOfTime,
+    RequestError,
+)
 from ..formats import decision, openai_chat, openai_decisions, systemone
 from ..formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
 from ..logs import RequestLog
-from ..model.engine import EngineError
-from ..model.files import ModelFileError
-from ..model.native_libraries import log_model_loaded
-from ..scoring.prompts import ChatTemplateError
-from ..service.admission import Busy, Loading, OutOfTime
+from ..service.daemon_threads import on_daemon_thread
 from ..service.decision_service import DecisionService
+from ..service.identity import log_model_loaded
 from ..settings import Settings
 from . import jsonlines
 from .auth import authenticate
 from .body import media_type, off_loop, parsed_in_place, read_bytes, read_json
 from .connections import limit_accept_error_logs
 from .custom_attributes import CUSTOM_ATTRIBUTES, EchoCustomAttributes, forced_format
-from .draining import on_daemon_thread
 from .execution_parameters import execution_parameters
 from .openapi import openapi_document
 
@@ -342,8 +346,7 @@ def create_app(
             try:
                 service = await on_daemon_thread(lambda: service_factory(settings), "load")
                 app.state.service = service
-                engine = getattr(service, "engine", None)  # the in-process test service has none
-                log_model_loaded(service.identity.info, engine, settings.n_gpu_layers)
+                log_model_loaded(service, settings.n_gpu_layers)
             except Exception as error:  # noqa: BLE001 - whatever stops loading must end the process
                 reason = _load_failure(error)
                 log.error(f"cannot serve: {reason}")

@@ -24,9 +24,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..contract import WORK_DEADLINE, ModelService
-from ..errors import RequestError
+from ..errors import Busy, RequestError
 from ..formats.base import ADAPTER_ERRORS, Call, WireFormat, format_of
-from ..service.admission import Busy
 from ..settings import Settings
 from .body import parse_json
 

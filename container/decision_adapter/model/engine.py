@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import EngineError
 from .prefix_tree import Node
 from .tokenizer import UserTextTokenizer, cuttable
 
@@ -33,10 +34,6 @@ from .tokenizer import UserTextTokenizer, cuttable
 # libgomp reads this when it loads, with llama_cpp below; a value set by the operator wins.
 os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 import llama_cpp  # noqa: E402
-
-
-class EngineError(RuntimeError):
-    """llama.cpp refused an operation (load, decode)."""
 
 
 class DeadlinePassed(EngineError):

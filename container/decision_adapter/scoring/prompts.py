@@ -20,6 +20,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from ..errors import ChatTemplateError
 from ..model.engine import Engine
 
 PROMPT_VERSION = "decision-prompt-v1"
@@ -39,10 +40,6 @@ JSON_CHOICE_ASK = 'Answer with JSON: {"choice": "<exactly one candidate name>"}'
 JSON_CHOICE_OPEN = '{"choice": "'
 JSON_CHOICE_CLOSE = '"'
 CONTENT_FREE_STATE = "N/A"  # what the calibrated readout asks about instead of the state
-
-
-class ChatTemplateError(ValueError):
-    """The model's chat template cannot render what it was given (its own words included)."""
 
 
 @dataclass

@@ -24,9 +24,9 @@ from ..contract import (
     TextDelta,
     TokenChoice,
 )
-from ..http.draining import on_daemon_thread
+from ..errors import EngineError, OutOfTime, ShuttingDown
 from ..limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
-from ..model.engine import DeadlinePassed, Engine, EngineConfig, EngineError
+from ..model.engine import DeadlinePassed, Engine, EngineConfig
 from ..model.files import load_model_file
 from ..model.tokenizer import TokenLimitExceeded
 from ..scoring.budget import TokenBudget
@@ -34,7 +34,8 @@ from ..scoring.prompts import PromptRenderer, state_text
 from ..scoring.score import ContentFreeScores, QuestionsOverBudget, ScoringPlan, build_plan, score
 from ..scoring.state_cache import StateCache
 from ..settings import Settings
-from .admission import ModelRunner, OutOfTime, ShuttingDown
+from .admission import ModelRunner
+from .daemon_threads import on_daemon_thread
 from .generation import text_events
 from .identity import model_identity
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib.metadata
 from datetime import datetime, timezone
+from typing import Any
 
 from .. import __version__
 from ..calibration import Calibration
-from ..contract import ModelIdentity
+from ..contract import ModelIdentity, ModelService
+from ..model import native_libraries
 from ..model.engine import Engine
 from ..model.files import ModelFile
 from ..scoring.prompts import PROMPT_VERSION
@@ -95,3 +97,9 @@ def model_identity(
         calibration=calibration,
         info=info,
     )
+
+
+def log_model_loaded(service: ModelService, n_gpu_layers: int) -> dict[str, Any]:
+    """The one start-up line (model/native_libraries.py) for a service just loaded."""
+    engine = getattr(service, "engine", None)  # the in-process test service has none
+    return native_libraries.log_model_loaded(service.identity.info, engine, n_gpu_layers)
