@@ -10,7 +10,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --no-install cdk
 
-.PHONY: llama run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
+.PHONY: llama run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean docs
 
 # llama-cpp-python comes from container/llama_build.py's recipe (the machine's CPU features,
 # never AMX), not from pip's default native build: installed before requirements.txt, which
@@ -81,6 +81,11 @@ test: $(VENV)/.dev llama node_modules/.package-lock.json models
 	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image and not large_model" \
 	  --ignore tests/test_served_build.py
 	$(PYTHON) -m pytest -m "serial and not large_model" $(SERIAL_FILES)
+
+# The reference pages' generated blocks, rendered anew from their sources (docgen/pages.py);
+# tests/test_generated_docs.py fails while a page differs.
+docs: $(VENV)/.dev
+	$(PYTHON) -m docgen
 
 # The tests on Qwen2.5-Coder-1.5B-Instruct (marker `large_model`; minutes, 1.1 GB): opt-in.
 test-large: $(VENV)/.dev llama $(VENV)/.models-large

@@ -19,6 +19,7 @@ PACKAGES = {
     "bench": ROOT / "bench",
     "research": ROOT / "research",
     "launcher": ROOT / "launcher",
+    "docgen": ROOT / "docgen",
 }
 
 
