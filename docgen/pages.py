@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from . import settings_page
+from . import context_page, settings_page
 from .blocks import Block
 
 PAGES: dict[str, list[Block]] = {
     "docs/configuration.md": [Block("settings", settings_page.SOURCE, settings_page.render)],
+    "docs/context.md": [Block("context", context_page.SOURCE, context_page.render)],
 }

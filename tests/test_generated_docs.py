@@ -57,3 +57,11 @@ def test_every_setting_has_a_description_and_its_range_is_shown():
     assert constraints(deadline.metadata) == ["over 0, at most 3600"]
     page = (ROOT / "docs" / "configuration.md").read_text()
     assert "| `DECISION_CHAT_DEADLINE_S` | `50` | number; over 0, at most 3600 |" in page
+
+
+def test_the_context_page_has_a_table_per_section_and_the_keys_no_page_had():
+    page = (ROOT / "docs" / "context.md").read_text()
+    for section in ("Top level", "`dlc`", "`builds`", "`decisionGpuEndpoint.autoscaling`"):
+        assert f"\n## {section}\n" in page
+    for key in ("stackPrefix", "timeoutMinutes", "logRetentionDays", "repository", "cpuDigest"):
+        assert f"\n| `{key}` |" in page
