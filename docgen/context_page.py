@@ -44,8 +44,13 @@ def _type_name(annotation: object) -> str:
         return "one of " + ", ".join(literal(member) for member in annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "object"
-    names = {str: "text", int: "integer", float: "number", bool: "`true` or `false`"}
-    return names.get(annotation, str(annotation))  # type: ignore[call-overload]
+    names: dict[object, str] = {
+        str: "text",
+        int: "integer",
+        float: "number",
+        bool: "`true` or `false`",
+    }
+    return names.get(annotation, str(annotation))
 
 
 def _annotated_constraints(annotation: object) -> list[str]:

@@ -27,7 +27,7 @@ class RequestError(Exception):
         field: str | None = None,
         error_type: str = "invalid_request",
         headers: dict[str, str] | None = None,
-        location: tuple | None = None,
+        location: tuple[Any, ...] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.field, self.error_type = status, message, field, error_type
@@ -44,7 +44,7 @@ _UNION_LABEL = re.compile(r"(str|int|float|bool|none|constrained-\w+|[A-Z][A-Za-
 _CLIENT_KEYED = {"questions", "criteria"}
 
 
-def without_union_labels(location: Sequence[Any]) -> tuple:
+def without_union_labels(location: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(
         part
         for position, part in enumerate(location)
@@ -56,7 +56,7 @@ def without_union_labels(location: Sequence[Any]) -> tuple:
     )
 
 
-def field_path(location: tuple) -> str:
+def field_path(location: tuple[Any, ...]) -> str:
     """pydantic's ('decisions', 0, 'options') -> 'decisions[0].options'."""
     path = ""
     for part in location:
@@ -69,7 +69,7 @@ def field_path(location: tuple) -> str:
 MAX_ERROR_DETAILS = 20
 
 
-def validation_details(error: ValidationError) -> list[dict]:
+def validation_details(error: ValidationError) -> list[dict[str, Any]]:
     return [
         {
             "field": field_path(without_union_labels(e["loc"])),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import repeat
+from typing import Any
 
 import llama_cpp
 
@@ -16,12 +17,12 @@ _NOT_TEXT = (
 )
 
 
-def raw_texts(vocab) -> Iterator[tuple[int, bytes]]:
+def raw_texts(vocab: Any) -> Iterator[tuple[int, bytes]]:
     """Every token id with its raw vocabulary text (whitespace escaped the vocabulary's way:
     SentencePiece's U+2581, byte-level BPE's U+0120 ...); not decoded, so cheap to scan."""
     tokens = range(llama_cpp.llama_vocab_n_tokens(vocab))
     return zip(tokens, map(llama_cpp.llama_vocab_get_text, repeat(vocab), tokens), strict=True)
 
 
-def is_text(vocab, token: int) -> bool:
+def is_text(vocab: Any, token: int) -> bool:
     return not llama_cpp.llama_vocab_get_attr(vocab, token) & _NOT_TEXT
