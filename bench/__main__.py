@@ -27,7 +27,7 @@ import json
 import os
 import platform
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -325,7 +325,7 @@ def main() -> None:
     budget = Budget((args.budget_minutes or (4 if args.quick else 13)) * 60)
     measured = run(plan, budget, build, local_model(args.model))
     gguf = measured.pop("gguf")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     result = {
         "date": now.isoformat(timespec="seconds"),
         "machine": {

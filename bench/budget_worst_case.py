@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.budget_worst_case", description=__doc__)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     renderer = _renderer()
     sizes = {readout: largest_admitted(shape, renderer) for readout, shape in SHAPES.items()}
     rows = {}

@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         runs.append(json.loads(finished.stdout.strip().splitlines()[-1]))
         print(json.dumps(runs[-1]["single_decision"]), flush=True)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     result = {
         "measured_at": now.isoformat(timespec="seconds"),
         "machine": machine_name(),

@@ -134,7 +134,10 @@ def fit_and_hold_out(dev: Sequence[Case], test: Sequence[Case]) -> Held:
     found = metrics.fit_temperature([c.logits for c in usable], [c.expected_index for c in usable])
     held = [c for c in test if len(c.logits) == len(c.option_ids)]
     probabilities = [metrics.softmax(c.logits, found.temperature).tolist() for c in held]
-    rescaled = [Case(**{**c.__dict__, "probabilities": p}) for c, p in zip(held, probabilities)]
+    rescaled = [
+        Case(**{**c.__dict__, "probabilities": p})
+        for c, p in zip(held, probabilities, strict=False)
+    ]
     report = strategy_report(rescaled, None) if rescaled else {}
     return Held(found.temperature, found.nll_before, found.nll_after, report)
 

@@ -133,7 +133,7 @@ def chat_prompt(item: dict[str, Any]) -> tuple[str, list[str]]:
         f"Question: {item['question']}",
         "Options:",
     ]
-    for label, option in zip(labels, item["options"]):
+    for label, option in zip(labels, item["options"], strict=False):
         description = option.get("description")
         lines.append(f"{label}. {option['id']}" + (f": {description}" if description else ""))
     lines.append("Answer with only the label of the best option.")

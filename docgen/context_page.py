@@ -68,7 +68,7 @@ def _sections(
     model: type[BaseModel], key: str, title: str
 ) -> Iterator[tuple[str, type[BaseModel], str]]:
     yield key, model, title
-    for name, field in model.model_fields.items():
+    for field in model.model_fields.values():
         nested = _section_model(field)
         if nested is not None:
             child = f"{key}.{field.alias}" if key else str(field.alias)

@@ -1,7 +1,7 @@
 """GGUF discovery order and manifest verification (file logic: small stand-in files suffice)."""
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -39,7 +39,7 @@ def _manifest(directory: Path, gguf: Path, sha256: str | None = None) -> None:
                 "spec": "test",
                 "model": {"name": "Test", "gguf": gguf.name},
                 "files": [entry],
-                "created_at": datetime.now(timezone.utc).isoformat(),
+                "created_at": datetime.now(UTC).isoformat(),
             }
         )
     )

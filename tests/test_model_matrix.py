@@ -114,7 +114,7 @@ def _logits(engine, renderer, state, questions, cache=None):
 def _assert_exact(expected, *others):
     for other in others:
         assert len(other) == len(expected)
-        for a, b in zip(expected, other):
+        for a, b in zip(expected, other, strict=False):
             assert np.array_equal(a, b), (a, b)
 
 

@@ -59,7 +59,7 @@ def test_every_readout_is_exact_alone_shared_and_from_the_state_cache(engine, re
     _score(engine, renderer, questions, cache=cache)  # miss: the state is saved
     hit = _score(engine, renderer, questions, cache=cache)
     assert cache.stats.hits >= 1
-    for single, together, cached in zip(alone, shared, hit):
+    for single, together, cached in zip(alone, shared, hit, strict=False):
         assert single.strategy == readout
         assert np.array_equal(single.option_logits, together.option_logits)
         assert np.array_equal(single.option_logits, cached.option_logits)

@@ -21,7 +21,7 @@ import json
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,7 @@ def _readings(items, engine, renderer) -> dict[str, list[tuple[QuestionScores, i
         expected = [request.questions[qid].option_keys.index(item.expected[qid]) for qid in ids]
         for name, read in (("spellings", plan), ("single", _single_spelling(plan))):
             results, _ = score(engine, read)
-            out[name] += list(zip(results, expected))
+            out[name] += list(zip(results, expected, strict=False))
     return out
 
 
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     items = labelled.load(HELD_OUT)
     result: dict[str, Any] = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "file": HELD_OUT.name,
         "min_confident_mass": MIN_CONFIDENT_MASS,
         "readout": "letters, System One questions, temperature 1",

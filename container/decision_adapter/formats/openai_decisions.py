@@ -366,7 +366,7 @@ def system_one_question(question: BaseModel) -> NoulQuestion | ChoiceQuestion | 
         return NoulQuestion(type="noul", instructions=text)
     if isinstance(question, ChoiceQuestionParam):
         names = choice_names(question.choices)
-        criteria = {name: c.description for name, c in zip(names, question.choices)}
+        criteria = {name: c.description for name, c in zip(names, question.choices, strict=False)}
         return ChoiceQuestion(type="choice", instructions=text, criteria=criteria)
     return ScoreQuestion(
         type="score", instructions=text, criteria=[_level_text(lv) for lv in question.levels]
@@ -389,7 +389,7 @@ def encode_answer(question: BaseModel, answer: Answer | None, model: ModelIdenti
             "choice": values[int(np.argmax(probabilities))],
             "probabilities": [
                 {"value": value, "probability": p}
-                for value, p in zip(values, probabilities.tolist())
+                for value, p in zip(values, probabilities.tolist(), strict=False)
             ],
             "confidence": choice_confidence(probabilities),
         }
@@ -399,7 +399,9 @@ def encode_answer(question: BaseModel, answer: Answer | None, model: ModelIdenti
         "score": float(np.arange(len(probabilities)) @ probabilities),
         "probabilities": [
             {"label": level.label, "value": value, "probability": p}
-            for value, (level, p) in enumerate(zip(question.levels, probabilities.tolist()))
+            for value, (level, p) in enumerate(
+                zip(question.levels, probabilities.tolist(), strict=False)
+            )
         ],
         "confidence": score_confidence(probabilities),
     }
@@ -515,7 +517,7 @@ class DecisionsFormat(WireFormat):
                 scored.timing,
             )
         answers: list[Answer | None] = [None] * len(request.questions)
-        for index, answer in zip(readable, scored_answers):
+        for index, answer in zip(readable, scored_answers, strict=False):
             answers[index] = answer
         call.log.update(
             kind="decisions-openai",
@@ -526,7 +528,9 @@ class DecisionsFormat(WireFormat):
         model = service.identity
         return {
             "model": model.name,
-            "answers": [encode_answer(q, a, model) for q, a in zip(request.questions, answers)],
+            "answers": [
+                encode_answer(q, a, model) for q, a in zip(request.questions, answers, strict=False)
+            ],
             "usage": encode_usage(input_tokens, timing),
         }
 

@@ -188,7 +188,7 @@ def user_text_tokenizer(vocab, tokenize=None) -> UserTextTokenizer:
     longest = max(map(len, filter(None, texts)), default=1)
     user_defined = [
         (text or b"", attribute)
-        for text, attribute in zip(texts, attributes)
+        for text, attribute in zip(texts, attributes, strict=False)
         if attribute & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and not attribute & control
     ]
     specials = [text for text, _ in user_defined]

@@ -14,7 +14,7 @@ import json
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from jinja2 import TemplateError
@@ -88,7 +88,7 @@ class PromptRenderer:
         if self.template:
             environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             environment.globals["raise_exception"] = _raise_template_error
-            environment.globals["strftime_now"] = lambda f: datetime.now(timezone.utc).strftime(f)
+            environment.globals["strftime_now"] = lambda f: datetime.now(UTC).strftime(f)
             try:
                 self._compiled = environment.from_string(self.template)
             except TemplateError as error:
@@ -158,10 +158,10 @@ class PromptRenderer:
             return RenderedPrompt(prefix=[Piece("\n".join(lines) + "\nAssistant:", user=True)])
         markers = [f"\ue000{uuid.uuid4().hex}\ue001" for _ in messages]
         rendered = self._render(
-            [{"role": m["role"], "content": k} for m, k in zip(messages, markers)]
+            [{"role": m["role"], "content": k} for m, k in zip(messages, markers, strict=False)]
         )
         pieces: list[Piece] = []
-        for number, (message, marker) in enumerate(zip(messages, markers)):
+        for number, (message, marker) in enumerate(zip(messages, markers, strict=False)):
             if marker not in rendered:  # some templates drop system messages: say so, not lose it
                 raise ChatTemplateError(
                     f"it leaves out messages[{number}] (role {message['role']!r}) or moves it "

@@ -254,7 +254,7 @@ class DecisionService:
         answers: list[Any] = [None] * len(questions)
         timings: list[Any] = [None] * len(questions)
         group_timings = []
-        for group, plan, (group_answers, timing) in zip(members, plans, outcomes):
+        for group, plan, (group_answers, timing) in zip(members, plans, outcomes, strict=False):
             group_timing = {
                 "prepare_ms": prepared_ms,
                 "admission_wait_ms": round(waited_ms, 3),
@@ -266,7 +266,7 @@ class DecisionService:
                 "request_tokens": needed,
             }
             group_timings.append(group_timing)
-            for index, answer in zip(group, group_answers):
+            for index, answer in zip(group, group_answers, strict=False):
                 answers[index], timings[index] = answer, group_timing
         return Scored(answers, timings, needed, _request_timing(group_timings))
 

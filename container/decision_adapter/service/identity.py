@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import __version__
@@ -48,7 +48,7 @@ def release_date(model_file: ModelFile) -> str:
     if model_file.manifest is not None:
         return model_file.manifest.created_at.date().isoformat()
     modified = model_file.path.stat().st_mtime
-    return datetime.fromtimestamp(modified, timezone.utc).date().isoformat()
+    return datetime.fromtimestamp(modified, UTC).date().isoformat()
 
 
 def model_identity(
