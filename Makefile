@@ -103,7 +103,7 @@ format: $(VENV)/.dev
 	$(VENV)/bin/ruff check --fix .
 
 PYTEST_ARGS ?=
-quick: $(VENV)/.dev llama
+quick: $(VENV)/.dev llama models
 	$(PYTHON) -m pytest -n auto --dist loadfile \
 	  -m "not serial and not image and not large_model and not rehearsal and not real_model" \
 	  $(PYTEST_ARGS)
