@@ -65,3 +65,21 @@ def test_the_context_page_has_a_table_per_section_and_the_keys_no_page_had():
         assert f"\n## {section}\n" in page
     for key in ("stackPrefix", "timeoutMinutes", "logRetentionDays", "repository", "cpuDigest"):
         assert f"\n| `{key}` |" in page
+
+
+def test_the_error_table_names_every_error_type_the_adapter_answers_with():
+    import re
+
+    from docgen.errors_page import ERRORS
+
+    source = "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in (ROOT / "container" / "decision_adapter").rglob("*.py")
+    )
+    # error_type="x", error_type: str = "x", error_type = "x" (a class's), "error_type": "x"
+    named = set(re.findall(r'(?<![\w])"?error_type"?(?::\s*str)?\s*[=:]\s*"([a-z_]+)"', source))
+    assert {"invalid_json", "jsonlines_timeout", "invalid_request", "validation_error"} <= named
+    listed = {kind.error_type for kind in ERRORS}
+    assert named - listed == set(), "an error type the table lacks"
+    # and none the adapter no longer answers with: each is a string in its source
+    assert {kind for kind in listed if f'"{kind}"' not in source} == set()
