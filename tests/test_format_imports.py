@@ -21,7 +21,7 @@ def test_there_are_formats_to_check():
 
 
 def test_importing_every_format_and_the_contract_does_not_import_llama_cpp():
-    modules = [*FORMAT_MODULES, "decision_adapter.contract", "decision_adapter.limits"]
+    modules = [*FORMAT_MODULES, "decision_adapter.contract", "decision_adapter.errors"]
     script = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"

@@ -125,7 +125,7 @@ LAYERS: dict[str, set[str]] = {
 }
 # The wire formats depend on the contract alone: what the service takes and returns, the errors
 # it raises, and the defaults it fills in; never the settings, logs or metrics.
-FORMATS_TOP = {"contract", "errors", "limits", "sampling"}
+FORMATS_TOP = {"contract", "errors", "sampling"}
 # Only the model layer talks to llama.cpp.
 NATIVE = {"llama_cpp": "model"}
 

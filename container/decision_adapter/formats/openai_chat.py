@@ -29,8 +29,7 @@ from ..contract import (
     TextDelta,
     TokenChoice,
 )
-from ..errors import ShuttingDown
-from ..limits import LimitExceeded
+from ..errors import LimitExceeded, ShuttingDown
 from .base import Call, EventStream, WireFormat
 
 # Strict types throughout: "stream": "yes" or "n": true is a 422, not a guess, and the OpenAPI

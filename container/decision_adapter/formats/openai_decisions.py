@@ -38,8 +38,7 @@ from ..contract import (
     ModelService,
     StateQuestion,
 )
-from ..errors import RequestError, field_path
-from ..limits import LimitExceeded, TooManyQuestions
+from ..errors import LimitExceeded, RequestError, TooManyQuestions, field_path
 from .base import Call, WireFormat
 from .fields import NonBlank, OptionName, bounded_json
 from .systemone import (

@@ -24,8 +24,14 @@ from ..contract import (
     TextDelta,
     TokenChoice,
 )
-from ..errors import EngineError, OutOfTime, ShuttingDown
-from ..limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
+from ..errors import (
+    EngineError,
+    OutOfTime,
+    ShuttingDown,
+    TooManyQuestions,
+    over_token_budget,
+    too_many_tokens_requested,
+)
 from ..model.engine import DeadlinePassed, Engine, EngineConfig
 from ..model.files import load_model_file
 from ..model.tokenizer import TokenLimitExceeded
