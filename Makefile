@@ -11,7 +11,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	npx --no-install cdk
 
-.PHONY: llama run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean
+.PHONY: llama run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean docs lint format quick
 
 # llama-cpp-python comes from container/llama_build.py's recipe (the machine's CPU features,
 # never AMX), not from pip's default native build: installed before requirements.txt, which
@@ -77,11 +77,37 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV)/.dev llama node_modules/.package-lock.json models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/md-dead-link-check --no-color
 	$(PYTHON) -m pytest -x tests/test_served_build.py
 	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image and not large_model" \
 	  --ignore tests/test_served_build.py
 	$(PYTHON) -m pytest -m "serial and not large_model" $(SERIAL_FILES)
+
+# The reference pages' generated blocks, rendered anew from their sources (docgen/pages.py);
+# tests/test_generated_docs.py fails while a page differs.
+docs: $(VENV)/.dev
+	$(PYTHON) -m docgen
+
+# The fast loop. `make lint`: what make test checks before the suite (ruff, the format, mypy,
+# the links), in seconds. `make format`: rewrite the code to the formatter and ruff's fixes.
+# `make quick`: the suite without the tests that load a model, time the machine or rehearse
+# AWS (a minute or two); PYTEST_ARGS narrows it: make quick PYTEST_ARGS=tests/test_app.py
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/md-dead-link-check --no-color
+
+format: $(VENV)/.dev
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+PYTEST_ARGS ?=
+quick: $(VENV)/.dev llama models
+	$(PYTHON) -m pytest -n auto --dist loadfile \
+	  -m "not serial and not image and not large_model and not rehearsal and not real_model" \
+	  $(PYTEST_ARGS)
 
 # The tests on Qwen2.5-Coder-1.5B-Instruct (marker `large_model`; minutes, 1.1 GB): opt-in.
 test-large: $(VENV)/.dev llama $(VENV)/.models-large

@@ -27,7 +27,7 @@ import json
 import os
 import platform
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -71,8 +71,8 @@ class Prepared:
 
 def prepare(plan: Plan, gguf: Path) -> Prepared:
     """Tokenize with the adapter's own renderer, so the floor prefills the very same tokens."""
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     engine = Engine(
         gguf, EngineConfig(n_ctx=8192, n_batch=512, n_threads=THREADS, n_gpu_layers=0, n_seq_max=16)
@@ -325,7 +325,7 @@ def main() -> None:
     budget = Budget((args.budget_minutes or (4 if args.quick else 13)) * 60)
     measured = run(plan, budget, build, local_model(args.model))
     gguf = measured.pop("gguf")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     result = {
         "date": now.isoformat(timespec="seconds"),
         "machine": {

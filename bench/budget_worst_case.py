@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -67,10 +67,10 @@ SHAPES: dict[str, Callable[[int], dict]] = {
 
 def largest_admitted(shape: Callable[[int], dict], renderer) -> int:
     """The largest n whose request fits the budget, by the adapter's own plan (no model work)."""
-    from decision_adapter.budget import TokenBudget
     from decision_adapter.formats.decision import DecisionRequest
-    from decision_adapter.scoring import build_plan
-    from decision_adapter.tokenizer import TokenLimitExceeded
+    from decision_adapter.model.tokenizer import TokenLimitExceeded
+    from decision_adapter.scoring.budget import TokenBudget
+    from decision_adapter.scoring.score import build_plan
 
     def fits(n: int) -> bool:
         item = DecisionRequest.model_validate(shape(n)).items[0]
@@ -91,8 +91,8 @@ def largest_admitted(shape: Callable[[int], dict], renderer) -> int:
 
 def _renderer():
     """The bundled model's renderer, as the adapter's (one thread: it only tokenizes)."""
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     from tests.conftest import bundled_gguf
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.budget_worst_case", description=__doc__)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     renderer = _renderer()
     sizes = {readout: largest_admitted(shape, renderer) for readout, shape in SHAPES.items()}
     rows = {}

@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -201,8 +201,8 @@ def measure(name: str, repeats: int) -> dict:
 
 
 def _tokens(gguf: Path, state, question, options, prompt_tokens) -> tuple[list[int], list[int]]:
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     engine = Engine(gguf, EngineConfig(8192, 512, THREADS, 0, 4))
     try:
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         runs.append(json.loads(finished.stdout.strip().splitlines()[-1]))
         print(json.dumps(runs[-1]["single_decision"]), flush=True)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     result = {
         "measured_at": now.isoformat(timespec="seconds"),
         "machine": machine_name(),

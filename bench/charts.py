@@ -91,7 +91,7 @@ def single_decision(result: dict[str, Any], path: Path) -> Path:
     samples = [a["samples_ms"]["http"], a["samples_ms"]["llama_cpp_prefill"]]
     box = axis.boxplot(samples, patch_artist=True, widths=0.5)
     axis.set_xticks([1, 2], ["adapter, HTTP end to end", "llama.cpp prefill (floor)"])
-    for patch, colour in zip(box["boxes"], (ADAPTER, FLOOR)):
+    for patch, colour in zip(box["boxes"], (ADAPTER, FLOOR), strict=False):
         patch.set_facecolor(colour)
         patch.set_alpha(0.5)
     axis.set_ylabel("milliseconds")
@@ -235,7 +235,7 @@ def concurrency(result: dict[str, Any], path: Path) -> Path:
     runs = result["concurrency"]["runs"]
     figure, axes = plt.subplots(1, 3, figsize=(13, 4))
     styles = [("-", "o"), ("--", "s"), (":", "^")]
-    for (line, marker), run in zip(styles, runs):
+    for (line, marker), run in zip(styles, runs, strict=False):
         rows = run["rows"]
         clients = [r["clients"] for r in rows]
         label = f"DECISION_MAX_QUEUE={run['max_queue']}"
@@ -301,10 +301,12 @@ def chat_alternative(result: dict[str, Any], path: Path) -> Path:
     left.set_title(f"Latency over {e['items']} labelled decisions", fontsize=10)
     metrics = ["accuracy", "valid_answer_rate"]
     values = [[e["decision"][m] for m in metrics], [e["chat"][m] for m in metrics]]
-    for offset, (name, row, colour) in enumerate(zip(names, values, (ADAPTER, SECOND))):
+    for offset, (name, row, colour) in enumerate(
+        zip(names, values, (ADAPTER, SECOND), strict=False)
+    ):
         positions = [i + (offset - 0.5) * 0.4 for i in range(len(metrics))]
         bars = right.bar(positions, row, width=0.4, color=colour, label=name)
-        for bar, value in zip(bars, row):
+        for bar, value in zip(bars, row, strict=False):
             right.annotate(
                 f"{value:.0%}",
                 (bar.get_x() + bar.get_width() / 2, value),

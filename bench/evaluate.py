@@ -28,7 +28,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,7 @@ def choose_readout(
     test_cases, _ = run(test, strategies[winner], order_check=False, progress=progress)
     held = readout_choice.fit_and_hold_out(dev_cases[winner], test_cases)
     model = next((c.model for c in dev_cases[winner] if c.model), {})
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    created = datetime.now(UTC).isoformat(timespec="seconds")
     return {
         "dev": str(dev_file),
         "test": str(test_file),
@@ -228,7 +228,7 @@ def report(
         "file": str(source),
         "file_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
         "target": target,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "model": {k: model.get(k) for k in ("name", "gguf_file", "gguf_sha256") if model.get(k)},
         "served_temperature": served.pop() if len(served) == 1 else sorted(served) or None,
         "metrics": metrics.summary(probabilities, expected),
@@ -245,7 +245,7 @@ def report(
                 "predicted": c.predicted,
                 "probabilities": {k: round(p, 6) for k, p in c.by_id.items()},
                 # The raw option logits: a temperature can be refitted from the report alone.
-                "logits": dict(zip(c.option_ids, c.logits)) if c.logits else None,
+                "logits": dict(zip(c.option_ids, c.logits, strict=True)) if c.logits else None,
                 "latency_ms": round(c.latency_s * 1000, 2),
             }
             for c in cases

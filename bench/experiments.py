@@ -104,7 +104,7 @@ def single_decision(
         "llama_cpp_prefill_median_ms": median_ms(prefill),
         "overhead_ratio": round(overhead, 3),
         "paired_overhead_median": round(
-            statistics.median(h / f for h, f in zip(single, prefill)), 3
+            statistics.median(h / f for h, f in zip(single, prefill, strict=False)), 3
         ),
         "target_max": OVERHEAD_TARGET,
         "meets_target": overhead <= OVERHEAD_TARGET,
@@ -297,7 +297,7 @@ def chat_alternative(
         seconds, answer = caller.post(base_url + "/invocations", body)
         result = answer["result"]
         decision_s.append(seconds)
-        predicted = max(zip(result["probabilities"], result["option_ids"]))[1]
+        predicted = max(zip(result["probabilities"], result["option_ids"], strict=False))[1]
         decision_hits += predicted == item["expected"]
 
         content, labels = chat_prompt(item)

@@ -52,7 +52,7 @@ class Case:
 
     @property
     def by_id(self) -> dict[str, float]:
-        return dict(zip(self.option_ids, self.probabilities))
+        return dict(zip(self.option_ids, self.probabilities, strict=False))
 
 
 @dataclass

@@ -18,7 +18,7 @@ READY_TIMEOUT_S = 120
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """What the adapter's engine is configured with (decision_adapter.engine.Engine): threads
+    """What the adapter's engine is configured with (decision_adapter.model.engine.Engine): threads
     for prompt and generation, one micro-batch per batch, llama.cpp's default flash attention
     (auto) and full-size sliding-window cache (llama_context_default_params has swa_full on;
     llama-server's own default is off, which would stop it reusing a prefix on Gemma 3)."""

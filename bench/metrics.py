@@ -40,7 +40,7 @@ def _check(probabilities: Vectors, expected: Sequence[int]) -> None:
         raise ValueError(f"{len(probabilities)} probability vectors, {len(expected)} labels")
     if not len(expected):
         raise ValueError("no items")
-    for p, e in zip(probabilities, expected):
+    for p, e in zip(probabilities, expected, strict=False):
         if not 0 <= e < len(p):
             raise ValueError(f"expected index {e} outside {len(p)} options")
 
@@ -51,13 +51,15 @@ def predictions(probabilities: Vectors) -> list[int]:
 
 def accuracy(probabilities: Vectors, expected: Sequence[int]) -> float:
     _check(probabilities, expected)
-    return sum(p == e for p, e in zip(predictions(probabilities), expected)) / len(expected)
+    return sum(p == e for p, e in zip(predictions(probabilities), expected, strict=False)) / len(
+        expected
+    )
 
 
 def brier_score(probabilities: Vectors, expected: Sequence[int]) -> float:
     _check(probabilities, expected)
     total = 0.0
-    for p, e in zip(_arrays(probabilities), expected):
+    for p, e in zip(_arrays(probabilities), expected, strict=False):
         target = np.zeros_like(p)
         target[e] = 1.0
         total += float(((p - target) ** 2).sum())
@@ -67,7 +69,8 @@ def brier_score(probabilities: Vectors, expected: Sequence[int]) -> float:
 def negative_log_likelihood(probabilities: Vectors, expected: Sequence[int]) -> float:
     _check(probabilities, expected)
     return -sum(
-        math.log(max(float(p[e]), PROBABILITY_FLOOR)) for p, e in zip(probabilities, expected)
+        math.log(max(float(p[e]), PROBABILITY_FLOOR))
+        for p, e in zip(probabilities, expected, strict=False)
     ) / len(expected)
 
 
@@ -94,7 +97,7 @@ def reliability_bins(
 ) -> list[Bin]:
     _check(probabilities, expected)
     members: list[list[tuple[float, bool]]] = [[] for _ in range(bins)]
-    for p, e in zip(_arrays(probabilities), expected):
+    for p, e in zip(_arrays(probabilities), expected, strict=False):
         top = int(np.argmax(p))
         confidence = float(p[top])
         members[min(int(confidence * bins), bins - 1)].append((confidence, top == e))
@@ -131,7 +134,7 @@ def ranking_auc(by_id: Sequence[dict[str, float]], expected: Sequence[str]) -> f
     for option in sorted({k for item in by_id for k in item}):
         scored = [
             (item[option], answer == option)
-            for item, answer in zip(by_id, expected)
+            for item, answer in zip(by_id, expected, strict=False)
             if option in item
         ]
         hits = [p for p, hit in scored if hit]
@@ -224,7 +227,7 @@ def order_sensitivity(
     if len(original) != len(reordered) or not original:
         raise ValueError("need the same, non-zero number of items in both orders")
     differences, item_max, flips = [], [], 0
-    for first, second in zip(original, reordered):
+    for first, second in zip(original, reordered, strict=False):
         if set(first) != set(second):
             raise ValueError("both orders must score the same option ids")
         diffs = [abs(first[k] - second[k]) for k in first]

@@ -172,7 +172,7 @@ def fit_by_kind(
             continue
         own = metrics.fit_temperature([c.logits for c in ours], [c.expected_index for c in ours])
         single = _ece(_rescaled(held, lambda c: temperature))
-        separate = _ece(_rescaled(held, lambda c: own.temperature))
+        separate = _ece(_rescaled(held, lambda c, t=own.temperature: t))
         fits[kind] = {
             "dev_cases": len(ours),
             "temperature": own.temperature,

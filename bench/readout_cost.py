@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import json
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--url", help="an adapter already running (default: start one)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with contextlib.ExitStack() as stack, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         url = args.url
         if url is None:

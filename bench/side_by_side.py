@@ -221,7 +221,9 @@ def single_decision(sides: Sides, item: Asked, repeats: int) -> dict[str, Any]:
         "adapter_median_ms": median_ms(ours),
         "llama_server_median_ms": median_ms(theirs),
         "ratio": measured,
-        "paired_ratio_median": round(_median([o / t for o, t in zip(ours, theirs)]), 3),
+        "paired_ratio_median": round(
+            _median([o / t for o, t in zip(ours, theirs, strict=False)]), 3
+        ),
         "target_max": SINGLE_TARGET,
         "meets_target": measured is not None and measured <= SINGLE_TARGET,
         "phases_median_ms": {

@@ -78,7 +78,7 @@ def decision_prompt(
     """The exact tokens the adapter decodes for one decision (state prefix + question suffix),
     and each option label's tokens, in the options' order."""
     from decision_adapter.contract import Question
-    from decision_adapter.scoring import build_plan
+    from decision_adapter.scoring.score import build_plan
 
     plan = build_plan(
         renderer,
@@ -95,7 +95,7 @@ def prompt_tokens(renderer, state: Any, question: str, options: list[dict[str, A
 
 def chat_tokens(renderer, messages: list[dict[str, str]]) -> list[int]:
     """The tokens the adapter's /v1/chat/completions generates after, as its service renders
-    them (decision_adapter.service.DecisionService.prepare_chat)."""
+    them (decision_adapter.service.decision_service.DecisionService.prepare_chat)."""
     return renderer.tokens(renderer.chat(messages).prefix, starts_prompt=True)
 
 
@@ -124,8 +124,8 @@ def state_for_prompt_length(renderer, total_tokens: int) -> tuple[str, list[int]
 def chat_prompt(item: dict[str, Any]) -> tuple[str, list[str]]:
     """The decision prompt's own text (system line, state, question, lettered options and the
     instruction), as one user message; returns it and the option labels in order."""
-    from decision_adapter.prompts import SYSTEM_TEXT, state_text
-    from decision_adapter.scoring import option_labels
+    from decision_adapter.scoring.prompts import SYSTEM_TEXT, state_text
+    from decision_adapter.scoring.score import option_labels
 
     labels = option_labels(len(item["options"]))
     lines = [
@@ -133,7 +133,7 @@ def chat_prompt(item: dict[str, Any]) -> tuple[str, list[str]]:
         f"Question: {item['question']}",
         "Options:",
     ]
-    for label, option in zip(labels, item["options"]):
+    for label, option in zip(labels, item["options"], strict=False):
         description = option.get("description")
         lines.append(f"{label}. {option['id']}" + (f": {description}" if description else ""))
     lines.append("Answer with only the label of the best option.")

@@ -22,7 +22,7 @@ import aws_cdk as cdk  # noqa: E402
 from aws_cdk import aws_iam as iam  # noqa: E402
 from aws_cdk import aws_lambda as lambda_  # noqa: E402
 from aws_cdk.integ_tests_alpha import ExpectedResult, IntegTest  # noqa: E402
-from decision_adapter.openapi import DECISION_EXAMPLE  # noqa: E402
+from decision_adapter.http.openapi import DECISION_EXAMPLE  # noqa: E402
 
 from stacks.app import endpoint_stack  # noqa: E402
 from stacks.config import AppConfig  # noqa: E402

@@ -49,7 +49,7 @@ def _path(key: str) -> list[str]:
     return path
 
 
-def assign(context: dict, assignment: str) -> None:
+def assign(context: dict[str, Any], assignment: str) -> None:
     """KEY=VALUE into `context`, creating the objects a dotted key reaches into."""
     key, sep, text = assignment.partition("=")
     if not sep:
@@ -63,7 +63,7 @@ def assign(context: dict, assignment: str) -> None:
     holder[name] = _value(text)
 
 
-def remove(context: dict, key: str) -> bool:
+def remove(context: dict[str, Any], key: str) -> bool:
     """Drop KEY (and the objects it leaves empty); False when it was not there."""
     *parents, name = _path(key)
     holders = [context]
@@ -75,14 +75,16 @@ def remove(context: dict, key: str) -> bool:
     if name not in holders[-1]:
         return False
     del holders[-1][name]
-    for parent, holder, child in zip(reversed(parents), reversed(holders[:-1]), reversed(holders)):
+    for parent, holder, child in zip(
+        reversed(parents), reversed(holders[:-1]), reversed(holders), strict=False
+    ):
         if child:
             break
         del holder[parent]
     return True
 
 
-def check(context: dict) -> None:
+def check(context: dict[str, Any]) -> None:
     """The configuration the app reads from `context`, or ContextError naming the fields."""
     try:
         AppConfig.from_context({**context, "forDestroy": True})
@@ -109,7 +111,7 @@ def update(action: str, items: list[str], path: Path | None = None) -> list[str]
     return changed
 
 
-def add_command(commands: argparse._SubParsersAction) -> None:
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "context",
         help="keep release values and switches in cdk.json,"  # pragma: no mutate

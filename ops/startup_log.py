@@ -9,10 +9,10 @@ Reading it needs only `logs:FilterLogEvents` on that group.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-EVENT = "model_loaded"  # decision_adapter/native_libraries.py MODEL_LOADED
+EVENT = "model_loaded"  # decision_adapter/model/native_libraries.py MODEL_LOADED
 
 
 def log_group(endpoint_name: str) -> str:
@@ -61,7 +61,7 @@ def _line(event: dict) -> dict[str, Any] | None:
     model = fields.get("model") or {}
     return {
         "log_stream": event.get("logStreamName"),
-        "time": datetime.fromtimestamp(event["timestamp"] / 1000, timezone.utc).isoformat(),
+        "time": datetime.fromtimestamp(event["timestamp"] / 1000, UTC).isoformat(),
         "gpus": fields.get("gpus"),
         "layers": fields.get("layers"),
         "model": model.get("name"),

@@ -117,12 +117,27 @@ class _Config(BaseModel):
 class DlcImages(_Config):
     """The llama.cpp Deep Learning Container images, pulled from the regional DLC registry."""
 
-    repository: str = Field("llama-cpp", pattern=r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*$")
-    cpu_digest: str = DEFAULT_DLC_CPU_DIGEST  # llama-cpp:server-sagemaker-cpu-v1
-    cuda_digest: str = DEFAULT_DLC_CUDA_DIGEST  # llama-cpp:server-sagemaker-cuda-v1
+    repository: str = Field(
+        "llama-cpp",
+        pattern=r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*$",
+        description="the DLC's repository in the regional DLC registry",
+    )
+    cpu_digest: str = Field(
+        DEFAULT_DLC_CPU_DIGEST,
+        description="the CPU DLC image (`server-sagemaker-cpu-v1`), pinned by digest",
+    )  # llama-cpp:server-sagemaker-cpu-v1
+    cuda_digest: str = Field(
+        DEFAULT_DLC_CUDA_DIGEST,
+        description="the CUDA DLC image (`server-sagemaker-cuda-v1`), pinned by digest",
+    )  # llama-cpp:server-sagemaker-cuda-v1
     # The CUDA major version of the image at cuda_digest (FROM nvidia/cuda:13.0.2-runtime):
     # GPU endpoints need an inference AMI whose driver runs it. Refresh with the digest.
-    cuda_major_version: int = Field(13, ge=11)
+    cuda_major_version: int = Field(
+        13,
+        ge=11,
+        description="the CUDA major version of the image at `cudaDigest`: GPU endpoints need an "
+        "inference AMI whose driver runs it; refresh with the digest",
+    )
 
     @field_validator("cpu_digest", "cuda_digest")
     @classmethod
@@ -144,17 +159,35 @@ class DlcImages(_Config):
 class Builds(_Config):
     """The CodeBuild projects of the stateful stack."""
 
-    model_spec: str = Field("qwen3.5-4b-q4_k_m", min_length=1)
+    model_spec: str = Field(
+        "qwen3.5-4b-q4_k_m",
+        min_length=1,
+        description="the model the model build packages: a built-in spec's name or a spec file in"
+        " the repository",
+    )
     artifact_prefix: str = Field(
-        "models", pattern=r"^[a-zA-Z0-9!_.*'()-]+(/[a-zA-Z0-9!_.*'()-]+)*$"
+        "models",
+        pattern=r"^[a-zA-Z0-9!_.*'()-]+(/[a-zA-Z0-9!_.*'()-]+)*$",
+        description="the artifact bucket's prefix for model archives",
     )
     # CodeBuild accepts 5..2160 minutes; compiling llama.cpp for CUDA takes the longest.
-    timeout_minutes: int = Field(180, ge=5, le=2160)
-    log_retention_days: LogRetentionDays = 30
+    timeout_minutes: int = Field(
+        180,
+        ge=5,
+        le=2160,
+        description="each CodeBuild project's timeout (compiling llama.cpp for CUDA takes the "
+        "longest)",
+    )
+    log_retention_days: LogRetentionDays = Field(30, description="days the build logs are kept")
     # What the GPU image compiles llama.cpp's CUDA kernels for (CMake's list): the compute
     # capabilities of the default GPU pool (stacks/gpu_instances.py). A pool type whose GPU is
     # not in it is refused at synthesis; a pool narrowed to one type (to measure it) leaves it.
-    cuda_architectures: str = Field("75;86;89", pattern=r"^[0-9]{2,3}(;[0-9]{2,3})*$")
+    cuda_architectures: str = Field(
+        "75;86;89",
+        pattern=r"^[0-9]{2,3}(;[0-9]{2,3})*$",
+        description="CUDA compute capabilities the GPU image is compiled for (CMake's list); a "
+        "GPU pool type outside it is refused at synthesis",
+    )
 
     @property
     def model(self) -> str:
@@ -172,8 +205,8 @@ class Builds(_Config):
 class _Capacity(_Config):
     """The instance count's bounds: each kind of scaling sets their defaults and limits."""
 
-    min_capacity: int
-    max_capacity: int
+    min_capacity: int = Field(description="the fewest instances")
+    max_capacity: int = Field(description="the most instances, at least `minCapacity`")
 
     @model_validator(mode="after")
     def _ordered(self) -> _Capacity:
@@ -185,11 +218,17 @@ class _Capacity(_Config):
 
 
 class Autoscaling(_Capacity):
-    min_capacity: int = Field(1, ge=1, le=100)
-    max_capacity: int = Field(2, ge=1, le=100)
+    min_capacity: int = Field(1, ge=1, le=100, description="the fewest instances")
+    max_capacity: int = Field(
+        2, ge=1, le=100, description="the most instances, at least `minCapacity`"
+    )
     invocations_per_instance: int = Field(60, ge=1, description="per minute, target tracking")
-    scale_in_cooldown_seconds: int = Field(300, ge=0, le=3600)
-    scale_out_cooldown_seconds: int = Field(60, ge=0, le=3600)
+    scale_in_cooldown_seconds: int = Field(
+        300, ge=0, le=3600, description="seconds after a scale-in before the next"
+    )
+    scale_out_cooldown_seconds: int = Field(
+        60, ge=0, le=3600, description="seconds after a scale-out before the next"
+    )
 
 
 class Alarms(_Config):
@@ -197,11 +236,23 @@ class Alarms(_Config):
         1, ge=1, description="Invocation5XXErrors alarm threshold (less backpressure 503s)"
     )
     # Decision endpoints: share of requests refused for backpressure (503) that alarms.
-    overloaded_percent: float = Field(5.0, gt=0, le=100)
-    model_latency_p90_ms: int = Field(10_000, ge=1, le=3_600_000)
-    evaluation_periods: int = Field(2, ge=1, le=100)
+    overloaded_percent: float = Field(
+        5.0,
+        gt=0,
+        le=100,
+        description="decision endpoints: the share of requests refused for backpressure (503) "
+        "that alarms",
+    )
+    model_latency_p90_ms: int = Field(
+        10_000, ge=1, le=3_600_000, description="the `ModelLatency` p90 that alarms"
+    )
+    evaluation_periods: int = Field(
+        2, ge=1, le=100, description="5-minute periods an alarm's condition must hold"
+    )
     topic_arn: str | None = Field(
-        None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$"
+        None,
+        pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$",
+        description="an SNS topic the alarms notify; unset: none",
     )
 
 
@@ -209,13 +260,23 @@ LogRetentionDays = Literal[7, 14, 30, 60, 90, 180, 365]
 
 
 class EndpointSettings(_Config):
-    enabled: bool = True
-    endpoint_name: EndpointName
-    initial_instance_count: int = Field(1, ge=1, le=100)
+    enabled: bool = Field(True, description="deploy this endpoint")
+    endpoint_name: EndpointName = Field(
+        description="the endpoint's name; not given, it follows `stackPrefix`"
+    )
+    initial_instance_count: int = Field(
+        1, ge=1, le=100, description="instances at creation, within the autoscaling bounds"
+    )
     # The endpoint's log group (/aws/sagemaker/Endpoints/<name>) expires its events after this.
-    log_retention_days: LogRetentionDays = 30
-    container_startup_timeout_seconds: ContainerTimeout = 600
-    model_data_download_timeout_seconds: ContainerTimeout = 600
+    log_retention_days: LogRetentionDays = Field(
+        30, description="days the endpoint's log group keeps its events"
+    )
+    container_startup_timeout_seconds: ContainerTimeout = Field(
+        600, description="`ContainerStartupHealthCheckTimeoutInSeconds`"
+    )
+    model_data_download_timeout_seconds: ContainerTimeout = Field(
+        600, description="`ModelDataDownloadTimeoutInSeconds`"
+    )
     autoscaling: Autoscaling = Autoscaling()
     alarms: Alarms = Alarms()
 
@@ -248,8 +309,10 @@ class HuggingFaceModel(_Config):
     repo: Annotated[
         str,
         AfterValidator(_matches(_HF_REPO, "a Hugging Face repository id (owner/name)")),
-    ]
-    file: Annotated[str, AfterValidator(_gguf_in_repository)]
+    ] = Field(description="a Hugging Face repository id (owner/name)")
+    file: Annotated[str, AfterValidator(_gguf_in_repository)] = Field(
+        description="the GGUF's path within the repository"
+    )
 
 
 class MeasuredAutoscaling(Autoscaling):
@@ -259,7 +322,12 @@ class MeasuredAutoscaling(Autoscaling):
 
 
 class MeasuredAlarms(Alarms):
-    model_latency_p90_ms: int | None = Field(None, ge=1, le=3_600_000)  # None: from measurement
+    model_latency_p90_ms: int | None = Field(
+        None,
+        ge=1,
+        le=3_600_000,
+        description="the `ModelLatency` p90 that alarms; unset: derived from the measurement",
+    )
 
 
 class _MeasuredEndpoint(EndpointSettings):
@@ -275,7 +343,11 @@ class _MeasuredEndpoint(EndpointSettings):
         "autoscaling.invocationsPerInstance": ("autoscaling", "invocations_per_instance"),
         "alarms.modelLatencyP90Ms": ("alarms", "model_latency_p90_ms"),
     }
-    measuring: bool = False
+    measuring: bool = Field(
+        False,
+        description="deploy it to be measured: one instance, the measuring capacity values "
+        "where none are given",
+    )
     autoscaling: MeasuredAutoscaling = MeasuredAutoscaling()
     alarms: MeasuredAlarms = MeasuredAlarms()
 
@@ -338,19 +410,37 @@ class TextGenerationEndpoint(_MeasuredEndpoint):
     autoscaling target and latency threshold derive from the measurement of the release's
     model on its instance type at its llama-server flags (stacks/text_generation_capacity.py)."""
 
-    endpoint_name: EndpointName = "decision-models-text-generation"
-    instance_type: InstanceType = "ml.c6i.2xlarge"
-    image: Literal["cpu", "cuda"] = "cpu"
+    endpoint_name: EndpointName = Field(
+        "decision-models-text-generation",
+        description="the endpoint's name; not given, it follows `stackPrefix`",
+    )
+    instance_type: InstanceType = Field(
+        "ml.c6i.2xlarge", description="the instance type (`ml.g*`/`ml.p*` with the `cuda` image)"
+    )
+    image: Literal["cpu", "cuda"] = Field(
+        "cpu", description="the DLC image: `cuda` on GPU types, `cpu` elsewhere"
+    )
     # llama-server flags; the DLC turns each into SM_LLAMA_CPP_<FLAG> (true: bare flag).
     # n-predict: the most tokens one completion generates, which the capacity is measured at;
     # 256 keeps one 4B completion on ml.c6i.2xlarge inside InvokeEndpoint's 60 s.
     llama_server_args: dict[str, str | int | bool] = Field(
-        default_factory=lambda: {"ctx-size": 8192, "threads": 8, "parallel": 2, "n-predict": 256}
+        default_factory=lambda: {"ctx-size": 8192, "threads": 8, "parallel": 2, "n-predict": 256},
+        description="llama-server flags (name to value; `true`: the bare flag); the DLC turns "
+        "each into `SM_LLAMA_CPP_<FLAG>`; not the model flags; `n-predict` caps an answer's "
+        "tokens and is what the endpoint is measured at",
     )
     # Only applied to the cuda image: its driver must run the image's CUDA (checked at synth).
-    inference_ami_version: AmiVersion = "al2023-ami-sagemaker-inference-gpu-4-1"
+    inference_ami_version: AmiVersion = Field(
+        "al2023-ami-sagemaker-inference-gpu-4-1",
+        description="the inference AMI on the `cuda` image; its driver must run the image's CUDA "
+        "(checked at synthesis)",
+    )
     # Instead of the release's model archive: the DLC downloads this GGUF at start.
-    hugging_face: HuggingFaceModel | None = None
+    hugging_face: HuggingFaceModel | None = Field(
+        None,
+        description="a GGUF the DLC downloads at start instead of the release's archive: the "
+        "endpoint then needs internet egress",
+    )
 
     @model_validator(mode="after")
     def _image_fits_instance(self) -> TextGenerationEndpoint:
@@ -411,8 +501,20 @@ class _MeasuredDecisionEndpoint(_MeasuredEndpoint):
         "admissionWaitS": ("admission_wait_s",),
         **_MeasuredEndpoint.DERIVED,
     }
-    max_queue: int | None = Field(None, ge=0, le=1024)  # DECISION_MAX_QUEUE
-    admission_wait_s: float | None = Field(None, ge=0.0, le=60.0)  # DECISION_ADMISSION_WAIT_S
+    max_queue: int | None = Field(
+        None, ge=0, le=1024, description="`DECISION_MAX_QUEUE`; unset: derived from the measurement"
+    )
+    admission_wait_s: float | None = Field(
+        None,
+        ge=0.0,
+        le=60.0,
+        description="`DECISION_ADMISSION_WAIT_S`; unset: derived from the measurement",
+    )
+
+    @property
+    def instance_types(self) -> list[str]:
+        """The types its measurement is looked up for (the subclass's type, or its pool's)."""
+        raise NotImplementedError
 
     def measured_capacity(self, model: str) -> capacity.Capacity:
         return capacity.for_release(model, self.instance_types)
@@ -424,14 +526,21 @@ class _MeasuredDecisionEndpoint(_MeasuredEndpoint):
 class DecisionCpuEndpoint(_MeasuredDecisionEndpoint):
     """The decision endpoint on one fixed CPU instance type."""
 
-    endpoint_name: EndpointName = "decision-models-decision-cpu"
-    instance_type: InstanceType = "ml.c6i.2xlarge"
-    n_threads: int = Field(8, ge=1, le=192)
-    n_ctx: int = Field(4096, ge=256, le=262_144)
+    endpoint_name: EndpointName = Field(
+        "decision-models-decision-cpu",
+        description="the endpoint's name; not given, it follows `stackPrefix`",
+    )
+    instance_type: InstanceType = Field("ml.c6i.2xlarge", description="a CPU instance type")
+    n_threads: int = Field(8, ge=1, le=192, description="`DECISION_N_THREADS`")
+    n_ctx: int = Field(4096, ge=256, le=262_144, description="`DECISION_N_CTX`")
     # Batch transform jobs on this endpoint's model (`python -m ops batch`) read
     # <prefix>/<job>/input/ and write <prefix>/<job>/output/ of the artifact bucket with its
     # role; None: no such rights.
-    batch_prefix: S3Prefix | None = "batch"
+    batch_prefix: S3Prefix | None = Field(
+        "batch",
+        description="batch transform jobs (`ops batch`) read `<prefix>/<job>/input/` and write "
+        "`<prefix>/<job>/output/` of the artifact bucket; unset: no such rights",
+    )
 
     @property
     def instance_types(self) -> list[str]:
@@ -449,8 +558,15 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
     default: a new account has no endpoint quota for most GPU types, and a quota refusal is
     no capacity shortage a pool falls back from, so it fails (and rolls back) the deploy."""
 
-    enabled: bool = False
-    endpoint_name: EndpointName = "decision-models-decision-gpu"
+    enabled: bool = Field(
+        False,
+        description="deploy this endpoint (off: a new account has no endpoint quota for most GPU "
+        "types)",
+    )
+    endpoint_name: EndpointName = Field(
+        "decision-models-decision-gpu",
+        description="the endpoint's name; not given, it follows `stackPrefix`",
+    )
     instance_pool: list[InstanceType] = Field(
         default_factory=lambda: [
             "ml.g6e.xlarge",
@@ -460,13 +576,21 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
         ],
         min_length=1,
         max_length=5,
+        description="GPU instance types in order of preference, the first available wins; the "
+        "image is compiled for their GPUs",
     )
     # VariantInstanceProvisionTimeoutInSeconds: 300..3600.
-    provision_timeout_seconds: int = Field(900, ge=300, le=3600)
+    provision_timeout_seconds: int = Field(
+        900, ge=300, le=3600, description="`VariantInstanceProvisionTimeoutInSeconds`"
+    )
     # The CUDA DLC needs a driver for CUDA 13 (580+); only the AL2023 GPU 4.x AMI has one.
-    inference_ami_version: AmiVersion = "al2023-ami-sagemaker-inference-gpu-4-1"
-    n_threads: int = Field(4, ge=1, le=192)
-    n_ctx: int = Field(4096, ge=256, le=262_144)
+    inference_ami_version: AmiVersion = Field(
+        "al2023-ami-sagemaker-inference-gpu-4-1",
+        description="the inference AMI; its driver must run the CUDA DLC's version (checked at "
+        "synthesis)",
+    )
+    n_threads: int = Field(4, ge=1, le=192, description="`DECISION_N_THREADS`")
+    n_ctx: int = Field(4096, ge=256, le=262_144, description="`DECISION_N_CTX`")
     n_gpu_layers: int = Field(-1, ge=-1, description="-1 offloads every layer")
 
     @property
@@ -500,12 +624,26 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
 class AsyncAutoscaling(_Capacity):
     """Scaling on the request backlog, down to zero instances when there is none."""
 
-    min_capacity: int = Field(0, ge=0, le=100)
-    max_capacity: int = Field(2, ge=1, le=100)
+    min_capacity: int = Field(
+        0, ge=0, le=100, description="the fewest instances (0: none while there is no backlog)"
+    )
+    max_capacity: int = Field(
+        2, ge=1, le=100, description="the most instances, at least `minCapacity`"
+    )
     # ApproximateBacklogSizePerInstance to hold (target tracking): queued requests per instance.
-    backlog_per_instance: float = Field(5, gt=0, le=10_000)
-    scale_in_cooldown_seconds: int = Field(600, ge=0, le=3600)
-    scale_out_cooldown_seconds: int = Field(120, ge=0, le=3600)
+    backlog_per_instance: float = Field(
+        5,
+        gt=0,
+        le=10_000,
+        description="`ApproximateBacklogSizePerInstance` to hold (target tracking): queued "
+        "requests per instance",
+    )
+    scale_in_cooldown_seconds: int = Field(
+        600, ge=0, le=3600, description="seconds after a scale-in before the next"
+    )
+    scale_out_cooldown_seconds: int = Field(
+        120, ge=0, le=3600, description="seconds after a scale-out before the next"
+    )
 
 
 # `ops submit`'s InvocationTimeoutSeconds (SageMaker's most), less a minute for the answer's
@@ -518,19 +656,35 @@ class DecisionAsyncEndpoint(EndpointSettings):
     artifact bucket (the model archive's) under their own prefixes, SNS notifications, and
     scaling on the backlog down to zero. Off by default."""
 
-    enabled: bool = False
-    endpoint_name: EndpointName = "decision-models-decision-async"
-    instance_type: InstanceType = "ml.c6i.2xlarge"
-    n_threads: int = Field(8, ge=1, le=192)
-    n_ctx: int = Field(4096, ge=256, le=262_144)
-    input_prefix: S3Prefix = "async/input"
-    output_prefix: S3Prefix = "async/output"
-    failure_prefix: S3Prefix = "async/failure"
+    enabled: bool = Field(False, description="deploy this endpoint")
+    endpoint_name: EndpointName = Field(
+        "decision-models-decision-async",
+        description="the endpoint's name; not given, it follows `stackPrefix`",
+    )
+    instance_type: InstanceType = Field("ml.c6i.2xlarge", description="a CPU instance type")
+    n_threads: int = Field(8, ge=1, le=192, description="`DECISION_N_THREADS`")
+    n_ctx: int = Field(4096, ge=256, le=262_144, description="`DECISION_N_CTX`")
+    input_prefix: S3Prefix = Field(
+        "async/input",
+        description="the artifact bucket's prefix of requests; no prefix may lie within another",
+    )
+    output_prefix: S3Prefix = Field(
+        "async/output", description="the artifact bucket's prefix of answers"
+    )
+    failure_prefix: S3Prefix = Field(
+        "async/failure", description="the artifact bucket's prefix of failures"
+    )
     autoscaling: AsyncAutoscaling = AsyncAutoscaling()
     # How long the adapter works on one request here (its scoring, JSON Lines and chat
     # deadlines): inside the hour `ops submit` asks SageMaker for (InvocationTimeoutSeconds
     # 3600), so the request ends with the adapter's own retryable error, not SageMaker's cut.
-    request_deadline_s: int = Field(ASYNC_DEADLINE_S, ge=1, le=3600)
+    request_deadline_s: int = Field(
+        ASYNC_DEADLINE_S,
+        ge=1,
+        le=3600,
+        description="how long the adapter works on one request (its scoring, JSON Lines and chat "
+        "deadlines), inside the hour `ops submit` asks SageMaker for",
+    )
     # Its own alarm: a p90 near the deadline means requests are failing on time, whereas the
     # real-time endpoints' 10 s would sit in ALARM for every long request.
     alarms: Alarms = Alarms(model_latency_p90_ms=ASYNC_DEADLINE_S * 1000)
@@ -562,7 +716,7 @@ def release_model(model_data_uri: str, builds: Builds) -> str:
     packaged from (the manifest's `spec`), which the model build writes into the archive's key,
     `<artifactPrefix>/<spec>/<sha256>/model.tar.gz`; an archive whose key does not name it (one
     uploaded by hand, or before keys did) is taken to hold builds.modelSpec's model."""
-    key = _MODEL_DATA.match(model_data_uri)["key"]  # type: ignore[index]
+    key = _MODEL_DATA.match(model_data_uri)["key"]
     named = re.fullmatch(
         rf"{re.escape(builds.artifact_prefix)}/(?P<spec>[A-Za-z0-9][A-Za-z0-9._-]*)"
         r"/[0-9a-f]{64}/model\.tar\.gz",
@@ -587,15 +741,35 @@ class AppConfig(_Config):
     `modelDataUri` the app synthesizes the stateful stack only.
     """
 
-    stack_prefix: str = Field("DecisionModels", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,80}$")
+    stack_prefix: str = Field(
+        "DecisionModels",
+        pattern=r"^[A-Za-z][A-Za-z0-9-]{0,80}$",
+        description="the stacks' name prefix (`<prefix>-Stateful`, `<prefix>-Endpoints`); "
+        "endpoint names not given follow it in kebab case",
+    )
     # Optional: pin both stacks to one region. The DLC registry is then resolved (and a region
     # without the DLC refused) at synthesis; without it the stacks stay environment-agnostic
     # and a template rule refuses such a region at deployment.
-    region: str | None = None
-    retain_artifacts: bool = True
+    region: str | None = Field(
+        None,
+        description="pins both stacks to one region, the DLC registry then resolved at synthesis;"
+        " unset keeps the stacks environment-agnostic, a template rule refusing a "
+        "region without the DLC",
+    )
+    retain_artifacts: bool = Field(
+        True,
+        description="keep the artifact bucket and the image repository when the stateful stack is"
+        " deleted",
+    )
     # Asynchronous requests, answers and failures, and batch inputs and outputs, are work, not
     # artifacts: the bucket expires them this many days after they were written.
-    work_retention_days: int = Field(30, ge=1, le=3650)
+    work_retention_days: int = Field(
+        30,
+        ge=1,
+        le=3650,
+        description="days after which the artifact bucket expires the endpoints' work objects "
+        "(asynchronous and batch prefixes); archives are kept",
+    )
     # Unset: CloudFormation generates the ECR repository's name, so a retained repository
     # never blocks a fresh deploy. Set it for a stable name (and for moto, which rejects the
     # generated one; see docs/development.md, "What is rehearsed offline").
@@ -604,16 +778,32 @@ class AppConfig(_Config):
         pattern=r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$",
         min_length=2,
         max_length=256,
+        description="the ECR repository's name; unset: CloudFormation generates one, so a "
+        "retained repository never blocks a fresh deploy",
     )
     dlc: DlcImages = DlcImages()
     builds: Builds = Builds()
-    model_data_uri: ModelDataUri | None = None
-    decision_cpu_image: EcrImage | None = None
-    decision_gpu_image: EcrImage | None = None
+    model_data_uri: ModelDataUri | None = Field(
+        None,
+        description="the release's model archive (`s3://.../model.tar.gz`, printed by `ops build "
+        "model`); unset: the app holds the stateful stack only",
+    )
+    decision_cpu_image: EcrImage | None = Field(
+        None,
+        description="the CPU decision image, pinned by digest (printed by `ops build cpu-image`)",
+    )
+    decision_gpu_image: EcrImage | None = Field(
+        None,
+        description="the GPU decision image, pinned by digest (printed by `ops build gpu-image`)",
+    )
     # Set by `make destroy`: the stacks are synthesized only to be found and deleted, so an
     # endpoint without a committed measurement gets placeholder capacity instead of a refusal
     # (a clean-up must never depend on capacity values).
-    for_destroy: bool = False
+    for_destroy: bool = Field(
+        False,
+        description="set by `make destroy`: endpoints without a committed measurement get "
+        "placeholder capacity, so a clean-up never depends on capacity values",
+    )
     # Endpoint names not given follow stackPrefix (`DecisionModels`: decision-models-...), so
     # two copies of the app in one account and region do not collide.
     text_generation_endpoint: TextGenerationEndpoint = Field(
@@ -631,7 +821,11 @@ class AppConfig(_Config):
     )
     invoker_role_arns: list[
         Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$")]
-    ] = Field(default_factory=list)
+    ] = Field(
+        default_factory=list,
+        description="IAM roles granted `InvokeEndpoint` on every endpoint (on the asynchronous "
+        "one `InvokeEndpointAsync` and its prefixes)",
+    )
 
     @field_validator("region")
     @classmethod

@@ -10,7 +10,8 @@ import threading
 import time
 
 from decision_adapter import metrics
-from decision_adapter.admission import Busy, ModelRunner
+from decision_adapter.errors import Busy
+from decision_adapter.service.admission import ModelRunner
 
 SCENARIO_LIMIT_S = 10  # a scenario takes well under a second; a broken runner fails, not hangs
 GATES: list[Gate] = []

@@ -100,7 +100,7 @@ def adapter(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def engine(gemma_gguf):
-    from decision_adapter.engine import Engine, EngineConfig
+    from decision_adapter.model.engine import Engine, EngineConfig
 
     engine = Engine(
         gemma_gguf,
@@ -114,7 +114,7 @@ def engine(gemma_gguf):
 
 @pytest.fixture(scope="session")
 def renderer(engine):
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     return PromptRenderer(engine)
 
@@ -131,7 +131,7 @@ def runtime():
 @pytest.fixture
 def body_file(tmp_path) -> Path:
     """A JSON file holding the OpenAPI document's example decision."""
-    from decision_adapter.openapi import DECISION_EXAMPLE
+    from decision_adapter.http.openapi import DECISION_EXAMPLE
 
     path = tmp_path / "decision.json"
     path.write_text(json.dumps(DECISION_EXAMPLE))

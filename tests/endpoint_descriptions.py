@@ -1,12 +1,12 @@
 """SageMaker's answers about an endpoint, as ops status and ops measure read them: the endpoint,
 its config, variants placed on instance pools, and an endpoint log group (none yet, or stubbed)."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import boto3
 from botocore.stub import Stubber
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ARN = "arn:aws:sagemaker:eu-west-1:123456789012:endpoint/decisions"
 IMAGE = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" + "f" * 64
 

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from decision_adapter.app import create_app
 from decision_adapter.contract import (
     Answer,
     Chat,
@@ -21,6 +20,7 @@ from decision_adapter.contract import (
     StateQuestion,
     TextDelta,
 )
+from decision_adapter.http.app import create_app
 from decision_adapter.settings import Settings
 from starlette.testclient import TestClient
 
@@ -117,7 +117,7 @@ def overload_bodies(retry_after_s: int) -> dict[str, str]:
     """The 503 body the adapter writes for an overload in each wire format (through
     /invocations, as SageMaker sends it), with `retry_after_s` configured: what InvokeEndpoint
     hands a client as a ModelError's OriginalMessage."""
-    from decision_adapter.admission import Busy
+    from decision_adapter.errors import Busy
 
     requests = {
         "decision": {

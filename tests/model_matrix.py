@@ -245,7 +245,7 @@ def _metadata(ggml, family: Family) -> int:
 
 def _build(family: Family, target: Path) -> None:
     import llama_cpp
-    from decision_adapter.engine import silence_llama_logs
+    from decision_adapter.model.engine import silence_llama_logs
 
     silence_llama_logs()
     ggml = _ggml()

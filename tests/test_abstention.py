@@ -158,7 +158,7 @@ def test_openai_decisions_carry_the_margin_and_abstain_as_a_refusal_keeping_the_
     bar = sum(tops.values()) / 2
     assert tops["queue"] != tops["refund"]
     answered = httpx.post(url, json=openai_decisions(bar), timeout=120).json()["answers"]
-    for answer, before in zip(answered, plain):
+    for answer, before in zip(answered, plain, strict=True):
         if tops[before["name"]] < bar:
             assert answer == {
                 "type": "refusal",

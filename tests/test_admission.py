@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from decision_adapter.admission import Busy
+from decision_adapter.errors import Busy
 
 from tests.admission_scenarios import (
     SCENARIO_LIMIT_S,
@@ -61,7 +61,7 @@ def test_one_job_at_a_time_and_the_slot_passes_to_the_oldest_waiter():
         waiters = []
         for name in ("second", "third"):
             waiters.append(request(runner, job, name))
-            await until(lambda n=len(waiters): runner.waiting == n)
+            await until(lambda n=len(waiters): runner.waiting == n)  # noqa: B008 - bound now
         assert runner.in_flight == 1 and order == []  # nobody ran beside the first job
         held_from = time.perf_counter()
         await asyncio.sleep(0.05)  # the waiters' measured wait must cover this
@@ -143,7 +143,7 @@ def test_the_slot_grace_admits_one_request_when_the_queue_is_full():
             in_grace = request(runner, lambda t=turn: f"graced {t}")
             await until(lambda: runner.waiting == 1)
             late = request(runner, lambda: "never")  # the grace is taken: refused at once
-            await until(lambda: late.done() or runner.waiting == 2)
+            await until(lambda: late.done() or runner.waiting == 2)  # noqa: B023 - awaited here
             gate.open()
             refused, _ = await late
             (result, _), outcome = await in_grace

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from decision_adapter.admission import Busy, Loading, ShuttingDown
+from decision_adapter.errors import Busy, Loading, ShuttingDown
 
 from tests.admission_scenarios import Gate, scenario, until
 

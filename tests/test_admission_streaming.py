@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from decision_adapter.admission import Busy, ShuttingDown
+from decision_adapter.errors import Busy, ShuttingDown
 
 from tests.admission_scenarios import SCENARIO_LIMIT_S, hold_the_slot, scenario, until
 

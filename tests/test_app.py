@@ -9,10 +9,14 @@ import re
 import threading
 
 import pytest
-from decision_adapter.admission import Busy
-from decision_adapter.app import ROUTES, create_app
-from decision_adapter.limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
-from decision_adapter.model_files import ModelFileError
+from decision_adapter.errors import (
+    Busy,
+    ModelFileError,
+    TooManyQuestions,
+    over_token_budget,
+    too_many_tokens_requested,
+)
+from decision_adapter.http.app import ROUTES, create_app
 from starlette.testclient import TestClient
 
 from tests.bodies import decision

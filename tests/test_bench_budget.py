@@ -4,10 +4,10 @@ tokenizer: the request it finds fits the default budget and one word more does n
 from __future__ import annotations
 
 import pytest
-from decision_adapter.budget import TokenBudget
 from decision_adapter.formats.decision import DecisionRequest
-from decision_adapter.scoring import build_plan
-from decision_adapter.tokenizer import TokenLimitExceeded
+from decision_adapter.model.tokenizer import TokenLimitExceeded
+from decision_adapter.scoring.budget import TokenBudget
+from decision_adapter.scoring.score import build_plan
 
 from bench.budget_worst_case import LIMIT, SHAPES, largest_admitted
 

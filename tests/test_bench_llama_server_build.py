@@ -104,7 +104,7 @@ def test_a_binary_that_does_not_start_skips_with_its_log(tmp_path):
 
 def test_server_settings_mirror_the_adapter_engine():
     arguments = ServerSettings(threads=2).arguments()
-    pairs = dict(zip(arguments[::2], arguments[1::2]))
+    pairs = dict(zip(arguments[::2], arguments[1::2], strict=False))
     assert pairs["--threads"] == pairs["--threads-batch"] == "2"
     assert pairs["--batch-size"] == pairs["--ubatch-size"] == "512"
     assert pairs["--ctx-size"] == "8192"

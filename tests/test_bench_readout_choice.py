@@ -45,8 +45,8 @@ def strategy(read):
             probabilities = metrics.softmax(logits).tolist()
             answers[qid] = {
                 "type": question["type"],
-                "probabilities": dict(zip(names, probabilities)),
-                "x_logits": dict(zip(names, logits)),
+                "probabilities": dict(zip(names, probabilities, strict=False)),
+                "x_logits": dict(zip(names, logits, strict=False)),
             }
             if question["type"] == "noul":
                 answers[qid]["noul"] = probabilities[0]

@@ -81,7 +81,7 @@ def test_top_probabilities_reads_post_sampling_probs_too():
 
 def _row(share, top_is_option, ours, theirs, expected, allowed=0.5, mass=0.4, tokens=(9, 9, 9)):
     return {
-        "tokens": dict(zip(("bench", "adapter", "llama_server"), tokens)),
+        "tokens": dict(zip(("bench", "adapter", "llama_server"), tokens, strict=False)),
         "llama_server_option_share": share,
         "llama_server_top_token_is_option": top_is_option,
         "adapter_allowed_token_mass": allowed,

@@ -73,9 +73,18 @@ def test_cdk_json_holds_only_overrides_of_existing_fields():
 @pytest.mark.parametrize(
     "edit, read",
     [
-        (("Field(180, ge=5", "Field(181, ge=5"), lambda c: c.builds.timeout_minutes == 181),
         (
-            ('batch_prefix: S3Prefix | None = "batch"', 'batch_prefix: S3Prefix | None = "jobs"'),
+            (
+                "timeout_minutes: int = Field(\n        180,",
+                "timeout_minutes: int = Field(\n        181,",
+            ),
+            lambda c: c.builds.timeout_minutes == 181,
+        ),
+        (
+            (
+                'batch_prefix: S3Prefix | None = Field(\n        "batch",',
+                'batch_prefix: S3Prefix | None = Field(\n        "jobs",',
+            ),
             lambda c: c.decision_cpu_endpoint.batch_prefix == "jobs",
         ),
         (

@@ -376,7 +376,7 @@ def test_every_endpoint_log_group_expires_and_exists_before_its_endpoint(endpoin
         for logical_id, group in resources(endpoints, "AWS::Logs::LogGroup").items()
     }
     named = {g["Properties"]["LogGroupName"]: (i, g) for i, g in groups.items()}
-    for endpoint_id, endpoint in resources(endpoints, "AWS::SageMaker::Endpoint").items():
+    for endpoint in resources(endpoints, "AWS::SageMaker::Endpoint").values():
         name = endpoint["Properties"]["EndpointName"]
         logical_id, group = named[f"/aws/sagemaker/Endpoints/{name}"]
         assert group["Properties"]["RetentionInDays"] == 30

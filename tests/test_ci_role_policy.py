@@ -131,7 +131,8 @@ def test_the_policy_grants_exactly_what_the_workflows_ops_steps_call(tag_exists)
                 images = len(command) - 1
                 answer_a_release(recorder, images, tag_exists)
                 argv = ["mark-released", *[IMAGE] * images]
-            code = main(argv, clients=lambda s: recorder.client(s)[0], sleep=lambda s: None)
+            clients = lambda s: recorder.client(s)[0]  # noqa: B023, E731 - used in this turn
+            code = main(argv, clients=clients, sleep=lambda s: None)
             assert code == 0, argv
             for _, stubber in recorder.clients.values():
                 stubber.assert_no_pending_responses()

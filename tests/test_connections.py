@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
+from decision_adapter.http.openapi import DECISION_EXAMPLE as DECISION
 
 from launcher import running_adapter, wait_until
 

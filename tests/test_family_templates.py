@@ -9,7 +9,8 @@ cannot save a Gemma 4 model yet, and its text alone is checked."""
 from __future__ import annotations
 
 import pytest
-from decision_adapter.prompts import ChatTemplateError, PromptRenderer
+from decision_adapter.errors import ChatTemplateError
+from decision_adapter.scoring.prompts import PromptRenderer
 
 from tests.conftest import MODEL_THREADS
 from tests.model_matrix import BY_NAME, ensure_matrix, template_text
@@ -35,7 +36,7 @@ CONTROL_TEXT = (
 
 @pytest.fixture(scope="module")
 def engines():
-    from decision_adapter.engine import Engine, EngineConfig
+    from decision_adapter.model.engine import Engine, EngineConfig
 
     paths = ensure_matrix()
     config = EngineConfig(

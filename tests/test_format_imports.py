@@ -21,13 +21,13 @@ def test_there_are_formats_to_check():
 
 
 def test_importing_every_format_and_the_contract_does_not_import_llama_cpp():
-    modules = [*FORMAT_MODULES, "decision_adapter.contract", "decision_adapter.limits"]
+    modules = [*FORMAT_MODULES, "decision_adapter.contract", "decision_adapter.errors"]
     script = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'llama_cpp'\n"
-        "    or m in ('decision_adapter.engine', 'decision_adapter.scoring'))\n"
+        "    or m in ('decision_adapter.model.engine', 'decision_adapter.scoring.score'))\n"
         "print(','.join(loaded))\n"
     )
     result = subprocess.run(

@@ -11,7 +11,7 @@ from decision_adapter.errors import RequestError, validation_details
 from decision_adapter.formats.decision import DecisionRequest
 from decision_adapter.formats.openai_chat import ChatRequest
 from decision_adapter.formats.systemone import SystemOneRequest
-from decision_adapter.http_body import parse_json
+from decision_adapter.http.body import parse_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError

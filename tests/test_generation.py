@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decision_adapter.contract import Generated, SampledToken, TextDelta, TokenChoice
-from decision_adapter.generation import text_events
+from decision_adapter.service.generation import text_events
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from decision_adapter.gpu_devices import gpu_devices
+from decision_adapter.model.gpu_devices import gpu_devices
 
 STANDIN = r"""
 #include <string.h>

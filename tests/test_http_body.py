@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 from decision_adapter.errors import RequestError
-from decision_adapter.http_body import NOT_TEXT, parse_json, read_bytes, read_json
+from decision_adapter.http.body import NOT_TEXT, parse_json, read_bytes, read_json
 from starlette.requests import Request
 
 
@@ -255,7 +255,7 @@ def test_a_body_of_thousands_of_bad_items_gets_a_short_error(in_process, path, b
 
 
 def test_a_state_nested_past_the_depth_cap_is_refused_before_any_rendering(in_process):
-    from decision_adapter.http_body import MAX_JSON_DEPTH
+    from decision_adapter.http.body import MAX_JSON_DEPTH
 
     def nested(depth):
         value = 0

@@ -85,7 +85,7 @@ def test_shared_state_matches_single_decisions(adapter):
     body = shared.json()
     assert [r["id"] for r in body["results"]] == ["route", "urgency", "angry"]
     assert body["timing"]["prefix_tokens"] > 0
-    for item, result in zip(questions, body["results"]):
+    for item, result in zip(questions, body["results"], strict=False):
         alone = post(adapter, {"decision": item}).json()["result"]
         assert result["probabilities"] == alone["probabilities"]  # bit-identical (docs/api.md)
         assert result["input_tokens"] == alone["input_tokens"]
@@ -196,7 +196,7 @@ def test_states_equal_in_python_but_rendered_differently_are_scored_apart(adapte
     response = post(adapter, {"decisions": decisions})
     assert response.status_code == 200, response.text
     together = response.json()
-    for sent, result in zip(decisions, together["results"]):
+    for sent, result in zip(decisions, together["results"], strict=False):
         alone = post(adapter, {"decision": sent}).json()["result"]
         assert result["id"] == sent["id"]
         assert result["prompt_sha256"] == alone["prompt_sha256"]

@@ -9,9 +9,9 @@ import contextvars
 import json
 
 import pytest
-from decision_adapter.admission import Busy, ModelRunner, OutOfTime, ShuttingDown
-from decision_adapter.jsonlines import encode
-from decision_adapter.limits import TooManyQuestions
+from decision_adapter.errors import Busy, OutOfTime, ShuttingDown, TooManyQuestions
+from decision_adapter.http.jsonlines import encode
+from decision_adapter.service.admission import ModelRunner
 
 from tests.fake_service import FakeService, app_client
 

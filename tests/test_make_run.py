@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from decision_adapter.openapi import DECISION_EXAMPLE
+from decision_adapter.http.openapi import DECISION_EXAMPLE
 
 from launcher import free_port, wait_until_healthy
 from tests.readme_steps import sh_blocks

@@ -1,12 +1,13 @@
 """GGUF discovery order and manifest verification (file logic: small stand-in files suffice)."""
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from decision_adapter import model_files
-from decision_adapter.model_files import ModelFileError, discover_gguf, load_model_file
+from decision_adapter.errors import ModelFileError
+from decision_adapter.model import files as model_files
+from decision_adapter.model.files import discover_gguf, load_model_file
 from decision_adapter.settings import Settings
 
 from model_manifest import sha256_of_file
@@ -38,7 +39,7 @@ def _manifest(directory: Path, gguf: Path, sha256: str | None = None) -> None:
                 "spec": "test",
                 "model": {"name": "Test", "gguf": gguf.name},
                 "files": [entry],
-                "created_at": datetime.now(timezone.utc).isoformat(),
+                "created_at": datetime.now(UTC).isoformat(),
             }
         )
     )

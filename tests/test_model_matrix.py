@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from decision_adapter.contract import MIN_CONFIDENT_MASS, READOUTS, Question
 from decision_adapter.formats.systemone import SystemOneRequest
-from decision_adapter.letter_spellings import letter_spellings
-from decision_adapter.scoring import build_plan, score
-from decision_adapter.state_cache import StateCache
+from decision_adapter.scoring.letter_spellings import letter_spellings
+from decision_adapter.scoring.score import build_plan, score
+from decision_adapter.scoring.state_cache import StateCache
 
 from launcher import run_adapter_until_exit, running_adapter
 from launcher.models import local_model
@@ -72,8 +72,8 @@ def family(request):
 @pytest.fixture(scope="module")
 def served(family, matrix):
     """(engine, renderer) on the family's model, in this process."""
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     engine = Engine(
         matrix[family.name],
@@ -114,7 +114,7 @@ def _logits(engine, renderer, state, questions, cache=None):
 def _assert_exact(expected, *others):
     for other in others:
         assert len(other) == len(expected)
-        for a, b in zip(expected, other):
+        for a, b in zip(expected, other, strict=False):
             assert np.array_equal(a, b), (a, b)
 
 

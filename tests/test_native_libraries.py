@@ -12,8 +12,8 @@ from pathlib import Path
 
 import llama_cpp
 import pytest
-from decision_adapter.gpu_devices import gpu_devices
-from decision_adapter.native_libraries import offloaded_layers
+from decision_adapter.model.gpu_devices import gpu_devices
+from decision_adapter.model.native_libraries import offloaded_layers
 
 from launcher import running_adapter
 
@@ -77,7 +77,7 @@ def test_a_cpu_build_offloads_nothing_whatever_was_asked(engine):
 
 # What libgomp itself took from the environment when it loaded (OpenMP 5.1's omp_display_env).
 SHOW_OPENMP = (
-    "import ctypes, decision_adapter.engine; ctypes.CDLL('libgomp.so.1').omp_display_env(1)"
+    "import ctypes, decision_adapter.model.engine; ctypes.CDLL('libgomp.so.1').omp_display_env(1)"
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from decision_adapter.formats import openai_decisions
-from decision_adapter.prompts import state_text
+from decision_adapter.scoring.prompts import state_text
 
 PREDICATE = {"type": "predicate", "instructions": "Is it late?"}
 BODY = {"model": "m", "input": "The parcel is late.", "questions": [PREDICATE]}
@@ -158,7 +158,7 @@ def test_with_a_key_a_missing_one_is_a_401_in_openais_shape(secured_in_process):
 
 
 def test_a_busy_model_is_a_retryable_503_saying_when_in_the_body_too():
-    from decision_adapter.admission import Busy
+    from decision_adapter.errors import Busy
 
     from tests.fake_service import FakeService, app_client
 

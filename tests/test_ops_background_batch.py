@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
+from decision_adapter.http.openapi import DECISION_EXAMPLE as DECISION
 
 from ops.cli import main
 from tests.aws_stubs import stubbed_client
@@ -386,7 +386,7 @@ def test_a_committed_measurement_is_the_rate_auto_reads(tmp_path, monkeypatch):
 
 
 def test_the_payload_auto_assumes_is_the_containers():
-    from decision_adapter.execution_parameters import preferred
+    from decision_adapter.http.execution_parameters import preferred
     from decision_adapter.settings import Settings
 
     from ops.batch_strategy import CONTAINER_PAYLOAD_MB

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from botocore.stub import ANY
-from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
+from decision_adapter.http.openapi import DECISION_EXAMPLE as DECISION
 
 from ops.cli import main
 from ops.s3_objects import S3Location, exists

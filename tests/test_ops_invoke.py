@@ -6,7 +6,7 @@ import random
 
 import pytest
 from botocore.response import StreamingBody
-from decision_adapter.openapi import DECISION_EXAMPLE
+from decision_adapter.http.openapi import DECISION_EXAMPLE
 
 from ops.cli import main
 from ops.retry import Backoff

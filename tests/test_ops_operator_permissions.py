@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import ANY
-from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
+from decision_adapter.http.openapi import DECISION_EXAMPLE as DECISION
 from moto import mock_aws
 
 from ops.cli import main

@@ -6,7 +6,7 @@ import re
 import stat
 import sys
 import tarfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from model_packaging.errors import ChecksumMismatch, PackagingError
 from model_packaging.sources import SourceFile, resolve_sources
 from model_packaging.spec import parse_spec
 
-CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 DATA = b"GGUF" + bytes(range(256)) * 8
 
 

@@ -7,7 +7,8 @@ import tarfile
 
 import pytest
 from decision_adapter.calibration import load_calibration
-from decision_adapter.model_files import ModelFileError, load_model_file
+from decision_adapter.errors import ModelFileError
+from decision_adapter.model.files import load_model_file
 from decision_adapter.settings import Settings
 
 from model_manifest import CALIBRATION_FILENAME, Manifest, read_manifest

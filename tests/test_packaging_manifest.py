@@ -107,6 +107,6 @@ def test_manifest_package_imports_without_boto3_or_huggingface_hub():
 
 
 def test_the_adapter_checks_the_gguf_with_the_packagers_hashing():
-    from decision_adapter import model_files
+    from decision_adapter.model import files as model_files
 
     assert model_files.sha256_of_file is sha256_of_file

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from decision_adapter.prefix_tree import (
+from decision_adapter.model.prefix_tree import (
     TreeLowerBound,
     common_prefix_length,
     prefix_tree_batches,
@@ -57,10 +57,10 @@ def test_nodes_are_the_sorted_distinct_prefixes_with_the_paths_through_them(cont
     nodes, through = tree_nodes(ordered)
     spelled = [ordered[node.paths[0]][: node.depth] for node in nodes]
     assert spelled == sorted(set().union(set(), *map(_prefixes, ordered)))
-    for node, prefix in zip(nodes, spelled):
+    for node, prefix in zip(nodes, spelled, strict=False):
         assert node.token == prefix[-1]
         assert node.paths == [k for k, path in enumerate(ordered) if path[: len(prefix)] == prefix]
-    for path, path_nodes in zip(ordered, through):
+    for path, path_nodes in zip(ordered, through, strict=False):
         assert [spelled[node] for node in path_nodes] == [
             path[:end] for end in range(1, len(path) + 1)
         ]

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from decision_adapter.budget import READ_TOKEN_COST, TokenBudget
 from decision_adapter.contract import READOUTS, Question
-from decision_adapter.scoring import ContentFreeScores, build_plan, score
-from decision_adapter.state_cache import StateCache
-from decision_adapter.tokenizer import TokenLimitExceeded
+from decision_adapter.model.tokenizer import TokenLimitExceeded
+from decision_adapter.scoring.budget import READ_TOKEN_COST, TokenBudget
+from decision_adapter.scoring.score import ContentFreeScores, build_plan, score
+from decision_adapter.scoring.state_cache import StateCache
 
 from tests.bodies import decision
 from tests.fake_service import FakeService, app_client
@@ -59,7 +59,7 @@ def test_every_readout_is_exact_alone_shared_and_from_the_state_cache(engine, re
     _score(engine, renderer, questions, cache=cache)  # miss: the state is saved
     hit = _score(engine, renderer, questions, cache=cache)
     assert cache.stats.hits >= 1
-    for single, together, cached in zip(alone, shared, hit):
+    for single, together, cached in zip(alone, shared, hit, strict=False):
         assert single.strategy == readout
         assert np.array_equal(single.option_logits, together.option_logits)
         assert np.array_equal(single.option_logits, cached.option_logits)

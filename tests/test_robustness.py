@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
+from decision_adapter.http.openapi import DECISION_EXAMPLE as DECISION
 
 from bench import hostile_bodies
 from launcher import running_adapter

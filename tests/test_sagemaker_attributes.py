@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from decision_adapter.errors import RequestError
-from decision_adapter.sagemaker import custom_attributes, forced_format
+from decision_adapter.http.custom_attributes import custom_attributes, forced_format
 from starlette.datastructures import Headers
 
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from decision_adapter.contract import Question
-from decision_adapter.engine import Branch
-from decision_adapter.letter_spellings import letter_spellings, spelled_letter
-from decision_adapter.scoring import build_plan, option_labels, score
+from decision_adapter.model.engine import Branch
+from decision_adapter.scoring.letter_spellings import letter_spellings, spelled_letter
+from decision_adapter.scoring.score import build_plan, option_labels, score
 
 STATE = "The customer cannot receive a password reset email. They tried twice and checked spam."
 ROUTE = Question(
@@ -39,7 +39,7 @@ def test_labels_are_letters_then_uniform_pairs():
 def test_single_decision_equals_the_same_decision_in_a_shared_request(engine, renderer):
     alone = [_probabilities(engine, renderer, [q])[0] for q in (ROUTE, URGENCY, SENTIMENT)]
     shared = _probabilities(engine, renderer, [ROUTE, URGENCY, SENTIMENT])
-    for single, together in zip(alone, shared):
+    for single, together in zip(alone, shared, strict=False):
         np.testing.assert_allclose(single, together, atol=1e-3)
         # Stronger than required: every path decodes the same batches, so the bits agree.
         assert np.array_equal(single, together)
@@ -48,7 +48,7 @@ def test_single_decision_equals_the_same_decision_in_a_shared_request(engine, re
 def test_answers_do_not_depend_on_other_questions_or_their_order(engine, renderer):
     forward = _probabilities(engine, renderer, [ROUTE, URGENCY, SENTIMENT])
     backward = _probabilities(engine, renderer, [SENTIMENT, URGENCY, ROUTE])
-    for a, b in zip(forward, reversed(backward)):
+    for a, b in zip(forward, reversed(backward), strict=False):
         assert np.array_equal(a, b)
 
 
@@ -116,7 +116,7 @@ def test_multi_token_labels_score_the_whole_label(engine, renderer):
     for option in multi:
         engine.copy_sequence(1, 2)
         position = len(plan.prefix_tokens) + len(suffix)
-        for previous, token in zip(labels[option], labels[option][1:]):
+        for previous, token in zip(labels[option], labels[option][1:], strict=False):
             step = engine.decode_sequence(2, [previous], position, [0])
             reference[option] += _log_softmax(step[0])[token]
             position += 1
@@ -224,7 +224,8 @@ GEMMA_CHAT_TEMPLATE = (
 
 
 def test_a_chat_template_that_leaves_a_message_out_is_refused_naming_it(engine):
-    from decision_adapter.prompts import ChatTemplateError, PromptRenderer
+    from decision_adapter.errors import ChatTemplateError
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     drops_system = (
         "{% for m in messages %}{% if m['role'] != 'system' %}<start_of_turn>{{ m['role'] }}\n"
@@ -240,7 +241,7 @@ def test_a_chat_template_that_leaves_a_message_out_is_refused_naming_it(engine):
 def test_a_chat_template_frames_user_text_that_stays_plain(engine):
     """With a chat template (Gemma's instruct format here), the template's own markers become
     control tokens while the same strings inside the state stay text."""
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     templated = PromptRenderer(engine, template=GEMMA_CHAT_TEMPLATE)
     assert templated.mode == "chat-template" and templated.label_prefix == ""

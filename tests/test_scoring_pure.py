@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from decision_adapter.contract import Question
-from decision_adapter.scoring import (
+from decision_adapter.scoring.score import (
     ContentFreeScores,
     QuestionPlan,
     Reading,
@@ -274,8 +274,8 @@ def test_content_free_scores_evict_the_least_recently_used():
 
 # --- the request's budget ----------------------------------------------------------------
 def test_a_budget_spends_up_to_its_limit_and_refuses_the_token_past_it():
-    from decision_adapter.budget import TokenBudget
-    from decision_adapter.tokenizer import TokenLimitExceeded
+    from decision_adapter.model.tokenizer import TokenLimitExceeded
+    from decision_adapter.scoring.budget import TokenBudget
 
     budget = TokenBudget(10)
     budget.spend(4)
@@ -288,7 +288,7 @@ def test_a_budget_spends_up_to_its_limit_and_refuses_the_token_past_it():
 
 
 def test_a_plan_costs_each_pass_and_branch_tokens_at_the_read_cost():
-    from decision_adapter.budget import READ_TOKEN_COST
+    from decision_adapter.scoring.budget import READ_TOKEN_COST
 
     branching = Reading([1, 2], [[3, 4], [3, 5]], [[(3,)]])
     assert branching.branch_tokens == 1 and branching.cost == 2 + READ_TOKEN_COST

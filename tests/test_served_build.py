@@ -15,13 +15,13 @@ import httpx
 import llama_build
 import llama_cpp
 import pytest
-from decision_adapter.native_libraries import (
+from decision_adapter.http.openapi import DECISION_EXAMPLE
+from decision_adapter.model.native_libraries import (
     cpu_backend,
     cpu_extra_buffer_types,
     cpu_features,
     loaded_llama_libraries,
 )
-from decision_adapter.openapi import DECISION_EXAMPLE
 
 from launcher import running_adapter
 

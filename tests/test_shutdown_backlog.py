@@ -7,7 +7,7 @@ import signal
 import socket
 from urllib.parse import urlsplit
 
-from decision_adapter.connections import answer_backlog, shutting_down
+from decision_adapter.http.connections import answer_backlog, shutting_down
 
 from launcher import running_adapter
 

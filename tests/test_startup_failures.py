@@ -15,7 +15,7 @@ import time
 
 import httpx
 import pytest
-from decision_adapter.openapi import DECISION_EXAMPLE as DECISION
+from decision_adapter.http.openapi import DECISION_EXAMPLE as DECISION
 
 from launcher import (
     REPO,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from decision_adapter.contract import Question
-from decision_adapter.scoring import build_plan, score
-from decision_adapter.state_cache import StateCache
+from decision_adapter.scoring.score import build_plan, score
+from decision_adapter.scoring.state_cache import StateCache
 
 STATE = "Order 1182 arrived damaged; the customer wants a replacement, not a refund. " * 6
 QUESTIONS = [
@@ -25,7 +25,7 @@ def test_a_cache_hit_gives_bit_identical_answers(engine, renderer):
     first, first_timing = score(engine, plan, cache=cache)
     again, again_timing = score(engine, plan, cache=cache)
     assert (first_timing.state_cache, again_timing.state_cache) == ("miss", "hit")
-    for a, b, c in zip(uncached, first, again):
+    for a, b, c in zip(uncached, first, again, strict=False):
         assert np.array_equal(a.option_logits, b.option_logits)
         assert np.array_equal(a.option_logits, c.option_logits)
     assert cache.stats.hits == 1 and cache.stats.misses == 1 and cache.stats.entries == 1
@@ -207,7 +207,7 @@ def test_system_one_questions_from_the_cache_are_bit_identical(engine, renderer)
     missed, miss = score(engine, plan, cache=cache)
     hit, hit_timing = score(engine, plan, cache=cache)
     assert (miss.state_cache, hit_timing.state_cache) == ("miss", "hit")
-    for a, b, c in zip(fresh, missed, hit):
+    for a, b, c in zip(fresh, missed, hit, strict=False):
         assert np.array_equal(a.option_logits, b.option_logits) and np.array_equal(
             a.option_logits, c.option_logits
         )
@@ -263,7 +263,7 @@ def test_cache_off_miss_and_hit_are_bit_identical_around_the_batch_size(
         off, _ = score(engine, plan)
         compared.append(off)
     for answers in compared:
-        for reference, other in zip(missed, answers):
+        for reference, other in zip(missed, answers, strict=False):
             assert np.array_equal(reference.option_logits, other.option_logits)
 
 

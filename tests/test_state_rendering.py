@@ -7,10 +7,10 @@ import asyncio
 import json
 import time
 
-from decision_adapter import prompts
 from decision_adapter.contract import Question, StateQuestion
-from decision_adapter.prompts import StateText, state_text
-from decision_adapter.service import DecisionService
+from decision_adapter.scoring import prompts
+from decision_adapter.scoring.prompts import StateText, state_text
+from decision_adapter.service.decision_service import DecisionService
 from decision_adapter.settings import Settings
 
 STATE = {"ticket": {"subject": "Refund", "lines": [["charged", "twice"]] * 20}}
@@ -50,7 +50,7 @@ def test_waiting_for_a_preparation_thread_is_not_charged_to_the_requests_deadlin
 ):
     """Two requests slow to prepare hold both preparation threads for a second; a small one
     waiting behind them keeps its own 0.5 s scoring deadline, counted from its preparation."""
-    from decision_adapter.admission import OutOfTime
+    from decision_adapter.errors import OutOfTime
 
     settings = Settings(model_path=gemma_gguf, n_threads=2, scoring_deadline_s=0.5, max_queue=4)
     service = DecisionService(settings)  # a queue: the slow ones may reach the model first

@@ -79,7 +79,9 @@ def test_every_answer_type_in_one_request(baseline):
     assert team["choice"] == max(team["probabilities"], key=team["probabilities"].get)
     assert team["confidence"] == pytest.approx((probabilities.max() - 1 / 3) / (1 - 1 / 3))
 
-    assert anger["type"] == "score" and anger["legend"] == dict(zip("012", ANGER["criteria"]))
+    assert anger["type"] == "score" and anger["legend"] == dict(
+        zip("012", ANGER["criteria"], strict=False)
+    )
     levels = np.array([anger["probabilities"][k] for k in "012"])
     assert anger["score"] == pytest.approx(levels @ np.arange(3))
     mode = int(levels.argmax())

@@ -7,7 +7,7 @@ import random
 import time
 
 import pytest
-from decision_adapter.tokenizer import TokenLimitExceeded, UserTextTokenizer, cuttable
+from decision_adapter.model.tokenizer import TokenLimitExceeded, UserTextTokenizer, cuttable
 
 # Gemma 3's user-defined tokens (newline, space and tab runs, HTML tags) and text around them.
 ALPHABET = [

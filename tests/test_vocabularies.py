@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import llama_cpp
 import pytest
-from decision_adapter.engine import silence_llama_logs, tokenize_bytes, user_text_tokenizer
+from decision_adapter.model.engine import silence_llama_logs, tokenize_bytes, user_text_tokenizer
 
 from tests.model_matrix import vocabulary_file
 
@@ -31,7 +31,7 @@ def _cases(name: str) -> list[tuple[str, list[int]]]:
         texts.pop()
     ids = path.with_name(path.name + ".out").read_text().splitlines()
     assert len(texts) == len(ids) > 20
-    return [(text, [int(i) for i in line.split()]) for text, line in zip(texts, ids)]
+    return [(text, [int(i) for i in line.split()]) for text, line in zip(texts, ids, strict=False)]
 
 
 @pytest.fixture(scope="module", params=sorted(VOCABULARIES))

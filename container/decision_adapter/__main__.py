@@ -11,11 +11,11 @@ import sys
 
 import uvicorn
 
-from .app import create_app
-from .connections import connection_limit, guarded_protocol
+from .http.app import create_app
+from .http.connections import connection_limit, guarded_protocol
+from .http.draining import DrainingServer
 from .logs import configure_logging
 from .settings import Settings, SettingsError
-from .shutdown import DrainingServer
 
 
 def unmap_large_buffers() -> None:

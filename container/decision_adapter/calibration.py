@@ -93,14 +93,14 @@ class Calibration:
     # The default readout, the one a file's T was fitted for; None: the built-in one of the
     # model's prompt mode (for_prompt_mode fills it in).
     readout: str | None = None
-    by_kind: Mapping[str, float] = field(default_factory=dict)  # over `temperature`, per kind
+    by_kind: Mapping[QuestionKind, float] = field(default_factory=dict)  # over `temperature`
 
     def for_prompt_mode(self, prompt_mode: str) -> Calibration:
         if self.readout is not None:
             return self
         return replace(self, readout=built_in_readout(prompt_mode))
 
-    def temperature_for(self, readout: str, kind: str = "choice") -> float:
+    def temperature_for(self, readout: str, kind: QuestionKind = "choice") -> float:
         """A fitted temperature belongs to the readout it was fitted on, and to the question
         kind it was fitted for where the file fitted one per kind; other readouts' scores have
         other scales and stay raw. The variable applies to every readout and kind."""

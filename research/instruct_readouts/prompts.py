@@ -32,8 +32,8 @@ CASES = {
 
 
 def inspect(gguf: Path, top: int = 8) -> dict:
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     engine = Engine(
         gguf, EngineConfig(n_ctx=2048, n_batch=512, n_threads=2, n_gpu_layers=0, n_seq_max=4)

@@ -1,5 +1,5 @@
 """python -m research.letter_spellings: the `letters` readout summed over every spelling of a label
-(decision_adapter.letter_spellings) against today's single spelling, as JSON.
+(decision_adapter.scoring.letter_spellings) against today's single spelling, as JSON.
 
 Per model, on the held-out split (bench/data/readout_test.jsonl, System One questions read with
 `x_readout: letters`, temperature 1): accuracy, NLL, Brier, ECE and the allowed token mass of
@@ -21,14 +21,14 @@ import json
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from decision_adapter.contract import MIN_CONFIDENT_MASS, QuestionScores
 from decision_adapter.formats.systemone import SystemOneRequest
-from decision_adapter.letter_spellings import letter_spellings
-from decision_adapter.scoring import build_plan, score
+from decision_adapter.scoring.letter_spellings import letter_spellings
+from decision_adapter.scoring.score import build_plan, score
 
 from bench import labelled, metrics
 
@@ -39,8 +39,8 @@ MASS_CUTS = (0.05, 0.1, 0.2, 0.3, 0.5)
 
 
 def _engine(path: Path, threads: int):
-    from decision_adapter.engine import Engine, EngineConfig
-    from decision_adapter.prompts import PromptRenderer
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
 
     config = EngineConfig(n_ctx=4096, n_batch=512, n_threads=threads, n_gpu_layers=0, n_seq_max=64)
     engine = Engine(path, config)
@@ -80,7 +80,7 @@ def _readings(items, engine, renderer) -> dict[str, list[tuple[QuestionScores, i
         expected = [request.questions[qid].option_keys.index(item.expected[qid]) for qid in ids]
         for name, read in (("spellings", plan), ("single", _single_spelling(plan))):
             results, _ = score(engine, read)
-            out[name] += list(zip(results, expected))
+            out[name] += list(zip(results, expected, strict=False))
     return out
 
 
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     items = labelled.load(HELD_OUT)
     result: dict[str, Any] = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "file": HELD_OUT.name,
         "min_confident_mass": MIN_CONFIDENT_MASS,
         "readout": "letters, System One questions, temperature 1",

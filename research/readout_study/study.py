@@ -30,7 +30,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from bench import labelled, metrics
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data"
 
-# decision-prompt-v1, as container/decision_adapter/prompts.py renders it without a chat
+# decision-prompt-v1, as container/decision_adapter/scoring/prompts.py renders it without a chat
 # template (the bundled Gemma 3 270M GGUF has none). Copied, not imported: this study must keep
 # measuring the same prompt while the adapter changes.
 SYSTEM_TEXT = (
@@ -158,7 +158,7 @@ def prefix_text(state: Any) -> str:
 
 def letters_suffix(q: Question) -> str:
     lines = [f"Question: {q.instructions}", "Options:"]
-    for label, option_id, description in zip(LETTERS, q.option_ids, q.descriptions):
+    for label, option_id, description in zip(LETTERS, q.option_ids, q.descriptions, strict=False):
         lines.append(f"{label}. {option_id}" + (f": {description}" if description else ""))
     lines.append("Answer with only the label of the best option.")
     return "\n".join(lines) + "\nAnswer:"
@@ -500,10 +500,12 @@ def evaluate(rows: list[dict], strategy: str, temperature: float = 1.0) -> dict[
     pairs = [r for r in rows if "reversed" in r and strategy in r["reversed"]]
     if pairs:
         original = [
-            dict(zip(r["option_ids"], metrics.softmax(r["original"][strategy]))) for r in pairs
+            dict(zip(r["option_ids"], metrics.softmax(r["original"][strategy]), strict=False))
+            for r in pairs
         ]
         reversed_ = [
-            dict(zip(r["option_ids"], metrics.softmax(r["reversed"][strategy]))) for r in pairs
+            dict(zip(r["option_ids"], metrics.softmax(r["reversed"][strategy]), strict=False))
+            for r in pairs
         ]
         order = metrics.order_sensitivity(original, reversed_)
         result["order_change_rate"] = order["argmax_change_rate"]
@@ -530,18 +532,21 @@ def cost_on(rows: list[dict], strategy: str, n_options: int, warm_cf: bool = Tru
     seconds = [r["cost"][key][1] for r in chosen]
     if not warm_cf:
         tokens = [
-            t + r.get("cf_cold_cost", {}).get(strategy, [0, 0])[0] for t, r in zip(tokens, chosen)
+            t + r.get("cf_cold_cost", {}).get(strategy, [0, 0])[0]
+            for t, r in zip(tokens, chosen, strict=False)
         ]
         seconds = [
-            s + r.get("cf_cold_cost", {}).get(strategy, [0, 0])[1] for s, r in zip(seconds, chosen)
+            s + r.get("cf_cold_cost", {}).get(strategy, [0, 0])[1]
+            for s, r in zip(seconds, chosen, strict=False)
         ]
     prefix = [r["prefix_cost"] for r in chosen]
     return {
         "n": len(chosen),
         "suffix_tokens": float(np.mean(tokens)),
         "suffix_ms": 1000 * float(np.mean(seconds)),
-        "request_tokens": float(np.mean([t + p[0] for t, p in zip(tokens, prefix)])),
-        "request_ms": 1000 * float(np.mean([s + p[1] for s, p in zip(seconds, prefix)])),
+        "request_tokens": float(np.mean([t + p[0] for t, p in zip(tokens, prefix, strict=False)])),
+        "request_ms": 1000
+        * float(np.mean([s + p[1] for s, p in zip(seconds, prefix, strict=False)])),
     }
 
 
@@ -570,7 +575,7 @@ def analyse(dev: list[dict], test: list[dict], cost_options: int) -> dict[str, A
             cost["x_letters_request_ms"] = cost["request_ms"] / letters_cost["request_ms"]
             cold = cost_on(dev + test, strategy, cost_options, warm_cf=False)
             cost["x_letters_request_ms_cold_cf"] = cold["request_ms"] / letters_cost["request_ms"]
-        entry["cost_%d_options" % cost_options] = cost
+        entry[f"cost_{cost_options}_options"] = cost
         out["strategies"][strategy] = entry
     return out
 
@@ -600,7 +605,7 @@ def table(result: dict[str, Any], split: str = "dev", top: int | None = None) ->
         m = entry[split] if split in entry else None
         if m is None:
             continue
-        cost = entry.get("cost_%d_options" % result["cost_options"], {})
+        cost = entry.get(f"cost_{result['cost_options']}_options", {})
         rows.append((m["accuracy"], name, m, entry, cost))
     rows.sort(key=lambda r: -r[0])
     lines = [
@@ -705,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     result = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "gguf": gguf.name,
         "gguf_sha256": EXPECTED_SHA256,
         "threads": args.threads,

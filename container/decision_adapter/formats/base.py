@@ -11,8 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..contract import ModelService, Scored, StateQuestion
-from ..errors import RequestError, validation_details
-from ..limits import LimitExceeded, TooManyQuestions
+from ..errors import LimitExceeded, RequestError, TooManyQuestions, validation_details
 
 
 @dataclass

@@ -172,7 +172,9 @@ class DecisionFormat(WireFormat):
         call.log.update(kind=field, decisions=len(decisions), **scored.timing)
         results = [
             encode_result(decision, answer, timing, service.identity)
-            for decision, answer, timing in zip(decisions, scored.answers, scored.timings)
+            for decision, answer, timing in zip(
+                decisions, scored.answers, scored.timings, strict=False
+            )
         ]
         if request.decision is not None:
             return {"result": results[0]}

@@ -20,7 +20,6 @@ from pydantic import (
 )
 
 from .. import sampling
-from ..admission import ShuttingDown
 from ..contract import (
     MAX_REQUEST_ITEMS,
     Chat,
@@ -30,7 +29,7 @@ from ..contract import (
     TextDelta,
     TokenChoice,
 )
-from ..limits import LimitExceeded
+from ..errors import LimitExceeded, ShuttingDown
 from .base import Call, EventStream, WireFormat
 
 # Strict types throughout: "stream": "yes" or "n": true is a 422, not a guess, and the OpenAPI

@@ -39,8 +39,7 @@ from ..contract import (
     StateQuestion,
     Verdict,
 )
-from ..errors import RequestError, field_path
-from ..limits import LimitExceeded, TooManyQuestions
+from ..errors import LimitExceeded, RequestError, TooManyQuestions, field_path
 from .base import Call, WireFormat
 from .fields import NonBlank, OptionName, bounded_json, min_confidence_field
 from .systemone import (
@@ -370,7 +369,7 @@ def system_one_question(question: BaseModel) -> NoulQuestion | ChoiceQuestion | 
         return NoulQuestion(type="noul", instructions=text)
     if isinstance(question, ChoiceQuestionParam):
         names = choice_names(question.choices)
-        criteria = {name: c.description for name, c in zip(names, question.choices)}
+        criteria = {name: c.description for name, c in zip(names, question.choices, strict=False)}
         return ChoiceQuestion(type="choice", instructions=text, criteria=criteria)
     return ScoreQuestion(
         type="score", instructions=text, criteria=[_level_text(lv) for lv in question.levels]
@@ -411,7 +410,7 @@ def _typed_answer(question: BaseModel, probabilities: np.ndarray) -> dict[str, A
             "choice": values[int(np.argmax(probabilities))],
             "probabilities": [
                 {"value": value, "probability": p}
-                for value, p in zip(values, probabilities.tolist())
+                for value, p in zip(values, probabilities.tolist(), strict=False)
             ],
             "confidence": choice_confidence(probabilities),
         }
@@ -421,7 +420,9 @@ def _typed_answer(question: BaseModel, probabilities: np.ndarray) -> dict[str, A
         "score": float(np.arange(len(probabilities)) @ probabilities),
         "probabilities": [
             {"label": level.label, "value": value, "probability": p}
-            for value, (level, p) in enumerate(zip(question.levels, probabilities.tolist()))
+            for value, (level, p) in enumerate(
+                zip(question.levels, probabilities.tolist(), strict=False)
+            )
         ],
         "confidence": score_confidence(probabilities),
     }
@@ -537,7 +538,7 @@ class DecisionsFormat(WireFormat):
                 scored.timing,
             )
         answers: list[Answer | None] = [None] * len(request.questions)
-        for index, answer in zip(readable, scored_answers):
+        for index, answer in zip(readable, scored_answers, strict=False):
             answers[index] = answer
         call.log.update(
             kind="decisions-openai",
@@ -550,7 +551,7 @@ class DecisionsFormat(WireFormat):
             "model": model.name,
             "answers": [
                 encode_answer(q, a, model, request.x_min_confidence)
-                for q, a in zip(request.questions, answers)
+                for q, a in zip(request.questions, answers, strict=False)
             ],
             "usage": encode_usage(input_tokens, timing),
         }

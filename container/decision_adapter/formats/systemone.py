@@ -118,7 +118,7 @@ class ChoiceQuestion(BaseModel):
         return {
             "type": "choice",
             "choice": names[int(np.argmax(probabilities))],
-            "probabilities": dict(zip(names, probabilities.tolist())),
+            "probabilities": dict(zip(names, probabilities.tolist(), strict=False)),
             "confidence": choice_confidence(probabilities),
         }
 
@@ -148,8 +148,8 @@ class ScoreQuestion(BaseModel):
             "type": "score",
             "score": float(levels @ probabilities),
             # Structured levels come back as they were sent (the SDK accepts str, object, array).
-            "legend": dict(zip(self.option_keys, self.criteria)),
-            "probabilities": dict(zip(self.option_keys, probabilities.tolist())),
+            "legend": dict(zip(self.option_keys, self.criteria, strict=False)),
+            "probabilities": dict(zip(self.option_keys, probabilities.tolist(), strict=False)),
             "confidence": score_confidence(probabilities),
         }
 
@@ -213,10 +213,12 @@ def encode_answer(
         "x_margin": verdict.margin,
         "x_abstained": verdict.abstained,
         # What the softmax was taken over: raw label logits, or whole-label log-probabilities.
-        "x_logits": dict(zip(question.option_keys, scores.option_logits.tolist())),
+        "x_logits": dict(zip(question.option_keys, scores.option_logits.tolist(), strict=False)),
         # Each option's whole continuation's full-vocabulary log-probability: the chance the
         # model writes it, where x_logits may be a mean per token or a letter's logit.
-        "x_log_probs": dict(zip(question.option_keys, scores.option_log_probs.tolist())),
+        "x_log_probs": dict(
+            zip(question.option_keys, scores.option_log_probs.tolist(), strict=False)
+        ),
         "x_readout": scores.strategy,
         "x_readout_mode": scores.readout,
         # The letters readout's labels' share of the next token, and whether it is too small to
@@ -316,7 +318,9 @@ class SystemOneFormat(WireFormat):
             question_id: encode_answer(
                 question, answer, model=model, min_confidence=request.x_min_confidence
             )
-            for question_id, question, answer in zip(request.questions, questions, scored.answers)
+            for question_id, question, answer in zip(
+                request.questions, questions, scored.answers, strict=False
+            )
         }
         return encode_response(
             model=model.name,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import EngineError
 from .prefix_tree import Node
 from .tokenizer import UserTextTokenizer, cuttable
 
@@ -33,10 +34,6 @@ from .tokenizer import UserTextTokenizer, cuttable
 # libgomp reads this when it loads, with llama_cpp below; a value set by the operator wins.
 os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 import llama_cpp  # noqa: E402
-
-
-class EngineError(RuntimeError):
-    """llama.cpp refused an operation (load, decode)."""
 
 
 class DeadlinePassed(EngineError):
@@ -191,7 +188,7 @@ def user_text_tokenizer(vocab, tokenize=None) -> UserTextTokenizer:
     longest = max(map(len, filter(None, texts)), default=1)
     user_defined = [
         (text or b"", attribute)
-        for text, attribute in zip(texts, attributes)
+        for text, attribute in zip(texts, attributes, strict=False)
         if attribute & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED and not attribute & control
     ]
     specials = [text for text, _ in user_defined]

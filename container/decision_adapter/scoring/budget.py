@@ -15,7 +15,7 @@ the whole request would have needed.
 
 from __future__ import annotations
 
-from .tokenizer import TokenLimitExceeded
+from ..model.tokenizer import TokenLimitExceeded
 
 READ_TOKEN_COST = 3
 

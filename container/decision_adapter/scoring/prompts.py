@@ -14,13 +14,14 @@ import json
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .engine import Engine
+from ..errors import ChatTemplateError
+from ..model.engine import Engine
 
 PROMPT_VERSION = "decision-prompt-v1"
 SYSTEM_TEXT = (
@@ -39,10 +40,6 @@ JSON_CHOICE_ASK = 'Answer with JSON: {"choice": "<exactly one candidate name>"}'
 JSON_CHOICE_OPEN = '{"choice": "'
 JSON_CHOICE_CLOSE = '"'
 CONTENT_FREE_STATE = "N/A"  # what the calibrated readout asks about instead of the state
-
-
-class ChatTemplateError(ValueError):
-    """The model's chat template cannot render what it was given (its own words included)."""
 
 
 @dataclass
@@ -91,7 +88,7 @@ class PromptRenderer:
         if self.template:
             environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             environment.globals["raise_exception"] = _raise_template_error
-            environment.globals["strftime_now"] = lambda f: datetime.now(timezone.utc).strftime(f)
+            environment.globals["strftime_now"] = lambda f: datetime.now(UTC).strftime(f)
             try:
                 self._compiled = environment.from_string(self.template)
             except TemplateError as error:
@@ -161,10 +158,10 @@ class PromptRenderer:
             return RenderedPrompt(prefix=[Piece("\n".join(lines) + "\nAssistant:", user=True)])
         markers = [f"\ue000{uuid.uuid4().hex}\ue001" for _ in messages]
         rendered = self._render(
-            [{"role": m["role"], "content": k} for m, k in zip(messages, markers)]
+            [{"role": m["role"], "content": k} for m, k in zip(messages, markers, strict=False)]
         )
         pieces: list[Piece] = []
-        for number, (message, marker) in enumerate(zip(messages, markers)):
+        for number, (message, marker) in enumerate(zip(messages, markers, strict=False)):
             if marker not in rendered:  # some templates drop system messages: say so, not lose it
                 raise ChatTemplateError(
                     f"it leaves out messages[{number}] (role {message['role']!r}) or moves it "

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 
-from .errors import RequestError, field_path
+from ..errors import RequestError, field_path
 
 JSON_TYPES = {"application/json", "application/jsonlines", "text/json"}
 

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
-from collections.abc import Callable
-from typing import TypeVar
 
 import uvicorn
 from starlette.applications import Starlette
 
+from ..logs import log
 from .connections import answer_backlog
-from .logs import log
-
-T = TypeVar("T")
 
 
 def stop_work_after(grace_s: float) -> float:
@@ -56,33 +51,3 @@ class DrainingServer(uvicorn.Server):
         finally:
             if deadline is not None:
                 deadline.cancel()
-
-
-def on_daemon_thread(function: Callable[[], T], name: str) -> asyncio.Future[T]:
-    """`function()` on a thread that neither the shutdown nor the interpreter's exit waits for
-    (asyncio.to_thread's would be joined at exit): checksumming a large model at start-up, or
-    one long tokenizer call in llama.cpp, must not keep a SIGTERM'd process alive. Cancelling
-    the future abandons the work."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: object, error: BaseException | None) -> None:
-        if future.done():  # abandoned
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            outcome: tuple[object, BaseException | None] = (function(), None)
-        except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
-            outcome = (None, error)
-        try:
-            loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future

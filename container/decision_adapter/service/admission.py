@@ -19,47 +19,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import metrics
+from .. import metrics
+from ..errors import Busy, ShuttingDown
 
 T = TypeVar("T")
 _DONE = object()
-
-
-class Busy(Exception):
-    """No model slot free within the admission wait; retryable."""
-
-    def __init__(self, retry_after_s: int) -> None:
-        super().__init__("the model is busy with other requests; retry shortly")
-        self.retry_after_s = retry_after_s
-
-
-class Loading(Busy):
-    """The model is not loaded yet (SageMaker sends no traffic before /ping is 200; others may)."""
-
-    def __init__(self, retry_after_s: int) -> None:
-        Exception.__init__(self, "the model is still loading; retry shortly")
-        self.retry_after_s = retry_after_s
-
-
-class ShuttingDown(Busy):
-    """The server stopped model work at its shutdown deadline; retryable elsewhere."""
-
-    def __init__(self, retry_after_s: int) -> None:
-        Exception.__init__(self, "the server is shutting down; retry the request")
-        self.retry_after_s = retry_after_s
-
-
-class OutOfTime(Busy):
-    """Admitted work ran past its request's deadline: this machine was slower than the budget
-    assumes (load, fewer cores); retryable, here later or on another instance."""
-
-    def __init__(self, retry_after_s: int, deadline_s: float) -> None:
-        Exception.__init__(
-            self,
-            f"the request's model work ran past {deadline_s:g} s (DECISION_SCORING_DEADLINE_S); "
-            "retry the request, or send fewer tokens",
-        )
-        self.retry_after_s = retry_after_s
 
 
 @dataclass

@@ -13,10 +13,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from .admission import ModelRunner, OutOfTime, ShuttingDown
-from .budget import TokenBudget
-from .calibration import load_calibration
-from .contract import (
+from ..calibration import load_calibration
+from ..contract import (
     WORK_DEADLINE,
     Chat,
     Generated,
@@ -26,17 +24,26 @@ from .contract import (
     TextDelta,
     TokenChoice,
 )
-from .engine import DeadlinePassed, Engine, EngineConfig, EngineError
+from ..errors import (
+    EngineError,
+    OutOfTime,
+    ShuttingDown,
+    TooManyQuestions,
+    over_token_budget,
+    too_many_tokens_requested,
+)
+from ..model.engine import DeadlinePassed, Engine, EngineConfig
+from ..model.files import load_model_file
+from ..model.tokenizer import TokenLimitExceeded
+from ..scoring.budget import TokenBudget
+from ..scoring.prompts import PromptRenderer, state_text
+from ..scoring.score import ContentFreeScores, QuestionsOverBudget, ScoringPlan, build_plan, score
+from ..scoring.state_cache import StateCache
+from ..settings import Settings
+from .admission import ModelRunner
+from .daemon_threads import on_daemon_thread
 from .generation import text_events
 from .identity import model_identity
-from .limits import TooManyQuestions, over_token_budget, too_many_tokens_requested
-from .model_files import load_model_file
-from .prompts import PromptRenderer, state_text
-from .scoring import ContentFreeScores, QuestionsOverBudget, ScoringPlan, build_plan, score
-from .settings import Settings
-from .shutdown import on_daemon_thread
-from .state_cache import StateCache
-from .tokenizer import TokenLimitExceeded
 
 T = TypeVar("T")
 
@@ -253,7 +260,7 @@ class DecisionService:
         answers: list[Any] = [None] * len(questions)
         timings: list[Any] = [None] * len(questions)
         group_timings = []
-        for group, plan, (group_answers, timing) in zip(members, plans, outcomes):
+        for group, plan, (group_answers, timing) in zip(members, plans, outcomes, strict=False):
             group_timing = {
                 "prepare_ms": prepared_ms,
                 "admission_wait_ms": round(waited_ms, 3),
@@ -265,7 +272,7 @@ class DecisionService:
                 "request_tokens": needed,
             }
             group_timings.append(group_timing)
-            for index, answer in zip(group, group_answers):
+            for index, answer in zip(group, group_answers, strict=False):
                 answers[index], timings[index] = answer, group_timing
         return Scored(answers, timings, needed, _request_timing(group_timings))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    for length, (x, y) in enumerate(zip(a, b)):
+    for length, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return length
     return min(len(a), len(b))
@@ -24,7 +24,7 @@ def tree_tokens(paths: Sequence[Sequence[int]]) -> int:
     ordered = sorted(map(tuple, paths))
     return sum(
         len(path) - common_prefix_length(previous, path)
-        for previous, path in zip([()] + ordered, ordered)
+        for previous, path in zip([()] + ordered, ordered, strict=False)
     )
 
 

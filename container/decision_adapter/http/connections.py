@@ -28,7 +28,7 @@ import h11
 from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .metrics import ConnectionRefusals
+from ..metrics import ConnectionRefusals
 
 log = logging.getLogger("decision_adapter")
 

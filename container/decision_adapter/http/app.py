@@ -18,26 +18,30 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..contract import ModelService
+from ..errors import (
+    Busy,
+    ChatTemplateError,
+    EngineError,
+    Loading,
+    ModelFileError,
+    OutOfTime,
+    RequestError,
+)
+from ..formats import decision, openai_chat, openai_decisions, systemone
+from ..formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
+from ..logs import RequestLog
+from ..service.daemon_threads import on_daemon_thread
+from ..service.decision_service import DecisionService
+from ..service.identity import log_model_loaded
+from ..settings import Settings
 from . import jsonlines
-from .admission import Busy, Loading, OutOfTime
 from .auth import authenticate
+from .body import media_type, off_loop, parsed_in_place, read_bytes, read_json
 from .connections import limit_accept_error_logs
-from .contract import ModelService
-from .engine import EngineError
-from .errors import RequestError
+from .custom_attributes import CUSTOM_ATTRIBUTES, EchoCustomAttributes, forced_format
 from .execution_parameters import execution_parameters
-from .formats import decision, openai_chat, openai_decisions, systemone
-from .formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
-from .http_body import media_type, off_loop, parsed_in_place, read_bytes, read_json
-from .logs import RequestLog
-from .model_files import ModelFileError
-from .native_libraries import log_model_loaded
 from .openapi import openapi_document
-from .prompts import ChatTemplateError
-from .sagemaker import CUSTOM_ATTRIBUTES, EchoCustomAttributes, forced_format
-from .service import DecisionService
-from .settings import Settings
-from .shutdown import on_daemon_thread
 
 log = logging.getLogger("decision_adapter")
 
@@ -342,8 +346,7 @@ def create_app(
             try:
                 service = await on_daemon_thread(lambda: service_factory(settings), "load")
                 app.state.service = service
-                engine = getattr(service, "engine", None)  # the in-process test service has none
-                log_model_loaded(service.identity.info, engine, settings.n_gpu_layers)
+                log_model_loaded(service, settings.n_gpu_layers)
             except Exception as error:  # noqa: BLE001 - whatever stops loading must end the process
                 reason = _load_failure(error)
                 log.error(f"cannot serve: {reason}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Callable, Generator, Iterable, Iterator
 
-from .contract import Generated, SampledToken, TextDelta
+from ..contract import Generated, SampledToken, TextDelta
 
 
 class StopStrings:

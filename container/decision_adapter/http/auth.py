@@ -13,7 +13,7 @@ import hmac
 from pydantic import SecretStr
 from starlette.requests import Request
 
-from .errors import RequestError
+from ..errors import RequestError
 
 
 class AuthenticationError(RequestError):

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import importlib.metadata
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
-from . import __version__
-from .calibration import Calibration
-from .contract import ModelIdentity
-from .engine import Engine
-from .model_files import ModelFile
-from .prompts import PROMPT_VERSION
-from .settings import Settings
+from .. import __version__
+from ..calibration import Calibration
+from ..contract import ModelIdentity, ModelService
+from ..model import native_libraries
+from ..model.engine import Engine
+from ..model.files import ModelFile
+from ..scoring.prompts import PROMPT_VERSION
+from ..settings import Settings
 
 # llama.cpp's `general.file_type` values for the quantizations people actually serve.
 FILE_TYPES = {
@@ -46,7 +48,7 @@ def release_date(model_file: ModelFile) -> str:
     if model_file.manifest is not None:
         return model_file.manifest.created_at.date().isoformat()
     modified = model_file.path.stat().st_mtime
-    return datetime.fromtimestamp(modified, timezone.utc).date().isoformat()
+    return datetime.fromtimestamp(modified, UTC).date().isoformat()
 
 
 def model_identity(
@@ -95,3 +97,9 @@ def model_identity(
         calibration=calibration,
         info=info,
     )
+
+
+def log_model_loaded(service: ModelService, n_gpu_layers: int) -> dict[str, Any]:
+    """The one start-up line (model/native_libraries.py) for a service just loaded."""
+    engine = getattr(service, "engine", None)  # the in-process test service has none
+    return native_libraries.log_model_loaded(service.identity.info, engine, n_gpu_layers)

@@ -23,12 +23,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .admission import Busy
-from .contract import WORK_DEADLINE, ModelService
-from .errors import RequestError
-from .formats.base import ADAPTER_ERRORS, Call, WireFormat, format_of
-from .http_body import parse_json
-from .settings import Settings
+from ..contract import WORK_DEADLINE, ModelService
+from ..errors import Busy, RequestError
+from ..formats.base import ADAPTER_ERRORS, Call, WireFormat, format_of
+from ..settings import Settings
+from .body import parse_json
 
 MEDIA_TYPE = "application/jsonlines"
 # SageMaker's own spelling first; the other two are common elsewhere for the same thing.

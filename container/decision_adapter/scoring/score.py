@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from ..contract import BUILT_IN_READOUT, Answer, Question, QuestionKind, QuestionScores
+from ..model.engine import Branch, Engine, log_partition
+from ..model.prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
+from ..model.tokenizer import TokenLimitExceeded
 from .budget import READ_TOKEN_COST, TokenBudget
-from .contract import BUILT_IN_READOUT, Answer, Question, QuestionKind, QuestionScores
-from .engine import Branch, Engine, log_partition
 from .letter_spellings import letter_spellings
-from .prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
 from .prompts import CONTENT_FREE_STATE, JSON_CHOICE_CLOSE, PromptRenderer
 from .state_cache import StateCache
-from .tokenizer import TokenLimitExceeded
 
 PREFIX_SEQ = 0
 QUESTION_SEQ = 1  # every question suffix in turn; its branches take the sequences after it
@@ -171,7 +171,9 @@ class ScoringPlan:
                     "utf-8", "replace"
                 ),
             )
-            for index, (question, question_scores) in enumerate(zip(self.questions, scores))
+            for index, (question, question_scores) in enumerate(
+                zip(self.questions, scores, strict=False)
+            )
         ]
 
 
@@ -179,7 +181,7 @@ def _option_words(question: Question, with_descriptions: bool) -> list[str]:
     words = question.answer_words or question.option_ids
     if not with_descriptions:
         return list(words)
-    return [f"{w}: {d}" if d else w for w, d in zip(words, question.descriptions)]
+    return [f"{w}: {d}" if d else w for w, d in zip(words, question.descriptions, strict=False)]
 
 
 def _plan_question(
@@ -224,7 +226,7 @@ def _plan_question(
         labels = option_labels(n)
         label_tokens = [renderer.label_tokens(label) for label in labels]
         spellings = _spellings(engine, labels, label_tokens) if readout == "letters" else None
-        options = list(zip(question.option_ids, question.descriptions))
+        options = list(zip(question.option_ids, question.descriptions, strict=False))
         # Rotation r lists option (r + p) % n at position p; the request's own order is r = 0.
         rotations = [0] if readout == "letters" else list(range(n))
         # Sorted by the listed ids: a rotated request reads the same rotations in the same
@@ -242,7 +244,7 @@ def _plan_question(
         return QuestionPlan(readout, labels, readings, first.sha256, question.kind)
     if readout == "json_choice":
         words = _option_words(question, with_descriptions=False)
-        listed = sorted(zip(words, question.descriptions), key=lambda pair: pair[0])
+        listed = sorted(zip(words, question.descriptions, strict=False), key=lambda pair: pair[0])
         prompt = renderer.json_choice(state, question.question, listed)
         suffix = suffix_tokens(prompt)
         continuations = [continuation(w + JSON_CHOICE_CLOSE, opened=True) for w in words]
@@ -269,7 +271,7 @@ def _spellings(
         return None
     index = letter_spellings(engine)
     spellings = [index.of(label) for label in labels]
-    for tokens, spelled in zip(label_tokens, spellings):
+    for tokens, spelled in zip(label_tokens, spellings, strict=False):
         if len(tokens) != 1 or tokens[0] not in spelled:
             return None
     return spellings
@@ -307,11 +309,11 @@ def build_plan(
     if unfit is None:
         plans = [
             _plan_question(renderer, state, q, readout, budget)
-            for q, readout in zip(questions, readouts)
+            for q, readout in zip(questions, readouts, strict=False)
         ]
         return ScoringPlan(prefix_tokens, plans, content_free)
     plans = []
-    for index, (q, readout) in enumerate(zip(questions, readouts)):
+    for index, (q, readout) in enumerate(zip(questions, readouts, strict=False)):
         # What the question would cost asked alone, beside the state (and its N/A pass).
         alone = TokenBudget(budget.limit - len(prefix_tokens) - len(content_free or ()))
         try:
@@ -428,7 +430,7 @@ def score(
         neutral = _content_free_scores(engine, plan, cache, content_free or ContentFreeScores())
         results = [
             _combine(question, question_reads, neutral.get(question.content_free_key))
-            for question, question_reads in zip(plan.questions, reads)
+            for question, question_reads in zip(plan.questions, reads, strict=False)
         ]
         timing.branches_ms = (time.perf_counter() - started) * 1000
         return results, timing
@@ -523,24 +525,24 @@ def _add_branch_log_probs(
         nodes, through = tree_nodes(paths)
         # The tokens read after each node: what follows it on each path through it.
         following: list[set[int]] = [set() for _ in nodes]
-        for path, path_nodes in zip(paths, through):
-            for node, token in zip(path_nodes, path[1:]):
+        for path, path_nodes in zip(paths, through, strict=False):
+            for node, token in zip(path_nodes, path[1:], strict=False):
                 following[node].add(token)
             following[path_nodes[-1]].update(continuations[o][-1] for o in options_of[path])
 
         def next_token_log_probs(node: int, logits: np.ndarray) -> dict[int, float]:
             # A few numbers per row, read while llama.cpp holds the row: kept rows would cost
             # 1 MiB each, GiBs for a question of long options.
-            tokens = sorted(following[node])
-            return dict(zip(tokens, _log_softmax(logits, tokens)))
+            tokens = sorted(following[node])  # noqa: B023 - called before the loop moves on
+            return dict(zip(tokens, _log_softmax(logits, tokens), strict=False))
 
         read = engine.decode_prefix_tree(
             nodes, len(paths), QUESTION_SEQ, FIRST_BRANCH_SEQ, next_token_log_probs
         )
-        for path, path_nodes in zip(paths, through):
+        for path, path_nodes in zip(paths, through, strict=False):
             for option in options_of[path]:
                 tokens = continuations[option]
-                for node, token in zip(path_nodes, tokens[1:]):
+                for node, token in zip(path_nodes, tokens[1:], strict=False):
                     log_probs[option] += read[node][token]
         for offset in range(len(paths)):
             engine.drop_sequence(FIRST_BRANCH_SEQ + offset)
@@ -563,7 +565,9 @@ def _content_free_scores(
         for key, question in missing.items():
             read = _read(engine, question.readings[0], force_sequence=False)
             means = read.log_probs / read.lengths
-            kept.put(key, dict(zip(map(tuple, question.readings[0].continuations), means)))
+            kept.put(
+                key, dict(zip(map(tuple, question.readings[0].continuations), means, strict=False))
+            )
     kept.hits += len(wanted) - len(missing)
     out = {}
     for question in wanted:

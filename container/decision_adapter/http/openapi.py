@@ -7,11 +7,11 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from . import __version__
-from .formats.decision import DecisionRequest
-from .formats.openai_chat import ChatRequest
-from .formats.openai_decisions import DecisionsRequest
-from .formats.systemone import SystemOneRequest
+from .. import __version__
+from ..formats.decision import DecisionRequest
+from ..formats.openai_chat import ChatRequest
+from ..formats.openai_decisions import DecisionsRequest
+from ..formats.systemone import SystemOneRequest
 
 DECISION_EXAMPLE = {
     "decision": {

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .settings import Settings
+from ..settings import Settings
 
 MODEL_SLOTS = 1  # one llama.cpp context, one job at a time (admission.py)
 MIB = 1 << 20

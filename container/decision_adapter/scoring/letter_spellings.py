@@ -18,10 +18,10 @@ import re
 import string
 import threading
 import weakref
-from itertools import repeat
 
-import llama_cpp
 import numpy as np
+
+from ..model.vocabulary import is_text, raw_texts
 
 # What may stand before the letter: whitespace, and the brackets, quotes and markdown emphasis
 # or heading a model opens an answer with ("(A)", "**A**", "`A`", "## A"). Not "-" or ".":
@@ -32,12 +32,6 @@ _SPELLING = re.compile(rf"[\s{re.escape(OPENERS)}]*([A-Z])[^\w]*", re.ASCII)
 # never ASCII letters or digits: a token can only qualify if its raw text holds exactly one
 # ASCII letter, a capital, and no digit.
 _CANDIDATE = re.compile(rb"[^A-Za-z0-9]*[A-Z][^A-Za-z0-9]*")
-_NOT_TEXT = (
-    llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
-    | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
-    | llama_cpp.LLAMA_TOKEN_ATTR_BYTE
-    | llama_cpp.LLAMA_TOKEN_ATTR_UNUSED
-)
 
 
 def spelled_letter(text: str) -> str | None:
@@ -53,12 +47,10 @@ class LetterSpellings:
 
     def __init__(self, engine) -> None:
         vocab = engine.vocab
-        tokens = range(llama_cpp.llama_vocab_n_tokens(vocab))
-        texts = map(llama_cpp.llama_vocab_get_text, repeat(vocab), tokens)
-        candidates = [t for t, text in zip(tokens, texts) if text and _CANDIDATE.fullmatch(text)]
+        candidates = [t for t, text in raw_texts(vocab) if text and _CANDIDATE.fullmatch(text)]
         by_letter: dict[str, list[int]] = {letter: [] for letter in string.ascii_uppercase}
         for token in candidates:
-            if llama_cpp.llama_vocab_get_attr(vocab, token) & _NOT_TEXT:
+            if not is_text(vocab, token):
                 continue
             try:
                 text = engine.piece(token, special=False).decode("utf-8")

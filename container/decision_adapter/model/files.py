@@ -16,11 +16,8 @@ from model_manifest import (
     sha256_of_file,
 )
 
-from .settings import Settings
-
-
-class ModelFileError(RuntimeError):
-    """The model cannot be served; the message says which file and why."""
+from ..errors import ModelFileError
+from ..settings import Settings
 
 
 @dataclass(frozen=True)

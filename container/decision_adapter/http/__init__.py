@@ -1,0 +1,2 @@
+"""The HTTP layer: routes, bodies, connections and draining at shutdown. It reaches the model
+only through the service layer."""
