@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from .admission import ModelRunner, OutOfTime, ShuttingDown
 from .budget import TokenBudget
 from .calibration import load_calibration
+from .chat_batching import ChatBatcher
 from .contract import (
     WORK_DEADLINE,
     Chat,
@@ -36,6 +37,7 @@ from .scoring import ContentFreeScores, QuestionsOverBudget, ScoringPlan, build_
 from .settings import Settings
 from .shutdown import on_daemon_thread
 from .state_cache import StateCache
+from .streams import StreamContext
 from .tokenizer import TokenLimitExceeded
 
 T = TypeVar("T")
@@ -89,7 +91,14 @@ class DecisionService:
             wait_s=settings.admission_wait_s,
             retry_after_s=settings.retry_after_s,
             grace_s=settings.slot_grace_ms / 1000,
+            max_in_flight=settings.max_in_flight,
         )
+        self.chat_batcher: ChatBatcher | None = None
+        if settings.max_in_flight > 1:
+            self.chat_batcher = ChatBatcher(
+                StreamContext(self.engine, settings.max_in_flight, settings.request_token_limit),
+                self.runner,
+            )
         # Rendering and tokenizing run on threads of their own, two at a time, never on the
         # event loop (100 KB of newlines cost llama.cpp seconds before UserTextTokenizer) nor on
         # the model thread (a request over its budget must not hold the model). llama.cpp's
@@ -110,6 +119,8 @@ class DecisionService:
     def close(self) -> None:
         self.runner.close()
         if self._preparing == 0:  # else a thread still reads the vocabulary: the process exits
+            if self.chat_batcher is not None:
+                self.chat_batcher.close()
             self.engine.close()
 
     def stop_work(self) -> None:
@@ -274,15 +285,21 @@ class DecisionService:
         """On the model thread, as each token is sampled: its log-probability and the `top`
         likeliest tokens', as text."""
 
+        def sampled(token: int) -> SampledToken:
+            return self._sampled_token_of(token, *self.engine.sampled_log_probs(token, top))
+
+        return sampled
+
+    def _sampled_token_of(
+        self, token: int, logprob: float, best: list[tuple[int, float]]
+    ) -> SampledToken:
+        """A sampled token's log-probability and the likeliest tokens', as text."""
+
         def choice(token: int, logprob: float) -> TokenChoice:
             utf8 = self.engine.piece(token, special=False)
             return TokenChoice(utf8.decode("utf-8", errors="replace"), utf8, logprob)
 
-        def sampled(token: int) -> SampledToken:
-            logprob, best = self.engine.sampled_log_probs(token, top)
-            return SampledToken(choice(token, logprob), tuple(choice(t, lp) for t, lp in best))
-
-        return sampled
+        return SampledToken(choice(token, logprob), tuple(choice(t, lp) for t, lp in best))
 
     async def generate(self, chat: Chat) -> AsyncIterator[TextDelta | Generated]:
         """Text as it is sampled, then the finished generation. Limits are checked and the
@@ -347,7 +364,33 @@ class DecisionService:
                 out_of_time=lambda: expired[0],
             )
 
-        events = self.runner.stream(produce)
+        if self.chat_batcher is not None:
+            stops = [*self.renderer.chat_stops, *(chat.stop or [])]
+            events = self.chat_batcher.stream(
+                tokens,
+                sampling={
+                    "temperature": chat.temperature,
+                    "top_p": chat.top_p,
+                    "top_k": chat.top_k,
+                    "min_p": chat.min_p,
+                    "seed": seed,
+                },
+                max_tokens=max_tokens,
+                until=until,
+                top_logprobs=chat.top_logprobs,
+                sampled_token=self._sampled_token_of,
+                text=lambda arrived, sampled, out_of_time: text_events(
+                    arrived,
+                    self.engine.piece,
+                    stops,
+                    max_tokens,
+                    len(tokens),
+                    sampled,
+                    out_of_time=out_of_time,
+                ),
+            )
+        else:
+            events = self.runner.stream(produce)
         try:
             async for event in events:
                 yield event
