@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 from decision_adapter.engine import Engine, EngineConfig
 
 SCENARIOS = ("cache", "prefill", "suffix", "token")
@@ -64,6 +63,7 @@ class Configuration:
     flash_attention: bool
     extra_buffer_types: bool
     partial_ubatch: bool  # n_ubatch 16, below every batch here but the single tokens'
+    swa_full: bool = True  # False: sliding-window layers keep only their window
 
     @property
     def name(self) -> str:
@@ -94,6 +94,7 @@ def open_engine(gguf: Path, configuration: Configuration, threads: int) -> Engin
             n_ubatch=16 if configuration.partial_ubatch else None,
             kv_unified=configuration.kv_unified,
             flash_attention=configuration.flash_attention,
+            swa_full=configuration.swa_full,
         ),
     )
 

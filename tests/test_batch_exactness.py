@@ -18,10 +18,15 @@ from launcher.models import local_model
 from tests.conftest import MODEL_THREADS
 from tests.model_matrix import SERVED, ensure_matrix
 
-# The chat streams' context as the adapter opens it: llama.cpp's own flash-attention choice and
-# repacked weights, one micro-batch per batch.
+# The chat streams' context as the adapter opens it (streams.StreamContext): llama.cpp's own
+# flash-attention choice (on for the CPU) and repacked weights, one micro-batch per batch,
+# sliding-window layers that keep only their window.
 PER_SEQUENCE = Configuration(
-    kv_unified=False, flash_attention=True, extra_buffer_types=True, partial_ubatch=False
+    kv_unified=False,
+    flash_attention=True,
+    extra_buffer_types=True,
+    partial_ubatch=False,
+    swa_full=False,
 )
 UNIFIED = Configuration(
     kv_unified=True, flash_attention=True, extra_buffer_types=True, partial_ubatch=False

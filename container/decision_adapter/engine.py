@@ -55,6 +55,7 @@ class EngineConfig:
     n_ubatch: int | None = None  # None: n_batch, one micro-batch per batch
     kv_unified: bool = True
     flash_attention: bool | None = None  # None: llama.cpp's choice (on for the CPU)
+    swa_full: bool = True  # llama.cpp's default: sliding-window layers keep every cell
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,7 @@ class Engine:
         context_params.n_ubatch = config.n_ubatch or config.n_batch
         context_params.n_seq_max = n_seq_max
         context_params.kv_unified = config.kv_unified
+        context_params.swa_full = config.swa_full
         if config.flash_attention is not None:
             context_params.flash_attn_type = (
                 llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED

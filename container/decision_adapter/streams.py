@@ -30,6 +30,9 @@ class StreamContext:
         params.n_ubatch = config.n_batch
         params.n_seq_max = n_streams
         params.kv_unified = False
+        # A stream is never restored or cut back, so a sliding-window layer keeps only its
+        # window (Gemma 3 270M, 8 streams of 8,192: 0.3 GiB of cache instead of 1.2).
+        params.swa_full = False
         params.n_threads = config.n_threads
         params.n_threads_batch = config.n_threads
         params.no_perf = True
