@@ -337,60 +337,48 @@ class DecisionService:
                     expired[0] = True
                     return
 
-        def produce():
-            """On the model thread: sample and decode the answer text piece by piece."""
-            sampled = self.engine.generate(
-                tokens,
-                max_tokens=max_tokens,
-                temperature=chat.temperature,
-                top_p=chat.top_p,
-                top_k=chat.top_k,
-                min_p=chat.min_p,
-                seed=seed,
-            )
-            # The client's stops add to the prompt's own: without "\nUser:" a completion-mode
-            # model writes the user's next turn itself.
-            stops = [*self.renderer.chat_stops, *(chat.stop or [])]
-            log_probs = (
-                None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
-            )
+        sampling = {
+            "temperature": chat.temperature,
+            "top_p": chat.top_p,
+            "top_k": chat.top_k,
+            "min_p": chat.min_p,
+            "seed": seed,
+        }
+        # The client's stops add to the prompt's own: without "\nUser:" a completion-mode
+        # model writes the user's next turn itself.
+        stops = [*self.renderer.chat_stops, *(chat.stop or [])]
+
+        def text(sampled: Iterator[int], log_probs, out_of_time) -> Iterator:
             return text_events(
-                within_deadline(iter(sampled)),
+                sampled,
                 self.engine.piece,
                 stops,
                 max_tokens,
                 len(tokens),
                 log_probs,
-                out_of_time=lambda: expired[0],
+                out_of_time=out_of_time,
             )
 
-        if self.chat_batcher is not None:
-            stops = [*self.renderer.chat_stops, *(chat.stop or [])]
+        def produce():
+            """On the model thread: sample and decode the answer text piece by piece."""
+            sampled = self.engine.generate(tokens, max_tokens=max_tokens, **sampling)
+            log_probs = (
+                None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
+            )
+            return text(within_deadline(iter(sampled)), log_probs, lambda: expired[0])
+
+        if self.chat_batcher is None:
+            events = self.runner.stream(produce)
+        else:  # the stream shares each token's batch with the others running
             events = self.chat_batcher.stream(
                 tokens,
-                sampling={
-                    "temperature": chat.temperature,
-                    "top_p": chat.top_p,
-                    "top_k": chat.top_k,
-                    "min_p": chat.min_p,
-                    "seed": seed,
-                },
+                sampling=sampling,
                 max_tokens=max_tokens,
                 until=until,
                 top_logprobs=chat.top_logprobs,
                 sampled_token=self._sampled_token_of,
-                text=lambda arrived, sampled, out_of_time: text_events(
-                    arrived,
-                    self.engine.piece,
-                    stops,
-                    max_tokens,
-                    len(tokens),
-                    sampled,
-                    out_of_time=out_of_time,
-                ),
+                text=text,
             )
-        else:
-            events = self.runner.stream(produce)
         try:
             async for event in events:
                 yield event
