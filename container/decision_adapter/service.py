@@ -91,13 +91,22 @@ class DecisionService:
             wait_s=settings.admission_wait_s,
             retry_after_s=settings.retry_after_s,
             grace_s=settings.slot_grace_ms / 1000,
-            max_in_flight=settings.max_in_flight,
         )
+        # Batched chat streams: admitted apart from decisions, run on the same model thread.
+        self.chat_runner: ModelRunner | None = None
         self.chat_batcher: ChatBatcher | None = None
-        if settings.max_in_flight > 1:
+        if settings.max_chat_streams > 1:
+            self.chat_runner = ModelRunner(
+                max_queue=settings.max_queue,
+                wait_s=settings.admission_wait_s,
+                retry_after_s=settings.retry_after_s,
+                grace_s=settings.slot_grace_ms / 1000,
+                max_in_flight=settings.max_chat_streams,
+                model_thread=self.runner.model_thread,
+            )
             self.chat_batcher = ChatBatcher(
-                StreamContext(self.engine, settings.max_in_flight, settings.request_token_limit),
-                self.runner,
+                StreamContext(self.engine, settings.max_chat_streams, settings.request_token_limit),
+                self.chat_runner,
             )
         # Rendering and tokenizing run on threads of their own, two at a time, never on the
         # event loop (100 KB of newlines cost llama.cpp seconds before UserTextTokenizer) nor on
@@ -126,6 +135,8 @@ class DecisionService:
     def stop_work(self) -> None:
         """Shutdown deadline: end the model work in progress and refuse more."""
         self.runner.stop_work()
+        if self.chat_runner is not None:
+            self.chat_runner.stop_work()
         self.engine.interrupt()  # tokenizing stops too, at its next call into llama.cpp
         self._stopping.set()
 
@@ -179,6 +190,7 @@ class DecisionService:
             "content_free_scores": self.content_free.as_dict(),
             "engine": self.engine.stats.as_dict(),
             "admission": self.runner.counters(),
+            **({"chat_admission": self.chat_runner.counters()} if self.chat_runner else {}),
             "preparing": self._preparing,
         }
 

@@ -65,13 +65,12 @@ class Settings(BaseModel):
     n_batch: int = from_env("DECISION_N_BATCH", default=512, ge=32, le=65536)
     # Sequences in the context: the state, the question being read, and its label branches.
     n_seq_max: int = from_env("DECISION_N_SEQ_MAX", default=64, ge=4, le=256)
-    # Requests admitted to the model at once (docs/scoring.md, "Batching across requests"):
-    # their jobs run one after the other on the model thread, and chat streams among them share
-    # each token's batch, each in a KV stream of its own (bit-identical alone or beside others).
-    # Decisions never share a forward pass. 1: one request at a time, chat in the decisions'
-    # context; more reserves max_in_flight streams of request_token_limit cells each.
-    max_in_flight: int = from_env("DECISION_MAX_IN_FLIGHT", default=1, ge=1, le=64)
-    # Up to max_queue more may wait admission_wait_s each.
+    # Chat streams generating at once (docs/scoring.md, "Requests at once"): above 1 they share
+    # each token's batch, each in a KV stream of its own of a second context (bit-identical
+    # alone or beside others), beside the one decision at a time. 1: chat takes the decisions'
+    # one slot and context. Either way one model operation per slot; up to max_queue more may
+    # wait admission_wait_s each.
+    max_chat_streams: int = from_env("DECISION_MAX_CHAT_STREAMS", default=1, ge=1, le=64)
     max_queue: int = from_env("DECISION_MAX_QUEUE", default=0, ge=0, le=1024)
     admission_wait_s: float = from_env("DECISION_ADMISSION_WAIT_S", default=5.0, ge=0.0, le=60.0)
     retry_after_s: int = from_env("DECISION_RETRY_AFTER_S", default=1, ge=1, le=300)
