@@ -12,7 +12,8 @@ context:
 - `token`: one token of A and one of B in one batch (the step of two chat streams).
 
 A scenario is exact when every logit A reads (each suffix position and the token's) has the
-same bits as alone. `python -m bench.batch_exactness` writes the sweep as JSON;
+same bits as alone. `python -m bench.batch_exactness` writes the sweep to
+bench/results/<date>-<machine>-batch-exactness.json;
 tests/test_batch_exactness.py asserts the finding the scheduler relies on.
 """
 
@@ -188,10 +189,13 @@ if __name__ == "__main__":
     matrix = ensure_matrix()
     models = {family.name: matrix[family.name] for family in SERVED}
     models.update({name: local_model(name) for name in ("gemma3", "smollm2")})
+    import datetime
+
+    from bench.report import BATCH_EXACTNESS_SUFFIX, RESULTS
+    from bench.workloads import machine_name
+
     result = sweep(models, threads=2)
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else None
-    text = json.dumps(result, indent=1)
-    if out:
-        out.write_text(text + "\n")
-    else:
-        print(text)
+    today = datetime.date.today().isoformat()
+    output = RESULTS / f"{today}-{machine_name()}{BATCH_EXACTNESS_SUFFIX}"
+    output.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {output}")

@@ -27,6 +27,7 @@ from bench import side_by_side
 from bench.chat_versus import ADAPTER_ENV, RESULTS, chat_prompts
 from bench.llama_server import ServerSettings, completion_body, running_llama_server
 from bench.llama_server_build import ensure_llama_server
+from bench.report import CHAT_CONCURRENCY_SUFFIX
 from bench.workloads import THREADS, machine_name
 from launcher import running_adapter
 
@@ -74,6 +75,40 @@ def measure(url: str, body: dict, count, seconds: float, levels=LEVELS) -> list[
     return asyncio.run(run())
 
 
+def round_costs(gguf: Path, prompt: list[int], repeats: int = 12) -> list[dict]:
+    """The model alone: one round's batch (a token of each of 1, 2, 4, 8 streams) on the
+    streams' context, levels interleaved so that other load hits them alike; medians."""
+    from decision_adapter.engine import Engine, EngineConfig
+    from decision_adapter.streams import StreamContext
+
+    config = EngineConfig(n_ctx=2048, n_batch=512, n_threads=THREADS, n_gpu_layers=0, n_seq_max=4)
+    engine = Engine(gguf, config)
+    context = StreamContext(engine, max(LEVELS), 1024)
+    try:
+        positions = [len(prompt)] * max(LEVELS)
+        for stream in range(max(LEVELS)):
+            context.prefill(stream, prompt)
+        seconds: dict[int, list[float]] = {streams: [] for streams in LEVELS}
+        for _ in range(repeats):
+            for streams in LEVELS:
+                started = time.perf_counter()
+                context.step([(s, prompt[-1], positions[s]) for s in range(streams)])
+                seconds[streams].append(time.perf_counter() - started)
+                for s in range(streams):
+                    positions[s] += 1
+        return [
+            {
+                "streams": streams,
+                "round_ms": round(statistics.median(times) * 1000, 1),
+                "tokens_per_s": round(streams / statistics.median(times), 1),
+            }
+            for streams, times in seconds.items()
+        ]
+    finally:
+        context.close()
+        engine.close()
+
+
 def first_token_ms(caller, url: str, body: dict, text, repeats: int = 3) -> float:
     runs = [caller.stream(url, {**body, "stream": True}, text).first_s for _ in range(repeats)]
     return round(statistics.median(runs) * 1000, 1)
@@ -104,6 +139,8 @@ def main() -> None:
         "max_tokens": args.max_tokens,
         "seconds_per_level": args.seconds,
     }
+    result["model_rounds"] = round_costs(Path(assemble()), tokens)
+    print("model_rounds", json.dumps(result["model_rounds"]), flush=True)
     ours_count = lambda reply: reply["usage"]["completion_tokens"]  # noqa: E731
     theirs_count = lambda reply: reply["timings"]["predicted_n"]  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
@@ -150,7 +187,7 @@ def main() -> None:
                 result["llama_server"]["levels"].append({**row, "arguments": settings.arguments()})
     result["load_average_after"] = os.getloadavg()
     today = datetime.date.today().isoformat()
-    output = RESULTS / f"{today}-{machine_name()}-chat-concurrency.json"
+    output = RESULTS / f"{today}-{machine_name()}{CHAT_CONCURRENCY_SUFFIX}"
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=1))
     print(f"wrote {output}")
