@@ -1,6 +1,6 @@
 """Whether llama.cpp's CPU backend gives a sequence the same logits whatever other sequences share
 its batches and KV cache (bench/batch_exactness.py; the whole sweep of configurations is in
-bench/results/, summed up in docs/scoring.md, "Batching across requests").
+bench/results/, summed up in docs/scoring.md, "Requests at once").
 
 The finding the adapter builds on, on every family of the matrix and the real bundled Gemma 3
 270M and SmolLM2: with one KV stream per sequence (`kv_unified` off) every logit a request
