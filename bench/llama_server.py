@@ -26,6 +26,7 @@ class ServerSettings:
     threads: int
     n_ctx: int = 8192
     n_batch: int = 512
+    parallel: int = 1  # slots: llama-server batches the slots' tokens together
 
     def arguments(self) -> list[str]:
         return [
@@ -43,7 +44,7 @@ class ServerSettings:
             "auto",
             "--swa-full",
             "--parallel",
-            "1",
+            str(self.parallel),
             "--no-webui",
         ]
 

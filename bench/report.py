@@ -13,6 +13,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # bench.readout_cost's files are dated like a `make bench` result: `latest` passes over them.
 READOUT_COST_SUFFIX = "-readout-cost.json"
 CHAT_VERSUS_SUFFIX = "-chat-versus.json"  # bench.chat_versus: the chat rows alone
+CHAT_CONCURRENCY_SUFFIX = "-chat-concurrency.json"  # bench.chat_concurrency
+BATCH_EXACTNESS_SUFFIX = "-batch-exactness.json"  # bench.batch_exactness
+OTHER_SUFFIXES = (
+    READOUT_COST_SUFFIX,
+    CHAT_VERSUS_SUFFIX,
+    CHAT_CONCURRENCY_SUFFIX,
+    BATCH_EXACTNESS_SUFFIX,
+)
 
 
 def latest(results: Path = RESULTS) -> Path:
@@ -21,7 +29,7 @@ def latest(results: Path = RESULTS) -> Path:
     files = sorted(
         path
         for path in results.glob("[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]-*.json")
-        if not path.name.endswith((READOUT_COST_SUFFIX, CHAT_VERSUS_SUFFIX))
+        if not path.name.endswith(OTHER_SUFFIXES)
     )
     if not files:
         raise SystemExit("no results in bench/results/: run make bench")

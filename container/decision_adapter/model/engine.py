@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,11 @@ class EngineConfig:
     n_gpu_layers: int
     n_seq_max: int
     extra_buffer_types: bool = True
+    # What tests/test_batch_exactness.py varies; the adapter serves the defaults.
+    n_ubatch: int | None = None  # None: n_batch, one micro-batch per batch
+    kv_unified: bool = True
+    flash_attention: bool | None = None  # None: llama.cpp's choice (on for the CPU)
+    swa_full: bool = True  # llama.cpp's default: sliding-window layers keep every cell
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,17 @@ def log_partition(logits: np.ndarray) -> float:
     peak = float(logits.max())
     np.subtract(logits, peak, out=row, dtype=np.float64)  # exact for float32 logits
     return peak + float(np.log(np.exp(row, out=row).sum()))
+
+
+def token_log_probs(
+    logits: np.ndarray, token: int, top: int
+) -> tuple[float, list[tuple[int, float]]]:
+    """The full-vocabulary log-probability of `token` in one logits row, and the `top` likeliest
+    tokens with theirs."""
+    log_total = log_partition(logits)  # log-probabilities order as the logits do
+    best = np.argpartition(-logits, top)[:top] if top else np.array([], dtype=int)
+    best = best[np.argsort(-logits[best], kind="stable")]
+    return float(logits[token]) - log_total, [(int(t), float(logits[t]) - log_total) for t in best]
 
 
 @dataclass
@@ -234,9 +251,16 @@ class Engine:
         context_params.n_ctx = config.n_ctx
         context_params.n_batch = config.n_batch
         # One micro-batch per batch: chunking must not depend on what else shares the batch.
-        context_params.n_ubatch = config.n_batch
+        context_params.n_ubatch = config.n_ubatch or config.n_batch
         context_params.n_seq_max = n_seq_max
-        context_params.kv_unified = True
+        context_params.kv_unified = config.kv_unified
+        context_params.swa_full = config.swa_full
+        if config.flash_attention is not None:
+            context_params.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if config.flash_attention
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
         context_params.n_threads = config.n_threads
         context_params.n_threads_batch = config.n_threads
         context_params.no_perf = True
@@ -539,13 +563,31 @@ class Engine:
         `top` likeliest tokens with theirs, from the logits it was sampled from (raw, before
         temperature and truncation, as llama-server and OpenAI report them). Call it before
         `generate` resumes: the next decode replaces those logits."""
-        logits = self._logits(-1)
-        log_total = log_partition(logits)  # log-probabilities order as the logits do
-        best = np.argpartition(-logits, top)[:top] if top else np.array([], dtype=int)
-        best = best[np.argsort(-logits[best], kind="stable")]
-        return float(logits[token]) - log_total, [
-            (int(t), float(logits[t]) - log_total) for t in best
-        ]
+        return token_log_probs(self._logits(-1), token, top)
+
+    @staticmethod
+    def free_sampler(sampler: Any) -> None:
+        llama_cpp.llama_sampler_free(sampler)
+
+    def sampler(self, *, temperature: float, top_p: float, top_k: int, min_p: float, seed: int):
+        """A new llama.cpp sampler chain, llama-server's order: top_k, top_p, min_p,
+        temperature, draw (sampling.py); greedy at temperature 0. Free it with free_sampler."""
+        sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        if temperature <= 0:
+            llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
+            return sampler
+        if top_k > 0:
+            # Any k from the vocabulary's size up keeps every token; a k past 32 bits
+            # would reach llama.cpp wrapped (2**32 + 1 as 1, greedy).
+            llama_cpp.llama_sampler_chain_add(
+                sampler, llama_cpp.llama_sampler_init_top_k(min(top_k, self.n_vocab))
+            )
+        llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_top_p(top_p, 1))
+        if min_p > 0:
+            llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_min_p(min_p, 1))
+        llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_temp(temperature))
+        llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_dist(seed))
+        return sampler
 
     def generate(
         self,
@@ -561,28 +603,10 @@ class Engine:
         """Sample tokens after `prompt` on sequence 0 until end-of-generation or max_tokens,
         through llama-server's chain: top_k, top_p, min_p, temperature, draw (sampling.py)."""
         self.reset()
-        sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        sampler = self.sampler(
+            temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed
+        )
         try:
-            if temperature <= 0:
-                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
-            else:
-                if top_k > 0:
-                    # Any k from the vocabulary's size up keeps every token; a k past 32 bits
-                    # would reach llama.cpp wrapped (2**32 + 1 as 1, greedy).
-                    llama_cpp.llama_sampler_chain_add(
-                        sampler, llama_cpp.llama_sampler_init_top_k(min(top_k, self.n_vocab))
-                    )
-                llama_cpp.llama_sampler_chain_add(
-                    sampler, llama_cpp.llama_sampler_init_top_p(top_p, 1)
-                )
-                if min_p > 0:
-                    llama_cpp.llama_sampler_chain_add(
-                        sampler, llama_cpp.llama_sampler_init_min_p(min_p, 1)
-                    )
-                llama_cpp.llama_sampler_chain_add(
-                    sampler, llama_cpp.llama_sampler_init_temp(temperature)
-                )
-                llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_dist(seed))
             position = 0
             for chunk_start in range(0, len(prompt), self.n_batch):
                 chunk = prompt[chunk_start : chunk_start + self.n_batch]

@@ -39,17 +39,30 @@ class AdmissionStats:
 
 
 class ModelRunner:
-    """One job on the model at a time, at most `max_queue` waiting, none longer than `wait_s`.
+    """At most `max_in_flight` admitted at a time (decisions and chat: 1; batched chat streams:
+    DECISION_MAX_CHAT_STREAMS), at most `max_queue` waiting, none longer than `wait_s`. Jobs run
+    one after the other on the one model thread, which runners may share (`model_thread`).
 
-    The slot passes from a finished job straight to the oldest waiter, so a waiter's time is
-    bounded whether the model is busy with a long job or a queue: once it holds the slot, the
-    model thread is free.
+    A slot passes from finished work straight to the oldest waiter, so a waiter's time is
+    bounded whether the model is busy with a long job or a queue: once it holds a slot, the
+    model thread is free of the work before it.
     """
 
     def __init__(
-        self, *, max_queue: int, wait_s: float, retry_after_s: int, grace_s: float = 0.0
+        self,
+        *,
+        max_queue: int,
+        wait_s: float,
+        retry_after_s: int,
+        grace_s: float = 0.0,
+        max_in_flight: int = 1,
+        model_thread: ThreadPoolExecutor | None = None,
     ) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        self._owns_thread = model_thread is None
+        self._executor = model_thread or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="llama"
+        )
+        self._max_in_flight = max_in_flight
         self._max_queue = max_queue
         self._wait_s = wait_s
         self._grace_s = grace_s
@@ -63,6 +76,10 @@ class ModelRunner:
         self._reservation: ContextVar[list[Future] | None] = ContextVar(
             f"reservation-{id(self)}", default=None
         )
+
+    @property
+    def model_thread(self) -> ThreadPoolExecutor:
+        return self._executor
 
     def stop_work(self) -> None:
         """Shutdown deadline: refuse new work; running work ends with ShuttingDown."""
@@ -82,8 +99,8 @@ class ModelRunner:
         if self._stopping.is_set():
             raise ShuttingDown(self._retry_after_s)
         arrived = time.perf_counter()
-        if self.in_flight == 0:
-            self.in_flight = 1
+        if self.in_flight < self._max_in_flight and not self._waiters:
+            self.in_flight += 1
             self.stats.admitted += 1
             metrics.record_admitted(0.0)
             return
@@ -140,10 +157,25 @@ class ModelRunner:
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._release))
 
     def _release(self) -> None:
-        if self._waiters:  # hand the slot over: in_flight stays 1
+        if self._waiters:  # hand the slot over: in_flight stays
             self._waiters.popleft().set_result(None)
         else:
-            self.in_flight = 0
+            self.in_flight -= 1
+
+    async def admit(self) -> Callable[[], None]:
+        """Admit work that runs as many jobs, not one (a batched chat stream); returns its
+        release, which any thread calls once, when the work's last job has ended."""
+        await self._admit()
+        loop = asyncio.get_running_loop()
+
+        def release() -> None:
+            loop.call_soon_threadsafe(self._release)
+
+        return release
+
+    def submit(self, function: Callable[[], T]) -> Future:
+        """Run `function()` on the model thread for work already admitted (`admit`)."""
+        return self._executor.submit(function)
 
     async def run(self, function: Callable[..., T], *args: Any) -> tuple[T, float]:
         """Run `function(*args)` on the model thread; returns (result, ms waited for the model,
@@ -227,4 +259,5 @@ class ModelRunner:
             await asyncio.shield(finished)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        if self._owns_thread:
+            self._executor.shutdown(wait=True)

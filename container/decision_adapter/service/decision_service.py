@@ -34,6 +34,7 @@ from ..errors import (
 )
 from ..model.engine import DeadlinePassed, Engine, EngineConfig
 from ..model.files import load_model_file
+from ..model.streams import StreamContext
 from ..model.tokenizer import TokenLimitExceeded
 from ..scoring.budget import TokenBudget
 from ..scoring.prompts import PromptRenderer, state_text
@@ -41,6 +42,7 @@ from ..scoring.score import ContentFreeScores, QuestionsOverBudget, ScoringPlan,
 from ..scoring.state_cache import StateCache
 from ..settings import Settings
 from .admission import ModelRunner
+from .chat_batching import ChatBatcher
 from .daemon_threads import on_daemon_thread
 from .generation import text_events
 from .identity import model_identity
@@ -97,6 +99,22 @@ class DecisionService:
             retry_after_s=settings.retry_after_s,
             grace_s=settings.slot_grace_ms / 1000,
         )
+        # Batched chat streams: admitted apart from decisions, run on the same model thread.
+        self.chat_runner: ModelRunner | None = None
+        self.chat_batcher: ChatBatcher | None = None
+        if settings.max_chat_streams > 1:
+            self.chat_runner = ModelRunner(
+                max_queue=settings.max_queue,
+                wait_s=settings.admission_wait_s,
+                retry_after_s=settings.retry_after_s,
+                grace_s=settings.slot_grace_ms / 1000,
+                max_in_flight=settings.max_chat_streams,
+                model_thread=self.runner.model_thread,
+            )
+            self.chat_batcher = ChatBatcher(
+                StreamContext(self.engine, settings.max_chat_streams, settings.request_token_limit),
+                self.chat_runner,
+            )
         # Rendering and tokenizing run on threads of their own, two at a time, never on the
         # event loop (100 KB of newlines cost llama.cpp seconds before UserTextTokenizer) nor on
         # the model thread (a request over its budget must not hold the model). llama.cpp's
@@ -117,11 +135,15 @@ class DecisionService:
     def close(self) -> None:
         self.runner.close()
         if self._preparing == 0:  # else a thread still reads the vocabulary: the process exits
+            if self.chat_batcher is not None:
+                self.chat_batcher.close()
             self.engine.close()
 
     def stop_work(self) -> None:
         """Shutdown deadline: end the model work in progress and refuse more."""
         self.runner.stop_work()
+        if self.chat_runner is not None:
+            self.chat_runner.stop_work()
         self.engine.interrupt()  # tokenizing stops too, at its next call into llama.cpp
         self._stopping.set()
 
@@ -175,6 +197,7 @@ class DecisionService:
             "content_free_scores": self.content_free.as_dict(),
             "engine": self.engine.stats.as_dict(),
             "admission": self.runner.counters(),
+            **({"chat_admission": self.chat_runner.counters()} if self.chat_runner else {}),
             "preparing": self._preparing,
         }
 
@@ -281,15 +304,21 @@ class DecisionService:
         """On the model thread, as each token is sampled: its log-probability and the `top`
         likeliest tokens', as text."""
 
+        def sampled(token: int) -> SampledToken:
+            return self._sampled_token_of(token, *self.engine.sampled_log_probs(token, top))
+
+        return sampled
+
+    def _sampled_token_of(
+        self, token: int, logprob: float, best: list[tuple[int, float]]
+    ) -> SampledToken:
+        """A sampled token's log-probability and the likeliest tokens', as text."""
+
         def choice(token: int, logprob: float) -> TokenChoice:
             utf8 = self.engine.piece(token, special=False)
             return TokenChoice(utf8.decode("utf-8", errors="replace"), utf8, logprob)
 
-        def sampled(token: int) -> SampledToken:
-            logprob, best = self.engine.sampled_log_probs(token, top)
-            return SampledToken(choice(token, logprob), tuple(choice(t, lp) for t, lp in best))
-
-        return sampled
+        return SampledToken(choice(token, logprob), tuple(choice(t, lp) for t, lp in best))
 
     async def generate(self, chat: Chat) -> AsyncIterator[TextDelta | Generated]:
         """Text as it is sampled, then the finished generation. Limits are checked and the
@@ -327,34 +356,48 @@ class DecisionService:
                     expired[0] = True
                     return
 
-        def produce():
-            """On the model thread: sample and decode the answer text piece by piece."""
-            sampled = self.engine.generate(
-                tokens,
-                max_tokens=max_tokens,
-                temperature=chat.temperature,
-                top_p=chat.top_p,
-                top_k=chat.top_k,
-                min_p=chat.min_p,
-                seed=seed,
-            )
-            # The client's stops add to the prompt's own: without "\nUser:" a completion-mode
-            # model writes the user's next turn itself.
-            stops = [*self.renderer.chat_stops, *(chat.stop or [])]
-            log_probs = (
-                None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
-            )
+        sampling = {
+            "temperature": chat.temperature,
+            "top_p": chat.top_p,
+            "top_k": chat.top_k,
+            "min_p": chat.min_p,
+            "seed": seed,
+        }
+        # The client's stops add to the prompt's own: without "\nUser:" a completion-mode
+        # model writes the user's next turn itself.
+        stops = [*self.renderer.chat_stops, *(chat.stop or [])]
+
+        def text(sampled: Iterator[int], log_probs, out_of_time) -> Iterator:
             return text_events(
-                within_deadline(iter(sampled)),
+                sampled,
                 self.engine.piece,
                 stops,
                 max_tokens,
                 len(tokens),
                 log_probs,
-                out_of_time=lambda: expired[0],
+                out_of_time=out_of_time,
             )
 
-        events = self.runner.stream(produce)
+        def produce():
+            """On the model thread: sample and decode the answer text piece by piece."""
+            sampled = self.engine.generate(tokens, max_tokens=max_tokens, **sampling)
+            log_probs = (
+                None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
+            )
+            return text(within_deadline(iter(sampled)), log_probs, lambda: expired[0])
+
+        if self.chat_batcher is None:
+            events = self.runner.stream(produce)
+        else:  # the stream shares each token's batch with the others running
+            events = self.chat_batcher.stream(
+                tokens,
+                sampling=sampling,
+                max_tokens=max_tokens,
+                until=until,
+                top_logprobs=chat.top_logprobs,
+                sampled_token=self._sampled_token_of,
+                text=text,
+            )
         try:
             async for event in events:
                 yield event

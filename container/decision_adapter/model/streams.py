@@ -1,0 +1,103 @@
+"""A second llama.cpp context on the engine's model for chat streams decoded together: one KV
+stream per chat stream (`kv_unified` off), so each stream's logits have the same bits whatever
+other streams share its batches (measured: tests/test_batch_exactness.py).
+
+The decisions' context cannot do that: its branching needs one unified cache, where a
+sequence's numbers move with its neighbours' cells. Tokens, positions and logits only; the
+scheduling is chat_batching.py's. Not thread-safe: used on the model thread only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from ..errors import EngineError
+from .engine import Engine
+
+
+class StreamContext:
+    """`n_streams` sequences, each in a KV stream of its own of `n_ctx_per_stream` cells."""
+
+    def __init__(self, engine: Engine, n_streams: int, n_ctx_per_stream: int) -> None:
+        config = engine.config
+        params = llama_cpp.llama_context_default_params()
+        # llama.cpp gives each stream n_ctx / n_seq_max cells, rounded up to 256.
+        params.n_ctx = n_streams * (-(-n_ctx_per_stream // 256) * 256)
+        params.n_batch = config.n_batch
+        params.n_ubatch = config.n_batch
+        params.n_seq_max = n_streams
+        params.kv_unified = False
+        # A stream is never restored or cut back, so a sliding-window layer keeps only its
+        # window (Gemma 3 270M, 8 streams of 8,192: 0.3 GiB of cache instead of 1.2).
+        params.swa_full = False
+        params.n_threads = config.n_threads
+        params.n_threads_batch = config.n_threads
+        params.no_perf = True
+        self.ctx = llama_cpp.llama_init_from_model(engine.model, params)
+        if not self.ctx:
+            raise EngineError(f"llama.cpp could not create a context of {n_streams} chat streams")
+        self.engine = engine
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.n_streams = n_streams
+        self.n_ctx_per_stream = llama_cpp.llama_n_ctx_seq(self.ctx)
+        self.n_batch = config.n_batch
+        self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, 1)
+        # The engine's shutdown flag stops these decodes too (Engine.interrupt).
+        llama_cpp.llama_set_abort_callback(
+            self.ctx, engine._abort_check, ctypes.cast(engine._interrupt_flag, ctypes.c_void_p)
+        )
+
+    def close(self) -> None:
+        if self.ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+
+    def clear(self, stream: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self.memory, stream, -1, -1)
+
+    def prefill(self, stream: int, prompt: Sequence[int]) -> int:
+        """Decode `prompt` on a cleared stream in chunks of n_batch tokens, each chunk its own
+        batch (as Engine.generate does); the batch index of the last token's logits."""
+        self.clear(stream)
+        for start in range(0, len(prompt), self.n_batch):
+            chunk = prompt[start : start + self.n_batch]
+            last = start + len(chunk) == len(prompt)
+            self._decode(
+                [(t, start + i, stream, last and i == len(chunk) - 1) for i, t in enumerate(chunk)]
+            )
+        return len(prompt) - 1 - (len(prompt) - 1) // self.n_batch * self.n_batch
+
+    def step(self, tokens: Sequence[tuple[int, int, int]]) -> None:
+        """One batch of (stream, token, position), one token per stream; the logits of the
+        k-th are at batch index k."""
+        self._decode([(token, position, stream, True) for stream, token, position in tokens])
+
+    def logits(self, index: int) -> np.ndarray:
+        """A view of the last batch's logits at `index` (valid until the next decode)."""
+        pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
+        return np.ctypeslib.as_array(pointer, shape=(self.engine.n_vocab,))
+
+    def sample(self, sampler: Any, index: int) -> int:
+        return int(llama_cpp.llama_sampler_sample(sampler, self.ctx, index))
+
+    def _decode(self, entries: list[tuple[int, int, int, bool]]) -> None:
+        batch = self._batch
+        for i, (token, position, stream, wants_logits) in enumerate(entries):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = stream
+            batch.logits[i] = wants_logits
+        batch.n_tokens = len(entries)
+        status = llama_cpp.llama_decode(self.ctx, batch)
+        stats = self.engine.stats
+        stats.decode_calls += 1
+        stats.tokens_decoded += len(entries)
+        if status != 0:
+            raise EngineError(f"llama_decode failed with status {status} for {len(entries)} tokens")
