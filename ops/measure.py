@@ -206,22 +206,15 @@ def measure(
     # One decision first: a cold instance's first answer is no measure, and it names the model.
     first = bodies.next()
     model = served_model(call_with_retries(lambda: send(first), backoff, sleep=sleep, rng=rng))
-    levels = limits.levels()
-    requests, seconds = limits.max_requests // len(levels), limits.max_seconds / len(levels)
-    measured: list[Level] = []
-    for clients in levels:
-        level = run_level(
-            lambda: bodies.answered(send(bodies.next())),
-            clients,
-            max(1, requests // clients),
-            sleep=sleep,
-            until=time.perf_counter() + seconds,
-            backoff=backoff,
-            rng=rng,
-            own_time=lambda total_ms: total_ms / 1000,
-        )
-        report(f"{clients} client(s): {len(level.answered)} answered, {level.refused} refused")
-        measured.append(level)
+    measured = _measure_levels(
+        lambda: bodies.answered(send(bodies.next())),
+        limits.levels(),
+        limits,
+        backoff,
+        sleep=sleep,
+        rng=rng,
+        report=report,
+    )
     after = placement(sagemaker, endpoint)
     if after != before:
         raise CannotMeasure(
@@ -244,6 +237,37 @@ def measure(
         "requests": bodies.as_dict(),
         **{key: value for key, value in result.items() if key not in ("measured", "source")},
     }
+
+
+def _measure_levels(
+    answer: Callable[[], float],
+    levels: list[int],
+    limits: Limits,
+    backoff: Backoff,
+    *,
+    sleep: Callable[[float], None],
+    rng: random.Random | None,
+    report: Callable[[str], None],
+) -> list[Level]:
+    """Each level of clients in turn, the limits' requests and seconds shared evenly between
+    the levels; `answer()` sends one request and returns the container's own time for it in
+    milliseconds (so the operator's round trip is not measured)."""
+    requests, seconds = limits.max_requests // len(levels), limits.max_seconds / len(levels)
+    measured: list[Level] = []
+    for clients in levels:
+        level = run_level(
+            answer,
+            clients,
+            max(1, requests // clients),
+            until=time.perf_counter() + seconds,
+            sleep=sleep,
+            backoff=backoff,
+            rng=rng,
+            own_time=lambda own_ms: own_ms / 1000,
+        )
+        report(f"{clients} client(s): {len(level.answered)} answered, {level.refused} refused")
+        measured.append(level)
+    return measured
 
 
 def _source(endpoint: str) -> str:
@@ -335,22 +359,15 @@ def _measure_text_generation(
     call_with_retries(
         lambda: completions.answered(send(first), measured=False), backoff, sleep=sleep, rng=rng
     )
-    levels = sorted({1, slots})
-    requests, seconds = limits.max_requests // len(levels), limits.max_seconds / len(levels)
-    measured: list[Level] = []
-    for clients in levels:
-        level = run_level(
-            lambda: completions.answered(send(completions.next())),
-            clients,
-            max(1, requests // clients),
-            sleep=sleep,
-            until=time.perf_counter() + seconds,
-            backoff=backoff,
-            rng=rng,
-            own_time=lambda own_ms: own_ms / 1000,
-        )
-        report(f"{clients} client(s): {len(level.answered)} answered, {level.refused} refused")
-        measured.append(level)
+    measured = _measure_levels(
+        lambda: completions.answered(send(completions.next())),
+        sorted({1, slots}),
+        limits,
+        backoff,
+        sleep=sleep,
+        rng=rng,
+        report=report,
+    )
     if placement(sagemaker, endpoint) != before:
         raise CannotMeasure(
             f"endpoint {endpoint} changed its instances while measured: hold its capacity "
