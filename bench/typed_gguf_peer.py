@@ -205,3 +205,7 @@ def running_typed_gguf(
             timeout=STOP_TIMEOUT_S,
             check=False,
         )
+
+
+if __name__ == "__main__":  # `make` installs it with the dev tools, so a test never fetches it
+    print(ensure_installed())
