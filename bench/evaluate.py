@@ -532,20 +532,15 @@ def _peer_refusal(args: argparse.Namespace) -> str | None:
         return "--peer needs the adapter's column: --url, --endpoint or --beside REPORT"
     if args.choose_readout or args.fit_temperature or args.order_check:
         return "--peer runs each split once: no --choose-readout, --fit-temperature, --order-check"
+    if args.temperature is not None:  # the peer answers no logits to rescale
+        return "--peer compares the served probabilities: no --temperature"
     return None
 
 
 def _evaluated(items: list[Item], target: Any, args: argparse.Namespace, out: Path) -> dict:
     """One column: FILE run on `target`, its report.json and diagram written into `out`."""
     cases, _ = run(items, target, order_check=False, progress=not args.no_progress)
-    result = report(
-        cases,
-        source=args.file,
-        target=target.description,
-        fit=False,
-        pairs=None,
-        temperature=args.temperature,
-    )
+    result = report(cases, source=args.file, target=target.description, fit=False, pairs=None)
     from bench.charts import reliability_diagram
 
     out.mkdir(parents=True, exist_ok=True)

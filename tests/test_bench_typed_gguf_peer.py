@@ -86,6 +86,10 @@ def test_reports_of_other_questions_or_another_gguf_are_not_set_side_by_side(tmp
             ["--peer", "typed-gguf", "--gguf", str(SPLIT), "--beside", "r.json", "--url", "x"],
             "not both",
         ),
+        (
+            ["--peer", "typed-gguf", "--gguf", str(SPLIT), "--url", "x", "--temperature", "2"],
+            "no --temperature",
+        ),
     ],
 )
 def test_the_peer_options_refuse_what_cannot_make_a_side_by_side(extra, message, capsys):
