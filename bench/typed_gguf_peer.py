@@ -82,7 +82,12 @@ def ensure_installed(root: Path | None = None, requirements: Path = REQUIREMENTS
         finished = subprocess.run(command, capture_output=True, text=True, check=False)
         if finished.returncode != 0:
             raise PeerUnavailable(f"pip could not install {NAME}: {finished.stderr[-2000:]}")
-        os.replace(staging, folder)
+        try:
+            os.replace(staging, folder)
+        except OSError:
+            if not (folder / "typed_gguf" / "__init__.py").is_file():
+                raise
+            # Another run installed it first: the same pinned wheel, so theirs serves.
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
