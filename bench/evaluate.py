@@ -18,6 +18,11 @@ adapter offers, ranks them by the targets (every question at or above its majori
 option changes on reversal <= 10%, cost <= 2x letters; then accuracy and NLL), fits the winner's
 temperature on FILE, measures it on --test (a split never tuned on) and writes the per-model
 file (calibration.json) with `readout` and `temperature`. See bench/readout_choice.py.
+
+--peer typed-gguf --gguf PATH runs FILE on typed-gguf (a published decision server, with its
+defaults, bench/typed_gguf_peer.py) serving the same GGUF too, and writes side_by_side.json
+(bench/peer_compare.py) beside both reports: the adapter's column is --url/--endpoint evaluated
+now, or --beside REPORT, a report.json of ours on the same file (it must name the same GGUF).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +40,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from bench import labelled, metrics, readout_choice
+from bench import labelled, metrics, peer_compare, readout_choice
 from bench.labelled import Case, Item, LabelError
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
 from ops.transports import HttpTransport, InvalidUrl, InvokeFailed, SageMakerTransport
@@ -397,6 +403,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--test", type=Path, help="held-out labelled JSONL for --choose-readout (never tuned on)"
     )
+    parser.add_argument(
+        "--peer",
+        choices=["typed-gguf"],
+        help="also run FILE on this peer server serving --gguf, and write side_by_side.json",
+    )
+    parser.add_argument("--gguf", type=Path, help="the GGUF the peer serves (with --peer)")
+    parser.add_argument(
+        "--beside",
+        type=Path,
+        metavar="REPORT",
+        help="with --peer: the adapter's report.json on FILE, instead of --url/--endpoint",
+    )
     parser.add_argument("--limit", type=int, help="evaluate only the first N items")
     parser.add_argument(
         "--max-attempts",
@@ -441,6 +459,13 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, LabelError) as error:
             print(f"bench.evaluate: error: {error}", file=sys.stderr)
             return 2
+    if args.peer or args.gguf or args.beside:
+        refused = _peer_refusal(args)
+        if refused:
+            print(f"bench.evaluate: error: {refused}", file=sys.stderr)
+            return 2
+        if args.beside:
+            return _peer(args, items, None)
     if args.url:
         try:
             target = Target.url(args.url, args.max_attempts, args.timeout)
@@ -458,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
             return _target_failed(error)
     if args.choose_readout:
         return _choose(args, items, test_items, target)
+    if args.peer:
+        return _peer(args, items, target)
     try:
         cases, pairs = run(
             items, target, order_check=args.order_check, progress=not args.no_progress
@@ -493,6 +520,75 @@ def main(argv: list[str] | None = None) -> int:
             f"  report {out / 'report.json'}, diagram {result['reliability_png']}"
             + (f", calibration {result['calibration_json']}" if args.fit_temperature else "")
         )
+    return 0
+
+
+def _peer_refusal(args: argparse.Namespace) -> str | None:
+    if not args.peer:
+        return "--gguf and --beside go with --peer"
+    if not args.gguf or not args.gguf.is_file():
+        return f"--peer needs --gguf, the GGUF file it serves (got {args.gguf})"
+    if args.beside and (args.url or args.endpoint):
+        return "--beside is the adapter's column: pass it or --url/--endpoint, not both"
+    if not args.beside and not (args.url or args.endpoint):
+        return "--peer needs the adapter's column: --url, --endpoint or --beside REPORT"
+    if args.choose_readout or args.fit_temperature or args.order_check:
+        return "--peer runs each split once: no --choose-readout, --fit-temperature, --order-check"
+    if args.temperature is not None:  # the peer answers no logits to rescale
+        return "--peer compares the served probabilities: no --temperature"
+    return None
+
+
+def _evaluated(items: list[Item], target: Any, args: argparse.Namespace, out: Path) -> dict:
+    """One column: FILE run on `target`, its report.json and diagram written into `out`."""
+    cases, _ = run(items, target, order_check=False, progress=not args.no_progress)
+    result = report(cases, source=args.file, target=target.description, fit=False, pairs=None)
+    from bench.charts import reliability_diagram
+
+    out.mkdir(parents=True, exist_ok=True)
+    result["reliability_png"] = str(reliability_diagram(result, out / "reliability.png"))
+    (out / "report.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    return result
+
+
+def _peer(args: argparse.Namespace, items: list[Item], target: Target | None) -> int:
+    """The adapter's column (run now on `target`, or --beside) and the peer's, side by side."""
+    from bench import typed_gguf_peer
+
+    out = args.out or DEFAULT_OUT / f"{args.file.stem}-{args.peer}"
+    sha256 = typed_gguf_peer.sha256_of(args.gguf)
+    try:
+        if target is None:
+            ours = json.loads(args.beside.read_text())
+            ours_source = str(args.beside)
+        else:
+            ours = _evaluated(items, target, args, out / "adapter")
+            ours_source = str(out / "adapter" / "report.json")
+        # The check before the peer's run, not after it: a wrong --beside costs nothing.
+        peer_compare.check_comparable(
+            {"adapter": ours, args.peer: {**ours, "model": {"gguf_sha256": sha256}}}
+        )
+        logs = Path(tempfile.mkdtemp(prefix=f"{args.peer}-logs-"))
+        with typed_gguf_peer.running_typed_gguf(args.gguf, logs, sha256=sha256) as (server, info):
+            peer_target = Target.url(server.url, args.max_attempts, args.timeout)
+            peer_target.description = f"{args.peer} {info['version']} at {server.url}"
+            theirs = _evaluated(items, peer_target, args, out / args.peer)
+        # The peer answers no model block: the GGUF it served is the one registered.
+        theirs["model"] = {"gguf_file": args.gguf.name, "gguf_sha256": sha256}
+        theirs["peer"] = info
+        (out / args.peer / "report.json").write_text(
+            json.dumps(theirs, indent=2, ensure_ascii=False) + "\n"
+        )
+        side = peer_compare.compare({"adapter": ours, args.peer: theirs})
+    except TARGET_FAILURES as error:
+        return _target_failed(error)
+    except (OSError, ValueError, RuntimeError) as error:  # PeerUnavailable, a report, a GGUF
+        print(f"bench.evaluate: error: {error}", file=sys.stderr)
+        return 1
+    side["reports"] = {"adapter": ours_source, args.peer: str(out / args.peer / "report.json")}
+    (out / "side_by_side.json").write_text(json.dumps(side, indent=2, ensure_ascii=False) + "\n")
+    print(peer_compare.render(side))
+    print(f"  side by side {out / 'side_by_side.json'}")
     return 0
 
 
