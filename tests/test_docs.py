@@ -162,3 +162,22 @@ def test_the_codebuild_quotas_are_those_of_the_build_projects_compute_types(tmp_
     for name in rows:
         assert f'"{name}"' in loop
     assert "CodeBuild quota for one Linux/Large and one Linux/Medium build" in README.read_text()
+
+
+def test_readmes_figures_of_the_peer_are_its_committed_reports():
+    """README's rows of typed-gguf serving the same GGUF (bench.evaluate --peer), against the
+    held-out report each links to."""
+    rows = re.findall(
+        r"^\| ([^|]+), served by typed-gguf 0\.3\.0 \| \[its defaults\]\(([^)]+/report\.json)\) "
+        r"\| its JSON answer cue, T = 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
+        README.read_text(),
+        re.M,
+    )
+    assert len(rows) == 2
+    for _, report_path, accuracy, ece, nll in rows:
+        report = json.loads((ROOT / report_path).read_text())
+        assert report["target"].startswith("typed-gguf 0.3.0")
+        assert report["file"].endswith("readout_test.jsonl") and report["metrics"]["n"] == 208
+        assert [float(accuracy), float(ece), float(nll)] == [
+            round(report["metrics"][key], 3) for key in ("accuracy", "ece", "nll")
+        ]
