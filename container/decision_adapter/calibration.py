@@ -19,9 +19,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from model_manifest.small_files import SmallFileError, read_small_file
 
@@ -55,7 +55,6 @@ BUILT_IN_READOUT = "letters"  # what a readout is before the prompt mode is know
 # scale, or one of several names. One temperature can leave one kind over- and another
 # under-confident, so a file may fit a temperature per kind.
 QuestionKind = Literal["noul", "choice", "score"]
-QUESTION_KINDS: tuple[str, ...] = get_args(QuestionKind)
 
 
 def built_in_readout(prompt_mode: str) -> str:
@@ -75,15 +74,9 @@ class CalibrationFile(BaseModel):
     # Per question kind, over `temperature` for the questions of that kind (kinds not named
     # keep it): bench.evaluate --choose-readout keeps a kind's own only where it improved that
     # kind's held-out calibration.
-    temperatures: dict[QuestionKind, float] = Field(default_factory=dict)
-
-    @field_validator("temperatures")
-    @classmethod
-    def _positive(cls, temperatures: dict[str, float]) -> dict[str, float]:
-        for kind, value in temperatures.items():
-            if not 0.0 < value <= 100.0:
-                raise ValueError(f"{kind}: a temperature is in (0, 100], not {value}")
-        return temperatures
+    temperatures: dict[QuestionKind, Annotated[float, Field(gt=0.0, le=100.0)]] = Field(
+        default_factory=dict
+    )
 
 
 @dataclass(frozen=True)
