@@ -121,13 +121,19 @@ def test_readmes_figures_without_a_profile_are_the_committed_reports():
         re.M,
     )
     assert rows, "no row of a model without a profile"
-    for _, report_path, readout, accuracy, ece, nll in rows:
-        report = json.loads((ROOT / report_path).read_text())
+    for _, report_path, readout, *figures in rows:
+        report = held_out_report_of_row(report_path, figures)
         assert readout == "json_choice" and report["served_temperature"] == 1.0
-        assert report["file"].endswith("readout_test.jsonl") and report["metrics"]["n"] == 208
-        assert [float(accuracy), float(ece), float(nll)] == [
-            round(report["metrics"][key], 3) for key in ("accuracy", "ece", "nll")
-        ]
+
+
+def held_out_report_of_row(report_path: str, figures: list[str]) -> dict:
+    """The held-out report a README row links to, whose accuracy, ECE and NLL the row shows."""
+    report = json.loads((ROOT / report_path).read_text())
+    assert report["file"].endswith("readout_test.jsonl") and report["metrics"]["n"] == 208
+    assert [float(figure) for figure in figures] == [
+        round(report["metrics"][key], 3) for key in ("accuracy", "ece", "nll")
+    ]
+    return report
 
 
 def test_readmes_quota_is_the_deploy_pages_table():
@@ -174,10 +180,6 @@ def test_readmes_figures_of_the_peer_are_its_committed_reports():
         re.M,
     )
     assert len(rows) == 2
-    for _, report_path, accuracy, ece, nll in rows:
-        report = json.loads((ROOT / report_path).read_text())
+    for _, report_path, *figures in rows:
+        report = held_out_report_of_row(report_path, figures)
         assert report["target"].startswith("typed-gguf 0.3.0")
-        assert report["file"].endswith("readout_test.jsonl") and report["metrics"]["n"] == 208
-        assert [float(accuracy), float(ece), float(nll)] == [
-            round(report["metrics"][key], 3) for key in ("accuracy", "ece", "nll")
-        ]
