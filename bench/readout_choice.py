@@ -140,7 +140,7 @@ def _with_logits(cases: Sequence[Case]) -> list[Case]:
     return [c for c in cases if len(c.logits) == len(c.option_ids)]
 
 
-def _rescaled(cases: Sequence[Case], temperature_of: Callable[[Case], float]) -> list[Case]:
+def rescaled(cases: Sequence[Case], temperature_of: Callable[[Case], float]) -> list[Case]:
     """The cases as served at a temperature per case (their raw option logits rescaled)."""
     return [
         Case(
@@ -171,8 +171,8 @@ def fit_by_kind(
         if len(ours) < MIN_KIND_CASES or not held:
             continue
         own = metrics.fit_temperature([c.logits for c in ours], [c.expected_index for c in ours])
-        single = _ece(_rescaled(held, lambda c: temperature))
-        separate = _ece(_rescaled(held, lambda c, t=own.temperature: t))
+        single = _ece(rescaled(held, lambda c: temperature))
+        separate = _ece(rescaled(held, lambda c, t=own.temperature: t))
         fits[kind] = {
             "dev_cases": len(ours),
             "temperature": own.temperature,
@@ -193,10 +193,10 @@ def fit_and_hold_out(dev: Sequence[Case], test: Sequence[Case]) -> Held:
     found = metrics.fit_temperature([c.logits for c in usable], [c.expected_index for c in usable])
     held = _with_logits(test)
     by_kind, fits = fit_by_kind(usable, held, found.temperature)
-    rescaled = _rescaled(
+    at_fitted = rescaled(
         held, lambda c: by_kind.get(question_kind(c.option_ids), found.temperature)
     )
-    report = strategy_report(rescaled, None) if rescaled else {}
+    report = strategy_report(at_fitted, None) if at_fitted else {}
     return Held(found.temperature, found.nll_before, found.nll_after, report, by_kind, fits)
 
 

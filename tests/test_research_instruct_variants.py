@@ -3,15 +3,17 @@ instruct model: each variant's cases, read from the same answers the adapter giv
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from bench import labelled
+from bench import labelled, metrics
 from bench.evaluate import Target
 from bench.labelled import SystemOneItem
 from launcher import running_adapter
 from launcher.models import local_model
-from research.instruct_readouts import variants
+from research.instruct_readouts import held_out, variants
 
 DEV = labelled.load(variants.Path("bench/data/readout_dev.jsonl"))
 
@@ -57,3 +59,38 @@ def test_every_variant_reads_the_same_questions_from_the_served_answers(smollm2)
             assert sum(calibrated.probabilities) == pytest.approx(1.0)
     report = variants.summarise(cases)
     assert report["json_choice"]["by_question_kind"].keys() == {"noul", "choice", "score"}
+
+
+def test_cases_round_trip_through_the_results_file_and_are_held_out_at_a_dev_temperature(
+    smollm2,
+):
+    items = [i for i in DEV if isinstance(i, SystemOneItem)][:2]
+    cases = variants.measure(items, Target.url(smollm2.url, max_attempts=3, timeout_s=120))
+    records = {v: [variants.case_record(c) for c in group] for v, group in cases.items()}
+    back = {
+        v: [variants.case_from_record(r) for r in json.loads(json.dumps(group))]
+        for v, group in records.items()
+    }
+    for variant, group in cases.items():
+        assert [(c.item_id, c.logits, c.expected) for c in back[variant]] == [
+            (c.item_id, c.logits, c.expected) for c in group
+        ]
+        for restored, case in zip(back[variant], group, strict=True):
+            assert restored.probabilities == pytest.approx(case.probabilities)
+    # Dev is the first item, test the second: each variant's temperature comes from dev alone.
+    first = {
+        v: [c for c in g if c.item_id.startswith(items[0].item_id + "/")] for v, g in back.items()
+    }
+    second = {
+        v: [c for c in g if c.item_id.startswith(items[1].item_id + "/")] for v, g in back.items()
+    }
+    report = held_out.hold_out(first, second)
+    assert report.keys() == cases.keys()
+    for variant, result in report.items():
+        fitted = metrics.fit_temperature(
+            [c.logits for c in first[variant]], [c.expected_index for c in first[variant]]
+        )
+        assert result["temperature"] == pytest.approx(fitted.temperature)
+        assert result["test_at_t1"]["n"] == len(second[variant])
+        if not result["temperature_by_kind"] and result["temperature"] != pytest.approx(1.0):
+            assert result["test_at_fitted"]["nll"] != pytest.approx(result["test_at_t1"]["nll"])

@@ -77,16 +77,21 @@ def option_logits(
 
 def measure(items: list[SystemOneItem], target: Target) -> dict[str, list[Case]]:
     cases: dict[str, list[Case]] = defaultdict(list)
+    # The content-free answer depends on the questions alone: asked once per question set.
+    neutral_answers: dict[str, dict[str, Any]] = {}
     for item in items:
         questions = with_level_words(item.request["questions"])
         real, seconds, _ = target.send(
             "systemone",
             {"model": "jev-latest", "state": item.request["state"], "questions": questions},
         )
-        neutral, _, _ = target.send(
-            "systemone",
-            {"model": "jev-latest", "state": CONTENT_FREE_STATE, "questions": questions},
-        )
+        key = json.dumps(questions, sort_keys=True)
+        if key not in neutral_answers:
+            neutral_answers[key], _, _ = target.send(
+                "systemone",
+                {"model": "jev-latest", "state": CONTENT_FREE_STATE, "questions": questions},
+            )
+        neutral = neutral_answers[key]
         for qid, expected in item.expected.items():
             question = item.request["questions"][qid]
             base = item.categories.get(qid, item.category)
@@ -159,6 +164,22 @@ def summarise(cases: dict[str, list[Case]]) -> dict[str, Any]:
     return out
 
 
+CASE_FIELDS = ("item_id", "category", "option_ids", "logits", "expected")
+
+
+def case_record(case: Case) -> dict[str, Any]:
+    return {name: getattr(case, name) for name in CASE_FIELDS}
+
+
+def case_from_record(record: dict[str, Any]) -> Case:
+    logits = [float(x) for x in record["logits"]]
+    return Case(
+        **record,
+        probabilities=metrics.softmax(logits).tolist(),
+        latency_s=0.0,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m research.instruct_readouts.variants")
     parser.add_argument("file", type=Path, help="labelled System One JSONL (a readout split)")
@@ -169,7 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     items = [i for i in labelled.load(args.file) if isinstance(i, SystemOneItem)]
     items = items[: args.limit] if args.limit else items
     cases = measure(items, Target.url(args.url, max_attempts=5, timeout_s=120))
-    result = {"file": str(args.file), "items": len(items), "variants": summarise(cases)}
+    result = {
+        "file": str(args.file),
+        "items": len(items),
+        "variants": summarise(cases),
+        # Each case's raw option scores, so a temperature can be fitted on one split's results
+        # and measured on another's (held_out.py) without asking the model again.
+        "cases": {variant: [case_record(c) for c in group] for variant, group in cases.items()},
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for variant, report in result["variants"].items():
