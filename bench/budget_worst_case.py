@@ -42,10 +42,13 @@ def _long_description(n: int) -> dict:
     return body
 
 
-def _long_candidate_description(n: int) -> dict:
-    body = decision("s", "Is it?", ("yes", "no"), readout="json_choice")
-    body["decision"]["options"][0]["description"] = WORD * n
-    return body
+def _long_candidate_description(readout: str) -> Callable[[int], dict]:
+    def shape(n: int) -> dict:
+        body = decision("s", "Is it?", ("yes", "no"), readout=readout)
+        body["decision"]["options"][0]["description"] = WORD * n
+        return body
+
+    return shape
 
 
 def _long_listing(n: int) -> dict:
@@ -61,7 +64,8 @@ SHAPES: dict[str, Callable[[int], dict]] = {
     "option_text_desc": _long_description,
     "calibrated": _long_option("calibrated"),
     "permuted_letters": _long_listing,
-    "json_choice": _long_candidate_description,
+    "json_choice": _long_candidate_description("json_choice"),
+    "json_choice_sum": _long_candidate_description("json_choice_sum"),
 }
 
 

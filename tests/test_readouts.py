@@ -27,7 +27,7 @@ ANGRY = Question(
 )
 LEVEL = Question("How urgent is it?", ["0", "1", "2"], ["Not urgent.", "Soon.", "Now."])
 # The readouts that read each option's own words, so an option's order cannot matter.
-CLOZE = ("option_text", "option_text_desc", "calibrated", "json_choice")
+CLOZE = ("option_text", "option_text_desc", "calibrated", "json_choice", "json_choice_sum")
 
 
 def _with(question: Question, readout: str, order: list[int] | None = None) -> Question:

@@ -135,6 +135,23 @@ def test_permuted_letters_average_each_rotations_distribution():
     np.testing.assert_allclose(three.option_log_probs, single.log_probs, atol=1e-12)
 
 
+def test_json_choice_sum_reads_each_names_whole_log_probability():
+    # A two-token name whose second token is near certain: its mean lifts it over a one-token
+    # name the model preferred; its whole log-probability does not.
+    read = reading([-2.0, -2.4], [0.0, 0.0], [1, 2], single_tokens=False, argmax=7)
+    mean = _combine(question("json_choice"), [read], None)
+    whole = _combine(question("json_choice_sum"), [read], None)
+    assert np.argmax(mean.option_logits) == 1 and np.argmax(whole.option_logits) == 0
+    assert (whole.readout, whole.strategy, whole.full_vocab_argmax_id) == (
+        "text-sum",
+        "json_choice_sum",
+        7,
+    )
+    assert np.array_equal(whole.option_logits, read.log_probs)
+    assert np.array_equal(whole.option_mean_log_probs, [-2.0, -1.2])
+    assert whole.content_free is None
+
+
 @pytest.mark.parametrize("readout", ["option_text", "option_text_desc"])
 def test_option_text_reads_the_mean_log_probability_per_token(readout):
     read = reading([-2.0, -9.0], [0.0, 0.0], [1, 3], single_tokens=False, argmax=5)

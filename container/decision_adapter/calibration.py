@@ -37,9 +37,16 @@ MAX_FILE_BYTES = 1 << 20
 # description; `calibrated`, option_text minus the same scores against a content-free state;
 # `permuted_letters`, letters averaged over every cyclic rotation of the options; `json_choice`,
 # the options listed in sorted order, the answer opened as `{"choice": "` and each option's id
-# (and closing quote) read as its continuation (mean log-probability per token).
+# (and closing quote) read as its continuation (mean log-probability per token);
+# `json_choice_sum`, the same read as the whole continuation's log-probability.
 ReadoutName = Literal[
-    "letters", "option_text", "option_text_desc", "calibrated", "permuted_letters", "json_choice"
+    "letters",
+    "option_text",
+    "option_text_desc",
+    "calibrated",
+    "permuted_letters",
+    "json_choice",
+    "json_choice_sum",
 ]
 READOUTS: tuple[str, ...] = get_args(ReadoutName)
 # Without a per-model file, by how the model is prompted. An instruct model (its GGUF has a chat

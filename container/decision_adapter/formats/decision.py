@@ -46,7 +46,12 @@ READOUT_TEXT = {
     ),
     "text-mean": (
         "mean log-probability per token of each option's own words as the continuation of "
-        "'The correct answer is', softmax over them; no tokens generated"
+        "the answer ('The correct answer is', or the JSON answer's opened value), softmax over "
+        "them; no tokens generated"
+    ),
+    "text-sum": (
+        "log-probability of each option's whole name (and closing quote) as the JSON answer's "
+        "opened value, softmax over them; no tokens generated"
     ),
     "text-mean-minus-content-free": (
         "mean log-probability per token of each option's own words as the continuation of "

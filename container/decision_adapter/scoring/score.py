@@ -36,6 +36,8 @@ FIRST_BRANCH_SEQ = QUESTION_SEQ + 1
 # after the content-free state (unless its scores are kept; the budget counts them anyway, so
 # whether a request fits never depends on what other requests left behind).
 PASSES = {"calibrated": 2}
+# The readouts that ask for the JSON answer; they differ only in how an option's tokens add up.
+JSON_CHOICE_READOUTS = ("json_choice", "json_choice_sum")
 
 
 def option_labels(count: int) -> list[str]:
@@ -242,7 +244,7 @@ def _plan_question(
             continuations = [label_tokens[(i - r) % n] for i in range(n)]
             readings.append(reading(suffix_tokens(prompt), continuations, spellings))
         return QuestionPlan(readout, labels, readings, first.sha256, question.kind)
-    if readout == "json_choice":
+    if readout in JSON_CHOICE_READOUTS:
         words = _option_words(question, with_descriptions=False)
         listed = sorted(zip(words, question.descriptions, strict=False), key=lambda pair: pair[0])
         prompt = renderer.json_choice(state, question.question, listed)
@@ -618,6 +620,18 @@ def _combine(
             kind=question.kind,
         )
     means = first.log_probs / first.lengths
+    if question.readout == "json_choice_sum":
+        # The chance the model writes the whole name: a long name's copied tail cannot outweigh
+        # the token where the model chose it, as it can in a mean per token.
+        return QuestionScores(
+            readout="text-sum",
+            option_log_probs=first.log_probs,
+            option_logits=first.log_probs,
+            full_vocab_argmax_id=first.argmax,
+            strategy=question.readout,
+            option_mean_log_probs=means,
+            kind=question.kind,
+        )
     calibrated = content_free is not None
     return QuestionScores(
         readout="text-mean-minus-content-free" if calibrated else "text-mean",
