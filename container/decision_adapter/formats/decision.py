@@ -58,19 +58,32 @@ READOUT_TEXT = {
 
 class Option(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: OptionName
-    description: StrictStr | None = None
+    id: OptionName = Field(
+        description="The option's name: written into the prompt, and the result's `answer` "
+        "when it wins."
+    )
+    description: StrictStr | None = Field(
+        None, description="What the option means, written into the prompt after its id."
+    )
 
 
 class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: NonBlank
-    state: State
-    question: NonBlank
+    id: NonBlank = Field(description="Names the decision's result; unique among `decisions`.")
+    state: State = Field(
+        description="What is decided about: text, or JSON the prompt shows as indented JSON."
+    )
+    question: NonBlank = Field(description="The question the options answer.")
     options: list[Option] = options_field()
-    readout: ReadoutName | None = None  # None: the model's own (its per-model file)
-    # Below this top probability the result's `answer` is null and `abstained` true.
-    min_confidence: float | None = min_confidence_field()
+    readout: ReadoutName | None = Field(
+        None,
+        description="The readout that scores this decision; absent: the model's own (its "
+        "calibration file's, else the built-in one).",
+    )
+    min_confidence: float | None = min_confidence_field(
+        "Below this top probability the decision abstains: `answer` null, `abstained` true, "
+        "every other field as without it."
+    )
 
     @field_validator("options")
     @classmethod
@@ -91,9 +104,15 @@ class DecisionRequest(BaseModel):
     """Exactly one of `decision` or `decisions`; decisions about one state share its prefill."""
 
     model_config = ConfigDict(extra="forbid")
-    decision: Decision | None = None
+    decision: Decision | None = Field(
+        None, description='One decision, answered as `{"result": ...}`.'
+    )
     decisions: list[Decision] | None = Field(
-        default=None, min_length=1, max_length=MAX_REQUEST_ITEMS
+        default=None,
+        min_length=1,
+        max_length=MAX_REQUEST_ITEMS,
+        description='Several, answered in order as `{"results": [...], "timing": {...}}`; '
+        "at most `DECISION_MAX_DECISIONS` are scored.",
     )
 
     @field_validator("decisions")
