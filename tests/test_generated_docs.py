@@ -85,6 +85,21 @@ def test_the_error_table_names_every_error_type_the_adapter_answers_with():
     assert {kind for kind in listed if f'"{kind}"' not in source} == set()
 
 
+def test_the_api_page_has_a_section_per_route():
+    from decision_adapter.http.app import ROUTES
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    for route in ROUTES:
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            assert f"\n## `{method} {route.path}`\n" in page, (method, route.path)
+    # A request field's row: its type, default, constraints (a validator's rule) and meaning.
+    assert (
+        "| `id` | text | required | not blank, and one line: no control or line-separator "
+        "characters | The option's name:" in page
+    )
+    assert "| `temperature` | number | `0.8` | 0 to 2 | The sampling temperature;" in page
+
+
 def test_a_response_body_holds_exactly_its_models_fields():
     from decision_adapter.formats.base import response_body
     from pydantic import BaseModel, Field
