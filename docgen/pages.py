@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from . import bench_page, context_page, errors_page, settings_page
+from . import api_page, bench_page, context_page, errors_page, settings_page
 from .blocks import Block
 
 PAGES: dict[str, list[Block]] = {
     "docs/configuration.md": [Block("settings", settings_page.SOURCE, settings_page.render)],
     "docs/context.md": [Block("context", context_page.SOURCE, context_page.render)],
     "docs/benchmarks.md": [Block("bench", bench_page.SOURCE, bench_page.render)],
-    "docs/api.md": [Block("errors", errors_page.SOURCE, errors_page.render)],
+    "docs/api.md": [
+        *api_page.BLOCKS,
+        Block("errors", errors_page.SOURCE, errors_page.render),
+    ],
 }

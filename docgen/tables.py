@@ -3,13 +3,15 @@ writes them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import types
+import typing
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import annotated_types
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -58,8 +60,9 @@ def default(field: FieldInfo) -> str:
     return literal(field.default)
 
 
-def constraints(metadata: Iterable[Any]) -> list[str]:
-    """A field's (or an Annotated type's) constraints in words."""
+def constraints(metadata: Iterable[Any], unit: str = "long") -> list[str]:
+    """A field's (or an Annotated type's) constraints in words; `unit` is what a length
+    counts ("items" for a list)."""
     bounds: dict[str, Any] = {}
     words = []
     for item in metadata:
@@ -78,11 +81,69 @@ def constraints(metadata: Iterable[Any]) -> list[str]:
     elif low or high:
         words.insert(0, ", ".join(low + high))
     if "min_length" in bounds or "max_length" in bounds:
-        words.append(
-            f"{bounds.get('min_length', 0)} to {bounds['max_length']} long"
-            if "max_length" in bounds
-            else f"at least {bounds['min_length']} long"
-        )
+        least = bounds.get("min_length", 0)
+        if "max_length" not in bounds:
+            words.append(f"at least {least} {unit.removesuffix('s') if least == 1 else unit}")
+        elif "min_length" not in bounds:
+            words.append(f"at most {bounds['max_length']} {unit}")
+        else:
+            words.append(f"{least} to {bounds['max_length']} {unit}")
     if "pattern" in bounds:
         words.append(f"matches `{bounds['pattern']}`")
     return [word for word in words if word]
+
+
+def object_name(model: type[BaseModel]) -> str:
+    return "object"
+
+
+def type_name(
+    annotation: object,
+    model_name: Callable[[type[BaseModel]], str] = object_name,
+    *,
+    inside: bool = False,
+) -> str:
+    """A field's type as a reader says it ("text", "list of integer", "one of `a`, `b`"), a
+    model as `model_name` names it. A field's own null is its default, not its type; a null
+    `inside` a list or an object is said."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return type_name(args[0], model_name, inside=inside)
+    if origin is typing.Literal:
+        return literal(args[0]) if len(args) == 1 else "one of " + ", ".join(map(literal, args))
+    if origin in (typing.Union, types.UnionType):
+        kinds = [type_name(arg, model_name, inside=inside) for arg in args if arg is not type(None)]
+        if inside and type(None) in args:
+            kinds.append("null")
+        return " or ".join(dict.fromkeys(kinds)) if kinds else "null"
+    if origin is list:
+        item = type_name(args[0], model_name, inside=True)
+        return "list" if args[0] is Any else f"list of {item}"
+    if origin is dict:
+        value = type_name(args[1], model_name, inside=True)
+        return "object" if args[1] is Any else f"object of {value}"
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "one of " + ", ".join(literal(member) for member in annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return model_name(annotation)
+    names: dict[object, str] = {
+        str: "text",
+        int: "integer",
+        float: "number",
+        bool: "`true` or `false`",
+        type(None): "null",
+        None: "null",
+    }
+    return names.get(annotation, str(annotation))
+
+
+def annotated_constraints(annotation: object) -> list[str]:
+    """Constraints of an Annotated type inside another (an optional `S3Prefix`, a list's
+    items): pydantic keeps those in the annotation, not in the field's metadata."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        words = []
+        for item in typing.get_args(annotation)[1:]:
+            words += constraints(getattr(item, "metadata", [item]))
+        return words
+    return [word for arg in typing.get_args(annotation) for word in annotated_constraints(arg)]

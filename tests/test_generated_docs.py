@@ -83,3 +83,34 @@ def test_the_error_table_names_every_error_type_the_adapter_answers_with():
     assert named - listed == set(), "an error type the table lacks"
     # and none the adapter no longer answers with: each is a string in its source
     assert {kind for kind in listed if f'"{kind}"' not in source} == set()
+
+
+def test_the_api_page_has_a_section_per_route():
+    from decision_adapter.http.app import ROUTES
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    for route in ROUTES:
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            assert f"\n## `{method} {route.path}`\n" in page, (method, route.path)
+    # A request field's row: its type, default, constraints (a validator's rule) and meaning.
+    assert (
+        "| `id` | text | required | not blank, and one line: no control or line-separator "
+        "characters | The option's name:" in page
+    )
+    assert "| `temperature` | number | `0.8` | 0 to 2 | The sampling temperature;" in page
+
+
+def test_a_response_body_holds_exactly_its_models_fields():
+    from decision_adapter.formats.base import response_body
+    from pydantic import BaseModel, Field
+
+    class Body(BaseModel):
+        a: int = Field(description="always sent")
+        b: int | None = Field(None, description="sent where it applies")
+
+    assert list(response_body(Body, b=2, a=1).items()) == [("a", 1), ("b", 2)]
+    assert response_body(Body, a=1) == {"a": 1}
+    with pytest.raises(TypeError, match="undeclared"):
+        response_body(Body, a=1, c=3)
+    with pytest.raises(TypeError, match="missing"):
+        response_body(Body, b=2)

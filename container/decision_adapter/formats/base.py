@@ -101,6 +101,19 @@ class WireFormat:
 ADAPTER_ERRORS = WireFormat()  # for routes that take no body (/stats) and unknown bodies
 
 
+def response_body(schema: type[BaseModel], /, **fields: Any) -> dict[str, Any]:
+    """`fields` as a response body in `schema`'s field order: the model is the body's schema
+    (its descriptions are docs/api.md's table), the values are sent as they are, unconverted."""
+    declared = schema.model_fields
+    unknown = fields.keys() - declared.keys()
+    missing = {name for name, field in declared.items() if field.is_required()} - fields.keys()
+    if unknown or missing:
+        raise TypeError(
+            f"{schema.__name__}: undeclared {sorted(unknown)}, missing {sorted(missing)}"
+        )
+    return {name: fields[name] for name in declared if name in fields}
+
+
 def format_of(body: Any, formats: Sequence[WireFormat]) -> WireFormat:
     """The one of `formats` that a body's shape says it is written in."""
     if isinstance(body, dict):

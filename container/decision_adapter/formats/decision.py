@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, m
 
 from ..contract import (
     MAX_REQUEST_ITEMS,
+    MIN_CONFIDENT_MASS,
     Answer,
     ModelIdentity,
     ModelService,
@@ -16,7 +17,7 @@ from ..contract import (
     StateQuestion,
     Verdict,
 )
-from .base import Call, WireFormat, score
+from .base import Call, WireFormat, response_body, score
 from .fields import (
     NonBlank,
     OptionName,
@@ -63,19 +64,32 @@ READOUT_TEXT = {
 
 class Option(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: OptionName
-    description: StrictStr | None = None
+    id: OptionName = Field(
+        description="The option's name: written into the prompt, and the result's `answer` "
+        "when it wins."
+    )
+    description: StrictStr | None = Field(
+        None, description="What the option means, written into the prompt after its id."
+    )
 
 
 class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: NonBlank
-    state: State
-    question: NonBlank
+    id: NonBlank = Field(description="Names the decision's result; unique among `decisions`.")
+    state: State = Field(
+        description="What is decided about: text, or JSON the prompt shows as indented JSON."
+    )
+    question: NonBlank = Field(description="The question the options answer.")
     options: list[Option] = options_field()
-    readout: ReadoutName | None = None  # None: the model's own (its per-model file)
-    # Below this top probability the result's `answer` is null and `abstained` true.
-    min_confidence: float | None = min_confidence_field()
+    readout: ReadoutName | None = Field(
+        None,
+        description="The readout that scores this decision; absent: the model's own (its "
+        "calibration file's, else the built-in one).",
+    )
+    min_confidence: float | None = min_confidence_field(
+        "Below this top probability the decision abstains: `answer` null, `abstained` true, "
+        "every other field as without it."
+    )
 
     @field_validator("options")
     @classmethod
@@ -96,9 +110,15 @@ class DecisionRequest(BaseModel):
     """Exactly one of `decision` or `decisions`; decisions about one state share its prefill."""
 
     model_config = ConfigDict(extra="forbid")
-    decision: Decision | None = None
+    decision: Decision | None = Field(
+        None, description='One decision, answered as `{"result": ...}`.'
+    )
     decisions: list[Decision] | None = Field(
-        default=None, min_length=1, max_length=MAX_REQUEST_ITEMS
+        default=None,
+        min_length=1,
+        max_length=MAX_REQUEST_ITEMS,
+        description='Several, answered in order as `{"results": [...], "timing": {...}}`; '
+        "at most `DECISION_MAX_DECISIONS` are scored.",
     )
 
     @field_validator("decisions")
@@ -123,6 +143,73 @@ class DecisionRequest(BaseModel):
         return [self.decision] if self.decision is not None else list(self.decisions or [])
 
 
+class DecisionResult(BaseModel):
+    """One decision's answer: `result`, or each of `results`. Every per-option list is in
+    `option_ids`' order."""
+
+    id: str = Field(description="The decision's `id`.")
+    option_ids: list[str] = Field(description="The options' ids, in request order.")
+    probabilities: list[float] = Field(
+        description="Each option's probability: the softmax of `option_logits` divided by "
+        "`temperature`."
+    )
+    answer: str | None = Field(
+        description="The most probable option's id; null when the decision abstained."
+    )
+    top_probability: float = Field(description="The highest of `probabilities`.")
+    margin: float = Field(description="The top probability's lead over the second.")
+    abstained: bool = Field(
+        description="`top_probability` is below `min_confidence`: `answer` is null, every "
+        "other field as without it."
+    )
+    min_confidence: float | None = Field(description="The decision's `min_confidence`, or null.")
+    option_logits: list[float] = Field(
+        description="What the softmax is taken over: each option's score under the readout."
+    )
+    option_log_probs: list[float] = Field(
+        description="Each option's label's full-vocabulary log-probability: the chance the "
+        "model writes it."
+    )
+    option_mean_log_probs: list[float] | None = Field(
+        None,
+        description="Option-text readouts only: each option's mean log-probability per token.",
+    )
+    content_free_scores: list[float] | None = Field(
+        None,
+        description="`calibrated` only: each option's score against the content-free state, "
+        "subtracted from its own.",
+    )
+    labels: list[str] = Field(description="What the model read as each option.")
+    input_tokens: int = Field(description="Tokens the model read: the state and the question.")
+    allowed_token_mass: float = Field(
+        description="The share of the full-vocabulary probability on the options' labels: "
+        "a low value means the model wanted to say something else."
+    )
+    low_allowed_mass: bool = Field(
+        description=f"`letters` only: `allowed_token_mass` under {MIN_CONFIDENT_MASS}, so the "
+        "answer is not called confident."
+    )
+    full_vocab_argmax_id: int = Field(description="The model's unrestricted likeliest token.")
+    full_vocab_argmax_token: str = Field(description="That token, decoded.")
+    prompt_sha256: str = Field(description="SHA-256 of the rendered prompt.")
+    prompt_version: str = Field(description="The prompt templates' version.")
+    readout: ReadoutName = Field(description="The readout strategy that scored the decision.")
+    readout_mode: str = Field(description="How it read the options.")
+    readout_text: str = Field(description="`readout_mode` in words.")
+    temperature: float = Field(
+        description="What the logits were divided by: the calibration's temperature (1: raw)."
+    )
+    model: dict[str, Any] = Field(
+        description="The served model: GGUF file, bytes, SHA-256, quantization, context, "
+        "threads, GPU layers, llama-cpp-python version, the packaging manifest's identity."
+    )
+    timing: dict[str, Any] = Field(
+        description="The decision's state group's milliseconds per stage (`prepare_ms`, "
+        "`admission_wait_ms`, `prefill_ms`, `branches_ms`, `total_ms`), its `state_cache` "
+        "(`hit`, `miss` or `off`), `prefix_tokens` and `request_tokens`."
+    )
+
+
 def encode_result(
     decision: Decision, answer: Answer, timing: dict[str, Any], model: ModelIdentity
 ) -> dict[str, Any]:
@@ -135,35 +222,36 @@ def encode_result(
         extra["content_free_scores"] = scores.content_free.tolist()
     probabilities = scores.probabilities(temperature)
     verdict = Verdict.of(probabilities, decision.min_confidence)
-    return {
-        "id": decision.id,
-        "option_ids": [o.id for o in decision.options],
-        "probabilities": probabilities.tolist(),
-        "answer": None if verdict.top is None else decision.options[verdict.top].id,
-        "top_probability": verdict.top_probability,
-        "margin": verdict.margin,
-        "abstained": verdict.abstained,
-        "min_confidence": decision.min_confidence,
-        "option_logits": scores.option_logits.tolist(),
-        "option_log_probs": scores.option_log_probs.tolist(),
+    return response_body(
+        DecisionResult,
+        id=decision.id,
+        option_ids=[o.id for o in decision.options],
+        probabilities=probabilities.tolist(),
+        answer=None if verdict.top is None else decision.options[verdict.top].id,
+        top_probability=verdict.top_probability,
+        margin=verdict.margin,
+        abstained=verdict.abstained,
+        min_confidence=decision.min_confidence,
+        option_logits=scores.option_logits.tolist(),
+        option_log_probs=scores.option_log_probs.tolist(),
         **extra,
-        "labels": answer.labels,
-        "input_tokens": answer.input_tokens,
-        "allowed_token_mass": scores.allowed_token_mass,
+        labels=answer.labels,
+        input_tokens=answer.input_tokens,
+        allowed_token_mass=scores.allowed_token_mass,
         # True: a letters answer whose labels hold too little of the next token to be called
-        # confident (contract.MIN_CONFIDENT_MASS); its probabilities are still the readout's.
-        "low_allowed_mass": scores.low_allowed_mass,
-        "full_vocab_argmax_id": scores.full_vocab_argmax_id,
-        "full_vocab_argmax_token": answer.full_vocab_argmax_token,
-        "prompt_sha256": answer.prompt_sha256,
-        "prompt_version": model.prompt_version,
-        "readout": scores.strategy,
-        "readout_mode": scores.readout,
-        "readout_text": READOUT_TEXT[scores.readout],
-        "temperature": temperature,
-        "model": model.info,
-        "timing": timing,
-    }
+        # confident; its probabilities are still the readout's.
+        low_allowed_mass=scores.low_allowed_mass,
+        full_vocab_argmax_id=scores.full_vocab_argmax_id,
+        full_vocab_argmax_token=answer.full_vocab_argmax_token,
+        prompt_sha256=answer.prompt_sha256,
+        prompt_version=model.prompt_version,
+        readout=scores.strategy,
+        readout_mode=scores.readout,
+        readout_text=READOUT_TEXT[scores.readout],
+        temperature=temperature,
+        model=model.info,
+        timing=timing,
+    )
 
 
 class DecisionFormat(WireFormat):

@@ -47,6 +47,7 @@ def is_blank(text: str) -> bool:
 
 
 def _not_blank(text: str) -> str:
+    """Not blank: whitespace and invisible characters alone are blank."""
     if is_blank(text):
         raise ValueError(
             "must contain a visible character (whitespace and zero-width "
@@ -56,6 +57,7 @@ def _not_blank(text: str) -> str:
 
 
 def _single_line_name(text: str) -> str:
+    """Not blank, and one line: no control or line-separator characters."""
     text = _not_blank(text)
     bad = next((c for c in text if unicodedata.category(c) in _LINE_BREAKING), None)
     if bad is not None:
@@ -96,6 +98,11 @@ def bounded_json(value: Any) -> Any:
     return value
 
 
+bounded_json.__doc__ = (
+    f"At most {MAX_STATE_VALUES:,} JSON values (objects, arrays and the values in them)."
+)
+
+
 # A decision's state: text, or JSON the prompt shows as indented JSON.
 State = Annotated[StrictStr | dict[str, Any] | list[Any], AfterValidator(bounded_json)]
 
@@ -105,8 +112,9 @@ def options_field() -> Any:
     return Field(
         min_length=2,
         max_length=MAX_OPTIONS,
-        description="Each option's name unique once Unicode-normalized (NFC: a composed and a "
-        "decomposed `é` are one name); a repeat is refused, naming it.",
+        description="The options to choose from, in order; each name unique once "
+        "Unicode-normalized (NFC: a composed and a decomposed `é` are one name); a repeat is "
+        "refused, naming it.",
     )
 
 
@@ -126,6 +134,8 @@ def check_unique_names(names: Iterable[str], what: str) -> None:
         seen[key] = name
 
 
-def min_confidence_field() -> Any:
+def min_confidence_field(description: str) -> Any:
     """A caller's minimum top probability, below which the answer abstains (None: never)."""
-    return Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False, strict=True)
+    return Field(
+        default=None, gt=0.0, le=1.0, allow_inf_nan=False, strict=True, description=description
+    )

@@ -45,8 +45,8 @@ def _refuse_unless_null(value: Any) -> None:
 
 class TextPart(BaseModel):
     model_config = STRICT
-    type: Literal["text"]
-    text: StrictStr
+    type: Literal["text"] = Field(description="A text part, the only kind read.")
+    text: StrictStr = Field(description="The part's text.")
 
 
 # OpenAI message fields this server does not use: null (as an SDK echoes an answer back into
@@ -64,8 +64,12 @@ UNSUPPORTED_MESSAGE_FIELDS = (
 
 class _MessageFields(BaseModel):
     model_config = STRICT
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: StrictStr | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"] = Field(
+        description="Who speaks; the chat template renders each role its way."
+    )
+    content: StrictStr | list[TextPart] = Field(
+        description="Text, or text parts joined one per line (as llama-server joins them)."
+    )
 
     @field_validator(*UNSUPPORTED_MESSAGE_FIELDS, mode="before", check_fields=False)
     @classmethod
@@ -113,7 +117,7 @@ IGNORED_FIELDS = (
 def _null_fields(names: tuple[str, ...]) -> dict[str, Any]:
     """Refused fields, declared so that the schema lists them (null only) and the 422 names
     them."""
-    return {name: (None, Field(None, description="not supported")) for name in names}
+    return {name: (None, Field(None, description="Not supported.")) for name in names}
 
 
 ChatMessage = create_model(
@@ -125,35 +129,84 @@ class _ChatFields(BaseModel):
     # Every field is named here or in UNSUPPORTED_FIELDS: one the schema does not know is a
     # 422 naming it.
     model_config = STRICT
-    model: StrictStr | None = None
-    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_REQUEST_ITEMS)
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    model: StrictStr | None = Field(
+        None, description="Echoed in the answer; absent: the served model's name."
+    )
+    messages: list[ChatMessage] = Field(
+        min_length=1,
+        max_length=MAX_REQUEST_ITEMS,
+        description="The conversation, rendered by the model's chat template; a model without "
+        "one gets a plain completion prompt.",
+    )
+    max_tokens: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="The most tokens to generate; absent: `DECISION_MAX_CHAT_TOKENS`, also "
+        "the largest accepted.",
+    )
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="`max_tokens`' newer name; both may be sent only if equal."
+    )
     # Left out: llama-server's defaults and its chain, top_k first (sampling.py).
-    temperature: float = Field(sampling.TEMPERATURE, ge=0.0, le=2.0)
-    top_p: float = Field(sampling.TOP_P, gt=0.0, le=1.0)
-    top_k: int = Field(sampling.TOP_K, ge=0)
-    min_p: float = Field(sampling.MIN_P, ge=0.0, le=1.0)
+    temperature: float = Field(
+        sampling.TEMPERATURE, ge=0.0, le=2.0, description="The sampling temperature; 0 is greedy."
+    )
+    top_p: float = Field(
+        sampling.TOP_P,
+        gt=0.0,
+        le=1.0,
+        description="Nucleus sampling: the likeliest tokens holding this much probability; "
+        "1 turns it off.",
+    )
+    top_k: int = Field(
+        sampling.TOP_K, ge=0, description="Only the k likeliest tokens; 0 turns it off."
+    )
+    min_p: float = Field(
+        sampling.MIN_P,
+        ge=0.0,
+        le=1.0,
+        description="Only tokens at least this share of the likeliest's probability; 0 turns "
+        "it off.",
+    )
     # llama.cpp's sampler takes a 32-bit seed and reads its largest value as "pick one at
     # random": a seed outside that range would be wrapped or ignored, not honoured. -1 asks for
     # a random seed, as llama-server reads it.
-    seed: int | None = Field(None, ge=-1, le=2**32 - 2)
-    stop: StrictStr | list[StrictStr] | None = None
-    stream: bool = False
-    n: int = Field(1, ge=1, le=1, description="one choice only; n > 1 is refused")
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    seed: int | None = Field(
+        None,
+        ge=-1,
+        le=2**32 - 2,
+        description="llama.cpp's 32-bit seed: the same seed reproduces a sampled answer; -1 "
+        "or absent, a random one.",
+    )
+    stop: StrictStr | list[StrictStr] | None = Field(
+        None,
+        description="Up to 4 non-empty strings that end the answer, besides the prompt's own "
+        '(`"\\nUser:"` in completion mode).',
+    )
+    stream: bool = Field(False, description="Answer as server-sent events.")
+    n: int = Field(1, ge=1, le=1, description="One choice only; n > 1 is refused.")
+    logprobs: bool = Field(
+        False, description="Each completion token's log-probability, in `choices[0].logprobs`."
+    )
+    top_logprobs: int | None = Field(
+        None, ge=0, le=20, description="With `logprobs`: the likeliest alternatives per token."
+    )
     # No penalties are applied: only their neutral value is accepted.
-    frequency_penalty: float | None = Field(None, ge=0, le=0)
-    presence_penalty: float | None = Field(None, ge=0, le=0)
+    frequency_penalty: float | None = Field(
+        None, ge=0, le=0, description="No penalty is applied: 0 only."
+    )
+    presence_penalty: float | None = Field(
+        None, ge=0, le=0, description="No penalty is applied: 0 only."
+    )
     # Accepted, no effect (IGNORED_FIELDS).
-    user: StrictStr | None = None
-    store: bool | None = None
-    metadata: dict[StrictStr, StrictStr] | None = None
-    service_tier: StrictStr | None = None
-    stream_options: dict[StrictStr, Any] | None = None
-    prompt_cache_key: StrictStr | None = None
-    safety_identifier: StrictStr | None = None
+    user: StrictStr | None = Field(None, description="Accepted; no effect.")
+    store: bool | None = Field(None, description="Accepted; no effect.")
+    metadata: dict[StrictStr, StrictStr] | None = Field(None, description="Accepted; no effect.")
+    service_tier: StrictStr | None = Field(None, description="Accepted; no effect.")
+    stream_options: dict[StrictStr, Any] | None = Field(
+        None, description="Accepted; no effect: usage is always in the last chunk."
+    )
+    prompt_cache_key: StrictStr | None = Field(None, description="Accepted; no effect.")
+    safety_identifier: StrictStr | None = Field(None, description="Accepted; no effect.")
 
     @field_validator(*UNSUPPORTED_FIELDS, mode="before", check_fields=False)
     @classmethod

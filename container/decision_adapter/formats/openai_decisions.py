@@ -63,35 +63,47 @@ class _Closed(BaseModel):
 
 # --- content parts -------------------------------------------------------------------------
 class CacheBreakpoint(_Closed):
-    mode: Literal["explicit"]
+    mode: Literal["explicit"] = Field(description="Accepted; no effect.")
 
 
 class InputText(_Closed):
-    type: Literal["input_text"]
-    text: StrictStr
-    prompt_cache_breakpoint: CacheBreakpoint | None = None
+    type: Literal["input_text"] = Field(description="A text part.")
+    text: StrictStr = Field(description="The text.")
+    prompt_cache_breakpoint: CacheBreakpoint | None = Field(
+        None, description="Accepted; no effect."
+    )
 
 
 class InputImage(_Closed):
-    type: Literal["input_image"]
-    image_url: StrictStr
-    detail: Literal["low", "high", "auto", "original"] | None = None
-    prompt_cache_breakpoint: CacheBreakpoint | None = None
+    type: Literal["input_image"] = Field(
+        description="An image part: the model reads text only, so its question is refused."
+    )
+    image_url: StrictStr = Field(description="Not fetched.")
+    detail: Literal["low", "high", "auto", "original"] | None = Field(
+        None, description="Accepted; no effect."
+    )
+    prompt_cache_breakpoint: CacheBreakpoint | None = Field(
+        None, description="Accepted; no effect."
+    )
 
 
 class InputJson(_Closed):
-    type: Literal["input_json"]
-    data: Annotated[dict[StrictStr, Any] | list[dict[StrictStr, Any]], AfterValidator(bounded_json)]
+    type: Literal["input_json"] = Field(description="A JSON part, shown as indented JSON.")
+    data: Annotated[
+        dict[StrictStr, Any] | list[dict[StrictStr, Any]], AfterValidator(bounded_json)
+    ] = Field(description="An object, or a list of objects.")
 
 
 class OutputText(_Closed):
-    type: Literal["output_text"]
-    text: StrictStr
+    type: Literal["output_text"] = Field(description="The assistant's text.")
+    text: StrictStr = Field(description="The text.")
 
 
 class RefusalPart(_Closed):
-    type: Literal["refusal"]
-    refusal: StrictStr
+    type: Literal["refusal"] = Field(
+        description='The assistant\'s refusal, read as `{"refusal": ...}`.'
+    )
+    refusal: StrictStr = Field(description="The refusal's text.")
 
 
 UserPart = Annotated[InputText | InputImage | InputJson, Field(discriminator="type")]
@@ -101,59 +113,67 @@ Status = Literal["in_progress", "completed", "incomplete"]
 
 
 # --- input items -----------------------------------------------------------------------------
+# What the model reads of an item is its role and content, or its type, call id, name and
+# arguments or output; the rest is bookkeeping (`_item_value`).
+UNREAD = "Bookkeeping; not shown to the model."
+CONTENT = "Text, or parts (one per line)."
+
+
 class _Message(_Closed):
-    type: Literal["message"] | None = None
+    type: Literal["message"] | None = Field(None, description="`message`, or absent.")
 
 
 class UserMessage(_Message):
-    role: Literal["user"]
-    content: StrictStr | list[UserPart]
+    role: Literal["user"] = Field(description="The user speaks.")
+    content: StrictStr | list[UserPart] = Field(description=CONTENT)
 
 
 class DeveloperMessage(_Message):
-    role: Literal["developer"]
-    content: StrictStr | list[InputText]
+    role: Literal["developer"] = Field(description="The developer speaks.")
+    content: StrictStr | list[InputText] = Field(description=CONTENT)
 
 
 class SystemMessage(_Message):
-    role: Literal["system"]
-    content: StrictStr | list[InputText]
+    role: Literal["system"] = Field(description="The system prompt.")
+    content: StrictStr | list[InputText] = Field(description=CONTENT)
 
 
 class AssistantMessage(_Message):
-    role: Literal["assistant"]
-    content: StrictStr | list[AssistantPart]
-    phase: Literal["commentary", "final_answer"] | None = None
+    role: Literal["assistant"] = Field(description="The assistant speaks.")
+    content: StrictStr | list[AssistantPart] = Field(description=CONTENT)
+    phase: Literal["commentary", "final_answer"] | None = Field(None, description=UNREAD)
 
 
 class _ToolItem(_Closed):
-    call_id: StrictStr
-    id: StrictStr | None = None
-    status: Status | None = None
+    call_id: StrictStr = Field(
+        description="Pairs a call with its output: an output names an earlier call's."
+    )
+    id: StrictStr | None = Field(None, description=UNREAD)
+    status: Status | None = Field(None, description=UNREAD)
 
 
 class FunctionCall(_ToolItem):
-    type: Literal["function_call"]
-    name: StrictStr
-    arguments: StrictStr
-    namespace: StrictStr | None = None
+    type: Literal["function_call"] = Field(description="A function call the assistant made.")
+    name: StrictStr = Field(description="The function's name.")
+    arguments: StrictStr = Field(description="Its arguments, as the assistant wrote them.")
+    namespace: StrictStr | None = Field(None, description="The function's namespace.")
 
 
 class FunctionCallOutput(_ToolItem):
-    type: Literal["function_call_output"]
-    output: StrictStr | list[ToolOutputPart]
+    type: Literal["function_call_output"] = Field(description="A function call's output.")
+    output: StrictStr | list[ToolOutputPart] = Field(description=CONTENT)
 
 
 class CustomToolCall(_ToolItem):
-    type: Literal["custom_tool_call"]
-    name: StrictStr
-    input: StrictStr
-    namespace: StrictStr | None = None
+    type: Literal["custom_tool_call"] = Field(description="A custom tool call.")
+    name: StrictStr = Field(description="The tool's name.")
+    input: StrictStr = Field(description="Its input, as the assistant wrote it.")
+    namespace: StrictStr | None = Field(None, description="The tool's namespace.")
 
 
 class CustomToolCallOutput(_ToolItem):
-    type: Literal["custom_tool_call_output"]
-    output: StrictStr | list[ToolOutputPart]
+    type: Literal["custom_tool_call_output"] = Field(description="A custom tool call's output.")
+    output: StrictStr | list[ToolOutputPart] = Field(description=CONTENT)
 
 
 def _item_kind(item: Any) -> str | None:
@@ -204,7 +224,9 @@ Instructions = NonBlank | Annotated[list[UserPart], Field(min_length=1)]
 
 
 class _Question(_Closed):
-    instructions: Instructions
+    instructions: Instructions = Field(
+        description="The question: text, or parts (one per line); an image part refuses it."
+    )
     # The SDK's type is a string: absent is None, an explicit null is refused.
     name: StrictStr = Field(
         None,  # type: ignore[arg-type]
@@ -213,17 +235,23 @@ class _Question(_Closed):
 
 
 class Predicate(_Question):
-    type: Literal["predicate"]
+    type: Literal["predicate"] = Field(
+        description="A yes-or-no question, scored as a System One noul."
+    )
 
 
 class Choice(_Closed):
     # Typed: the string "true" and the boolean true are two choices.
-    value: OptionName | StrictBool
-    description: StrictStr | None = None
+    value: OptionName | StrictBool = Field(
+        description="A string or a boolean: what the answer's `choice` says."
+    )
+    description: StrictStr | None = Field(
+        None, description="What the choice means, shown to the model."
+    )
 
 
 class ChoiceQuestionParam(_Question):
-    type: Literal["choice"]
+    type: Literal["choice"] = Field(description="One of `choices`, scored as a System One choice.")
     choices: list[Choice] = Field(
         min_length=2,
         max_length=MAX_OPTIONS,
@@ -234,12 +262,16 @@ class ChoiceQuestionParam(_Question):
 
 
 class Level(_Closed):
-    label: NonBlank
-    description: StrictStr | None = None
+    label: NonBlank = Field(description="The level's name.")
+    description: StrictStr | None = Field(
+        None, description="What the level means, shown to the model."
+    )
 
 
 class ScoreQuestionParam(_Question):
-    type: Literal["score"]
+    type: Literal["score"] = Field(
+        description="A level among `levels`, scored as a System One score."
+    )
     levels: list[Level] = Field(
         min_length=2,
         max_length=MAX_SCORE_LEVELS,
@@ -254,27 +286,46 @@ QuestionParam = Annotated[
 
 
 class CacheOptions(_Closed):
-    mode: Literal["implicit", "explicit"] | None = None
-    ttl: Literal["30m"] | None = None
+    mode: Literal["implicit", "explicit"] | None = Field(None, description="Accepted; no effect.")
+    ttl: Literal["30m"] | None = Field(None, description="Accepted; no effect.")
 
 
 SAFETY_IDENTIFIER_MAX = 64
 
 
 class DecisionsRequest(_Closed):
-    model: StrictStr
-    input: StrictStr | Annotated[list[InputItem], Field(max_length=MAX_REQUEST_ITEMS)] = Field(
-        min_length=1
+    model: StrictStr = Field(
+        description="Any name (the SDK's default too); the answer names the served model."
     )
-    questions: list[QuestionParam] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    input: StrictStr | Annotated[list[InputItem], Field(max_length=MAX_REQUEST_ITEMS)] = Field(
+        min_length=1,
+        description="A string, or messages and tool calls with their outputs: the state every "
+        "question reads.",
+    )
+    questions: list[QuestionParam] = Field(
+        min_length=1,
+        max_length=MAX_QUESTIONS,
+        description="Answered in order. At most `DECISION_MAX_DECISIONS` are scored (a 400 "
+        "above it); those refused for an image do not count.",
+    )
     # Accepted for the SDK's sake: the state cache is keyed by the input's exact tokens alone.
-    prompt_cache_key: StrictStr | None = None
-    prompt_cache_options: CacheOptions | None = None
+    prompt_cache_key: StrictStr | None = Field(
+        None,
+        description="Accepted; no effect: the state cache is keyed by the input's exact "
+        "tokens alone.",
+    )
+    prompt_cache_options: CacheOptions | None = Field(None, description="Accepted; no effect.")
     # Logged with the request; the API's limit, 64 characters, keeps the log line small.
-    safety_identifier: Annotated[StrictStr, Field(max_length=SAFETY_IDENTIFIER_MAX)] = None  # type: ignore[assignment]
+    safety_identifier: Annotated[StrictStr, Field(max_length=SAFETY_IDENTIFIER_MAX)] = Field(
+        None,  # type: ignore[assignment]
+        description="Written to the request's log line; the length limit is the API's.",
+    )
     # Not the SDK's (send it with `extra_body`): below this top probability a question is
     # answered with a refusal that still carries the answer the model would have given.
-    x_min_confidence: float | None = min_confidence_field()
+    x_min_confidence: float | None = min_confidence_field(
+        "Not the SDK's (send it in `extra_body`): below this top probability a question is "
+        "answered with a refusal carrying `x_abstained` and `x_answer`."
+    )
 
 
 # --- input as a state ------------------------------------------------------------------------

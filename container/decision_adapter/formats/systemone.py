@@ -59,16 +59,18 @@ def _instructions(value: Text | None, default: str) -> str:
 
 class NoulCriteria(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    true: Text | None = None
-    false: Text | None = None
+    true: Text | None = Field(None, description="What `true` means here, shown to the model.")
+    false: Text | None = Field(None, description="What `false` means here, shown to the model.")
 
 
 class NoulQuestion(BaseModel):
     # Inside a question an unknown field is more likely a typo than a newer client's extra.
     model_config = ConfigDict(extra="forbid")
-    type: Literal["noul"]
-    instructions: Text | None = None
-    criteria: NoulCriteria | None = None
+    type: Literal["noul"] = Field(description="A yes-or-no question, answered with P(true).")
+    instructions: Text | None = Field(
+        None, description='The question; absent or blank: "Is this true of the state?".'
+    )
+    criteria: NoulCriteria | None = Field(None, description="What true and false mean.")
 
     @property
     def option_keys(self) -> list[str]:
@@ -90,8 +92,11 @@ class NoulQuestion(BaseModel):
 
 class ChoiceQuestion(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    type: Literal["choice"]
-    instructions: Text | None = None
+    type: Literal["choice"] = Field(description="One of the named options in `criteria`.")
+    instructions: Text | None = Field(
+        None,
+        description='The question; absent or blank: "Which option fits the state best?".',
+    )
     # Option names go into the prompt like the decision format's option ids, with its rules.
     criteria: dict[OptionName, Text | None] = options_field()
 
@@ -125,10 +130,20 @@ class ChoiceQuestion(BaseModel):
 
 class ScoreQuestion(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    type: Literal["score"]
-    instructions: Text | None = None
+    type: Literal["score"] = Field(
+        description="A level on the scale `criteria`, answered with the expected level."
+    )
+    instructions: Text | None = Field(
+        None,
+        description='The question; absent or blank: "Which level fits the state best?".',
+    )
     # A list only: a map's key order would be an unreliable order of levels.
-    criteria: list[Text] = Field(min_length=2, max_length=MAX_SCORE_LEVELS)
+    criteria: list[Text] = Field(
+        min_length=2,
+        max_length=MAX_SCORE_LEVELS,
+        description="The levels, lowest first, each described by text or JSON; level n is "
+        "named `n` in the answer.",
+    )
 
     @property
     def option_keys(self) -> list[str]:
@@ -162,15 +177,31 @@ SystemOneQuestion = Annotated[
 class SystemOneRequest(BaseModel):
     # Unknown top-level fields are ignored: clients add trace ids, seeds, assets.
     model_config = ConfigDict(extra="ignore")
-    model: StrictStr
-    state: State
+    model: StrictStr = Field(
+        description=f"`{MODEL_ALIAS}` or the served model's name; another is a 404 "
+        "`model_not_found`."
+    )
+    state: State = Field(
+        description="What the questions are about: text, or JSON the prompt shows as indented "
+        "JSON."
+    )
     questions: dict[QuestionId, SystemOneQuestion] = Field(
-        min_length=1, max_length=MAX_REQUEST_ITEMS
+        min_length=1,
+        max_length=MAX_REQUEST_ITEMS,
+        description="The questions by id; each answer comes back under its question's id. At "
+        "most `DECISION_MAX_DECISIONS` are scored.",
     )
     # The adapter's own: the readout strategy for every question (None: the model's own), and
     # the top probability below which every answer says it abstains (None: never).
-    x_readout: ReadoutName | None = None
-    x_min_confidence: float | None = min_confidence_field()
+    x_readout: ReadoutName | None = Field(
+        None,
+        description="The adapter's: the readout that scores every question; absent: the "
+        "model's own.",
+    )
+    x_min_confidence: float | None = min_confidence_field(
+        "The adapter's: below this top probability an answer says `x_abstained: true`, its "
+        "other fields unchanged (a caller should not act on them)."
+    )
 
 
 # --- confidence (the reference formulas) ------------------------------------------------
