@@ -230,6 +230,7 @@ def report(
     expected = [c.expected_index for c in cases]
     model = next((c.model for c in cases if c.model), {})
     served = {c.served_temperature for c in cases if c.served_temperature is not None}
+    readouts = sorted({c.served_readout for c in cases if c.served_readout is not None})
     result: dict[str, Any] = {
         "file": str(source),
         "file_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
@@ -237,6 +238,7 @@ def report(
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "model": {k: model.get(k) for k in ("name", "gguf_file", "gguf_sha256") if model.get(k)},
         "served_temperature": served.pop() if len(served) == 1 else sorted(served) or None,
+        "served_readout": readouts[0] if len(readouts) == 1 else readouts or None,
         "metrics": metrics.summary(probabilities, expected),
         "by_category": readout_choice.grouped(cases, lambda c: c.category),
         "by_kind": readout_choice.grouped(cases, lambda c: readout_choice.kind_of(c.category)),

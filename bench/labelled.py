@@ -41,6 +41,7 @@ class Case:
     retries: int = 0
     model: dict[str, Any] = field(default_factory=dict)
     served_temperature: float | None = None
+    served_readout: str | None = None  # the readout strategy the answer says it was read with
 
     @property
     def expected_index(self) -> int:
@@ -93,6 +94,7 @@ class DecisionItem:
                 retries=retries,
                 model=result.get("model") or {},
                 served_temperature=result.get("temperature"),
+                served_readout=result.get("readout"),
             )
         ]
 
@@ -147,6 +149,7 @@ class SystemOneItem:
                     retries=retries,
                     model=answer.get("x_model_info") or {},
                     served_temperature=got.get("x_temperature"),
+                    served_readout=got.get("x_readout"),
                 )
             )
         return cases

@@ -174,6 +174,8 @@ def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
     assert 0 <= report["metrics"]["accuracy"] <= 1
     assert 0 <= report["metrics"]["ece"] <= 1 and report["metrics"]["nll"] > 0
     assert set(report["by_category"]) == {"routing", "priority", "systemone"}
+    # The bundled Gemma has no chat template and no profile here: letters, raw.
+    assert (report["served_readout"], report["served_temperature"]) == ("letters", 1.0)
     assert 0 <= report["by_category"]["routing"]["auc"] <= 1  # billing and shipping both answers
     assert (
         report["latency"]["n"] == 5 and report["latency"]["p95_ms"] >= report["latency"]["p50_ms"]
