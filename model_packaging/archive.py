@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import tarfile
@@ -62,9 +63,12 @@ def write_model_archive(
     try:
         with os.fdopen(fd, "wb") as raw:
             writer = HashingWriter(raw)
-            with tarfile.open(
-                fileobj=writer, mode="w:gz", compresslevel=GZIP_LEVEL, format=tarfile.PAX_FORMAT
-            ) as tar:
+            # What tarfile's "w:gz" does, the gzip stream opened here: tarfile.open's types ask
+            # any file object for read, seek and tell, which writing never uses.
+            with (
+                gzip.GzipFile(None, "wb", GZIP_LEVEL, writer) as compressed,
+                tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar,
+            ):
                 entries = [_add_verified_file(tar, f, created_at) for f in files]
                 manifest = Manifest(
                     manifest_version=MANIFEST_VERSION,

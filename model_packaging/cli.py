@@ -7,11 +7,16 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from model_packaging.catalog import BUILTIN_SPECS, DEFAULT_SPEC_NAME, load_spec
 from model_packaging.errors import PackagingError, SpecError
 from model_packaging.sources import HubFetcher
-from model_packaging.upload import ARCHIVE_NAME, parse_s3_destination
+from model_packaging.upload import ARCHIVE_NAME, S3Client, parse_s3_destination
+
+if TYPE_CHECKING:
+    from model_packaging.archive import ArchiveResult
+    from model_packaging.spec import ModelSpec
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -61,7 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(
-    argv: list[str] | None = None, *, fetcher: HubFetcher | None = None, s3_client=None
+    argv: list[str] | None = None,
+    *,
+    fetcher: HubFetcher | None = None,
+    s3_client: S3Client | None = None,
 ) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -93,7 +101,14 @@ def _archive_path(output: str) -> Path:
     return Path(output)
 
 
-def _package(spec, output: Path, args, *, fetcher, s3_client) -> int:
+def _package(
+    spec: ModelSpec,
+    output: Path,
+    args: argparse.Namespace,
+    *,
+    fetcher: HubFetcher | None,
+    s3_client: S3Client | None,
+) -> int:
     from model_packaging.archive import write_model_archive
     from model_packaging.sources import resolve_sources
 
@@ -119,7 +134,7 @@ def _package(spec, output: Path, args, *, fetcher, s3_client) -> int:
     return 0
 
 
-def _s3_client_for_upload():
+def _s3_client_for_upload() -> S3Client:
     import boto3
 
     session = boto3.session.Session()
@@ -136,7 +151,7 @@ def _s3_client_for_upload():
     return session.client("s3")
 
 
-def _upload(result, destination: str, s3_client, spec_name: str) -> str:
+def _upload(result: ArchiveResult, destination: str, s3_client: S3Client, spec_name: str) -> str:
     from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -152,7 +167,7 @@ def _upload(result, destination: str, s3_client, spec_name: str) -> str:
         ) from exc
 
 
-def _summary(spec_name: str, result, model_uri: str | None) -> dict:
+def _summary(spec_name: str, result: ArchiveResult, model_uri: str | None) -> dict[str, Any]:
     gguf = result.manifest.gguf_file
     return {
         "spec": spec_name,

@@ -7,6 +7,7 @@ import importlib
 import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from types import ModuleType
 from typing import Literal, Protocol
 
 from model_manifest import CALIBRATION_FILENAME, FileSource
@@ -42,7 +43,7 @@ class HuggingFaceHubFetcher:
     """Downloads through huggingface_hub, imported only when a Hugging Face spec is used."""
 
     @staticmethod
-    def _hub():
+    def _hub() -> ModuleType:
         try:
             import huggingface_hub
         except ImportError as exc:
@@ -102,6 +103,7 @@ def _local_gguf(gguf: LocalGguf) -> SourceFile:
     if gguf.package is not None:
         path, repo, revision = _gguf_from_package(gguf.package)
     else:
+        assert gguf.path is not None  # a LocalGguf has a path or a package
         path, repo, revision = Path(gguf.path), None, None
     if not path.is_file():
         raise PackagingError(f"gguf file not found: {path}")

@@ -7,6 +7,7 @@ release's `modelDataUri` names the model it deploys, which capacity is looked up
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeAlias
 from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
@@ -14,6 +15,9 @@ from botocore.exceptions import ClientError
 from model_packaging.errors import PackagingError
 
 ARCHIVE_NAME = "model.tar.gz"
+# A boto3 S3 client and boto3's TransferConfig: boto3 ships no type information.
+S3Client: TypeAlias = Any
+TransferConfig: TypeAlias = Any
 
 
 def parse_s3_destination(url: str) -> tuple[str, str]:
@@ -28,11 +32,11 @@ def archive_key(prefix: str, spec_name: str, archive_sha256: str) -> str:
 
 
 def upload_archive(
-    s3_client,
+    s3_client: S3Client,
     archive: Path,
     archive_sha256: str,
     destination: str,
-    transfer_config=None,
+    transfer_config: TransferConfig | None = None,
     *,
     spec_name: str,
 ) -> str:
@@ -52,7 +56,7 @@ def upload_archive(
     return uri
 
 
-def _object_exists(s3_client, bucket: str, key: str) -> bool:
+def _object_exists(s3_client: S3Client, bucket: str, key: str) -> bool:
     """Whether `key` exists, asked by listing it as a prefix rather than with HeadObject.
 
     HeadObject on a missing key answers 403, not 404, to a caller whose s3:ListBucket is

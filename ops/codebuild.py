@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from ops.clients import Client
 from ops.polling import Polling
 
 
@@ -28,7 +30,7 @@ TARGETS: dict[str, BuildTarget] = {
 
 
 class BuildFailed(Exception):
-    def __init__(self, message: str, build: dict) -> None:
+    def __init__(self, message: str, build: dict[str, Any]) -> None:
         super().__init__(message)
         self.build = build
 
@@ -37,25 +39,29 @@ class BuildTimedOut(Exception):
     pass
 
 
-def project_from_stack(cloudformation, stack_name: str, target: BuildTarget) -> str | None:
+def project_from_stack(cloudformation: Client, stack_name: str, target: BuildTarget) -> str | None:
     stacks = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    outputs: dict[str, str] = {
+        o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])
+    }
     return outputs.get(target.stack_output)
 
 
-def start_build(client, project: str, overrides: dict[str, str]) -> str:
-    request: dict = {"projectName": project}
+def start_build(client: Client, project: str, overrides: dict[str, str]) -> str:
+    request: dict[str, Any] = {"projectName": project}
     if overrides:
         request["environmentVariablesOverride"] = [
             {"name": name, "value": value, "type": "PLAINTEXT"} for name, value in overrides.items()
         ]
-    return client.start_build(**request)["build"]["id"]
+    build_id: str = client.start_build(**request)["build"]["id"]
+    return build_id
 
 
 def wait_for_build(
-    client, build_id: str, polling: Polling, *, report: Callable[[str], None]
-) -> dict:
+    client: Client, build_id: str, polling: Polling, *, report: Callable[[str], None]
+) -> dict[str, Any]:
     """Poll until the build completes; report each phase once, as it starts."""
+    build: dict[str, Any]
     build, complete = polling.until(
         lambda: client.batch_get_builds(ids=[build_id])["builds"][0],
         lambda build: bool(build.get("buildComplete")),
@@ -67,11 +73,11 @@ def wait_for_build(
     return build
 
 
-def exported_variables(build: dict) -> dict[str, str]:
+def exported_variables(build: dict[str, Any]) -> dict[str, str]:
     return {v["name"]: v.get("value", "") for v in build.get("exportedEnvironmentVariables", [])}
 
 
-def build_outputs(build: dict, target: BuildTarget) -> dict[str, str]:
+def build_outputs(build: dict[str, Any], target: BuildTarget) -> dict[str, str]:
     if build.get("buildStatus") != "SUCCEEDED":
         raise BuildFailed(_failure_summary(build), build)
     exported = exported_variables(build)
@@ -81,7 +87,7 @@ def build_outputs(build: dict, target: BuildTarget) -> dict[str, str]:
     return {name: exported[name] for name in target.outputs}
 
 
-def _failure_summary(build: dict) -> str:
+def _failure_summary(build: dict[str, Any]) -> str:
     failed = [p for p in build.get("phases", []) if p.get("phaseStatus") not in (None, "SUCCEEDED")]
     details = "; ".join(
         f"{p['phaseType']} {p['phaseStatus']}"

@@ -12,7 +12,6 @@ or nothing is written.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -109,28 +108,3 @@ def update(action: str, items: list[str], path: Path | None = None) -> list[str]
     check(context)
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return changed
-
-
-def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "context",
-        help="keep release values and switches in cdk.json,"  # pragma: no mutate
-        " where every later deploy reads them",  # pragma: no mutate
-    )
-    parser.add_argument(
-        "action",
-        choices=("set", "unset"),
-        help="set values, or unset keys",  # pragma: no mutate
-    )
-    parser.add_argument(
-        "items",
-        nargs="+",
-        metavar="KEY[=VALUE]",
-        help="set: KEY=VALUE (JSON, else a string); unset: KEY;"  # pragma: no mutate
-        " a dotted key reaches into an object",  # pragma: no mutate
-    )
-
-
-def run(args: argparse.Namespace) -> list[str]:
-    """The lines to print; ContextError for what cdk.json cannot take."""
-    return [f"{cdk_json().name}: {line}" for line in update(args.action, args.items)]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ops.clients import Client
 
-def endpoint_status(client, endpoint_name: str) -> dict[str, Any]:
+
+def endpoint_status(client: Client, endpoint_name: str) -> dict[str, Any]:
     endpoint = client.describe_endpoint(EndpointName=endpoint_name)
     config = client.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
     configured = {v["VariantName"]: v for v in config.get("ProductionVariants", [])}
@@ -21,7 +23,7 @@ def endpoint_status(client, endpoint_name: str) -> dict[str, Any]:
     }
 
 
-def _variant(summary: dict, configured: dict) -> dict[str, Any]:
+def _variant(summary: dict[str, Any], configured: dict[str, Any]) -> dict[str, Any]:
     priorities = {p["InstanceType"]: p.get("Priority") for p in configured.get("InstancePools", [])}
     pools = [
         {
@@ -94,4 +96,5 @@ def render_status(status: dict[str, Any]) -> str:
 
 def _variant_of(line: dict[str, Any]) -> str:
     """SageMaker names each instance's log stream `<variant>/<instance id>`."""
-    return line["log_stream"].partition("/")[0]
+    stream: str = line["log_stream"]
+    return stream.partition("/")[0]

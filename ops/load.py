@@ -29,7 +29,7 @@ class Level:
     answered: list[float] = field(default_factory=list)  # seconds each
     refused: int = 0
 
-    def as_dict(self, instances: int) -> dict:
+    def as_dict(self, instances: int) -> dict[str, Any]:
         return {
             "clients": self.clients,
             "answered": len(self.answered),
@@ -110,7 +110,7 @@ def run_level(
     return level
 
 
-def figures(levels: list[Level], *, instances: int, endpoint: str) -> dict:
+def figures(levels: list[Level], *, instances: int, endpoint: str) -> dict[str, Any]:
     """The figures file of stacks/capacity.py: the median rate per instance over the levels,
     and the one-client p95."""
     single = [level for level in levels if level.clients == 1 and level.answered]

@@ -28,8 +28,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.workloads import load_decision
+from ops.clients import Client
 from ops.endpoint_status import endpoint_status
 from ops.load import Level, figures, p95, run_level
 from ops.retry import Backoff, call_with_retries
@@ -71,7 +73,7 @@ class Limits:
         return levels + ([self.max_clients] if self.max_clients > 1 else [])
 
 
-def placement(sagemaker, endpoint: str) -> Placement:
+def placement(sagemaker: Client, endpoint: str) -> Placement:
     """The one instance type the endpoint's one variant runs on, and how many instances."""
     status = endpoint_status(sagemaker, endpoint)
     if status["status"] != "InService":
@@ -93,7 +95,7 @@ _SERVER_FLAG = "SM_LLAMA_CPP_"
 _MODEL_FLAGS = ("alias", "hf-repo", "hf-file")
 
 
-def server_flags(sagemaker, endpoint_config: str) -> dict[str, str] | None:
+def server_flags(sagemaker: Client, endpoint_config: str) -> dict[str, str] | None:
     """The llama-server flags the endpoint's model runs with (the DLC reads SM_LLAMA_CPP_<FLAG>),
     or None for a container configured otherwise (the decision adapter)."""
     (variant, *_) = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint_config)[
@@ -120,7 +122,8 @@ def served_model(answer: bytes) -> str:
             "the answer names no packaged model (model.manifest.spec): the endpoint does not "
             "serve a model archive built by `python -m ops build model`"
         )
-    return manifest["spec"]
+    spec: str = manifest["spec"]
+    return spec
 
 
 class MeasuredBodies:
@@ -168,7 +171,7 @@ class MeasuredBodies:
                 "be of the cache, not the model; measure again"
             )
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         tokens = sorted(self.input_tokens)
         return {
             "count": len(tokens),
@@ -179,7 +182,7 @@ class MeasuredBodies:
 
 
 def measure(
-    sagemaker,
+    sagemaker: Client,
     send: Callable[[bytes], bytes],
     endpoint: str,
     limits: Limits,
@@ -187,7 +190,7 @@ def measure(
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
     report: Callable[[str], None] = lambda line: None,
-) -> dict:
+) -> dict[str, Any]:
     """The measurement file's content. `send(body) -> answer body` raises ops.retry.Retryable
     for a 503 and anything else for a failure, which ends the measurement."""
     before = placement(sagemaker, endpoint)
@@ -330,7 +333,7 @@ class MeasuredCompletions:
                 self.generated.append((predicted_n, predicted_ms))
         return prompt_ms + predicted_ms
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         tokens = sorted(self.prompt_tokens)
         return {
             "count": len(tokens),
@@ -340,8 +343,17 @@ class MeasuredCompletions:
 
 
 def _measure_text_generation(
-    sagemaker, send, endpoint: str, limits: Limits, before: Placement, flags: dict, **run
-) -> dict:
+    sagemaker: Client,
+    send: Callable[[bytes], bytes],
+    endpoint: str,
+    limits: Limits,
+    before: Placement,
+    flags: dict[str, str],
+    *,
+    sleep: Callable[[float], None],
+    rng: random.Random | None,
+    report: Callable[[str], None],
+) -> dict[str, Any]:
     """The text-generation endpoint's measurement (stacks/text_generation_capacity.py): one
     client's completions give the p95 of one with nothing waiting, one client per slot the rate
     of the instance with every slot busy (slots over the mean completion time)."""
@@ -353,7 +365,6 @@ def _measure_text_generation(
     max_tokens, slots = int(flags["n-predict"]), int(flags.get("parallel", "1"))
     completions = MeasuredCompletions(max_tokens)
     backoff = Backoff()
-    sleep, rng, report = run["sleep"], run["rng"], run["report"]
     # A first completion, not measured: a cold instance's first answer is no measure.
     first = completions.next()
     call_with_retries(
@@ -400,7 +411,7 @@ def _measure_text_generation(
     }
 
 
-def write(measurement: dict, output: Path | None) -> Path:
+def write(measurement: dict[str, Any], output: Path | None) -> Path:
     """Where synthesis reads it, unless `output` says otherwise."""
     filed_by = (
         text_generation_capacity.measurement_path

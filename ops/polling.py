@@ -36,6 +36,7 @@ class Polling:
         while True:
             value = read()
             if state is not None and (current := state(value)) != reported:
+                assert report is not None  # `state` comes with `report`
                 report(f"[{self.clock() - started:6.0f}s] {current}")
                 reported = current
             if finished(value):

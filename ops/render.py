@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 BAR_WIDTH = 24
@@ -25,7 +26,7 @@ def _bar(probability: float) -> str:
     return "#" * round(max(0.0, min(1.0, probability)) * BAR_WIDTH)
 
 
-def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
+def _table(rows: Sequence[tuple[object, ...]], header: tuple[str, ...]) -> list[str]:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     return [
         "  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
@@ -33,7 +34,7 @@ def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
     ]
 
 
-def render_decision(result: dict) -> str:
+def render_decision(result: dict[str, Any]) -> str:
     option_ids = result.get("option_ids", [])
     probabilities = result.get("probabilities", [])
     logits = result.get("option_logits", [None] * len(option_ids))
@@ -60,7 +61,7 @@ def render_decision(result: dict) -> str:
     return "\n".join(lines)
 
 
-def render_systemone(payload: dict) -> str:
+def render_systemone(payload: dict[str, Any]) -> str:
     lines = [f"model {payload.get('model', '?')}"]
     for question_id, answer in payload["answers"].items():
         kind = answer.get("type")
@@ -89,6 +90,6 @@ def render_systemone(payload: dict) -> str:
     return "\n".join(lines)
 
 
-def render_chat(payload: dict) -> str:
+def render_chat(payload: dict[str, Any]) -> str:
     contents = [(choice.get("message") or {}).get("content") or "" for choice in payload["choices"]]
     return "\n---\n".join(contents)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ops.clients import Client
 from ops.polling import Polling
 
 _S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<key>.*))?$")
@@ -45,7 +46,7 @@ def _failed(action: str, location: S3Location, error: Exception) -> S3Error:
     return S3Error(f"cannot {action} {location.uri}: {error}")
 
 
-def upload(s3, location: S3Location, body: bytes, content_type: str) -> None:
+def upload(s3: Client, location: S3Location, body: bytes, content_type: str) -> None:
     from botocore.exceptions import ClientError
 
     try:
@@ -54,7 +55,7 @@ def upload(s3, location: S3Location, body: bytes, content_type: str) -> None:
         raise _failed("upload to", location, error) from None
 
 
-def exists(s3, location: S3Location) -> bool:
+def exists(s3: Client, location: S3Location) -> bool:
     """Whether the object is there, asked as a one-key listing under its own key.
 
     HeadObject answers 403 for a missing key to a caller without s3:ListBucket, the same as
@@ -72,16 +73,17 @@ def exists(s3, location: S3Location) -> bool:
     return any(entry["Key"] == location.key for entry in listed.get("Contents", []))
 
 
-def fetch(s3, location: S3Location) -> bytes:
+def fetch(s3: Client, location: S3Location) -> bytes:
     from botocore.exceptions import ClientError
 
     try:
-        return s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
+        body: bytes = s3.get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
+        return body
     except ClientError as error:
         raise _failed("fetch", location, error) from None
 
 
-def wait_for_first(s3, locations: list[S3Location], polling: Polling) -> S3Location | None:
+def wait_for_first(s3: Client, locations: list[S3Location], polling: Polling) -> S3Location | None:
     """The first of `locations` to exist, polling; None after the timeout."""
     found, _ = polling.until(
         lambda: next((location for location in locations if exists(s3, location)), None),

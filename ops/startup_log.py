@@ -12,6 +12,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from ops.clients import Client
+
 EVENT = "model_loaded"  # decision_adapter/model/native_libraries.py MODEL_LOADED
 
 
@@ -19,10 +21,10 @@ def log_group(endpoint_name: str) -> str:
     return f"/aws/sagemaker/Endpoints/{endpoint_name}"
 
 
-def startup_lines(client, endpoint_name: str) -> dict[str, Any]:
+def startup_lines(client: Client, endpoint_name: str) -> dict[str, Any]:
     """{log_group, instances: [newest line per stream, newest first], missing: why none}."""
     group = log_group(endpoint_name)
-    newest: dict[str, tuple[int, dict]] = {}  # stream -> (timestamp, line)
+    newest: dict[str, tuple[int, dict[str, Any]]] = {}  # stream -> (timestamp, line)
     request = {"logGroupName": group, "filterPattern": f'{{ $.event = "{EVENT}" }}'}
     try:
         while True:
@@ -51,7 +53,7 @@ def startup_lines(client, endpoint_name: str) -> dict[str, Any]:
     return {"log_group": group, "instances": instances, "missing": missing}
 
 
-def _line(event: dict) -> dict[str, Any] | None:
+def _line(event: dict[str, Any]) -> dict[str, Any] | None:
     try:
         fields = json.loads(event["message"])
     except ValueError:

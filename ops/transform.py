@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from ops.clients import Client
 from ops.polling import Polling
 from ops.s3_objects import S3Location
 
@@ -25,7 +27,7 @@ class NotForBatch(Exception):
 _GPU_FAMILIES = ("ml.g", "ml.p")
 
 
-def model_of_endpoint(sagemaker, endpoint: str) -> str:
+def model_of_endpoint(sagemaker: Client, endpoint: str) -> str:
     """The SageMaker model an endpoint serves (its config's first variant). A GPU endpoint's
     model is refused: it is the CUDA 13 image, which needs NVIDIA driver 580, and batch
     transform instances offer drivers 470 and 535 only."""
@@ -40,7 +42,8 @@ def model_of_endpoint(sagemaker, endpoint: str) -> str:
             "batch transform offers drivers 470 and 535 only; run the batch on the CPU decision "
             "endpoint's model (--endpoint decision-models-decision-cpu)"
         )
-    return variant["ModelName"]
+    model: str = variant["ModelName"]
+    return model
 
 
 def batch_dimension(model: str) -> str:
@@ -49,7 +52,7 @@ def batch_dimension(model: str) -> str:
 
 
 def start_transform(
-    sagemaker,
+    sagemaker: Client,
     *,
     job_name: str,
     model: str,
@@ -65,7 +68,7 @@ def start_transform(
     JSON Lines body line by line) or one (`SingleRecord`: ops.batch_strategy chooses), answers
     assembled one per line. MaxConcurrentTransforms and, unless given,
     MaxPayloadInMB come from the container's /execution-parameters."""
-    request = {
+    request: dict[str, Any] = {
         "TransformJobName": job_name,
         "ModelName": model,
         "BatchStrategy": batch_strategy,
@@ -108,9 +111,10 @@ def result_location(source: S3Location, output: S3Location) -> S3Location:
 
 
 def wait_for_transform(
-    sagemaker, job_name: str, polling: Polling, *, report: Callable[[str], None]
-) -> dict:
+    sagemaker: Client, job_name: str, polling: Polling, *, report: Callable[[str], None]
+) -> dict[str, Any]:
     """Poll until the job ends; report each status once. Raises on failure and timeout."""
+    job: dict[str, Any]
     job, ended = polling.until(
         lambda: sagemaker.describe_transform_job(TransformJobName=job_name),
         lambda job: job["TransformJobStatus"] in ("Completed", "Failed", "Stopped"),

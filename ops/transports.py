@@ -6,9 +6,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ops.clients import Client
 from ops.retry import Retryable, parse_retry_after, retry_after_in_body
 
 RETRYABLE_STATUS = {429, 503}
@@ -38,13 +40,15 @@ class InvokeFailed(Exception):
 
 
 class SageMakerTransport:
-    def __init__(self, client, endpoint_name: str, *, custom_attributes: str | None = None):
+    def __init__(
+        self, client: Client, endpoint_name: str, *, custom_attributes: str | None = None
+    ) -> None:
         self._client = client
         self._endpoint_name = endpoint_name
         self._custom_attributes = custom_attributes
 
     def send(self, body: bytes) -> Reply:
-        request = {
+        request: dict[str, Any] = {
             "EndpointName": self._endpoint_name,
             "Body": body,
             "ContentType": JSON,

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -217,12 +217,20 @@ class _Capacity(_Config):
         return self
 
 
-class Autoscaling(_Capacity):
+# A setting a measured endpoint may leave to its measurement: `int` where it may not, `int | None`
+# where it may (None: derived from the measurement).
+Derivable = TypeVar("Derivable", int, int | None)
+
+
+class _Autoscaling(_Capacity, Generic[Derivable]):
+    """Target tracking on invocations: Autoscaling, or MeasuredAutoscaling's target left to
+    the measurement."""
+
     min_capacity: int = Field(1, ge=1, le=100, description="the fewest instances")
     max_capacity: int = Field(
         2, ge=1, le=100, description="the most instances, at least `minCapacity`"
     )
-    invocations_per_instance: int = Field(60, ge=1, description="per minute, target tracking")
+    invocations_per_instance: Derivable
     scale_in_cooldown_seconds: int = Field(
         300, ge=0, le=3600, description="seconds after a scale-in before the next"
     )
@@ -231,7 +239,13 @@ class Autoscaling(_Capacity):
     )
 
 
-class Alarms(_Config):
+class Autoscaling(_Autoscaling[int]):
+    invocations_per_instance: int = Field(60, ge=1, description="per minute, target tracking")
+
+
+class _Alarms(_Config, Generic[Derivable]):
+    """An endpoint's alarms: Alarms, or MeasuredAlarms' latency left to the measurement."""
+
     server_errors_per_5_minutes: int = Field(
         1, ge=1, description="Invocation5XXErrors alarm threshold (less backpressure 503s)"
     )
@@ -243,9 +257,7 @@ class Alarms(_Config):
         description="decision endpoints: the share of requests refused for backpressure (503) "
         "that alarms",
     )
-    model_latency_p90_ms: int = Field(
-        10_000, ge=1, le=3_600_000, description="the `ModelLatency` p90 that alarms"
-    )
+    model_latency_p90_ms: Derivable
     evaluation_periods: int = Field(
         2, ge=1, le=100, description="5-minute periods an alarm's condition must hold"
     )
@@ -253,6 +265,12 @@ class Alarms(_Config):
         None,
         pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$",
         description="an SNS topic the alarms notify; unset: none",
+    )
+
+
+class Alarms(_Alarms[int]):
+    model_latency_p90_ms: int = Field(
+        10_000, ge=1, le=3_600_000, description="the `ModelLatency` p90 that alarms"
     )
 
 
@@ -277,8 +295,9 @@ class EndpointSettings(_Config):
     model_data_download_timeout_seconds: ContainerTimeout = Field(
         600, description="`ModelDataDownloadTimeoutInSeconds`"
     )
-    autoscaling: Autoscaling = Autoscaling()
-    alarms: Alarms = Alarms()
+    # Each kind of endpoint's own (a subclass's).
+    autoscaling: _Capacity
+    alarms: _Alarms[Any]
 
     @model_validator(mode="after")
     def _initial_count_within_scaling(self) -> EndpointSettings:
@@ -315,13 +334,13 @@ class HuggingFaceModel(_Config):
     )
 
 
-class MeasuredAutoscaling(Autoscaling):
+class MeasuredAutoscaling(_Autoscaling[int | None]):
     invocations_per_instance: int | None = Field(
         None, ge=1, description="per minute, target tracking; None: from measurement"
     )
 
 
-class MeasuredAlarms(Alarms):
+class MeasuredAlarms(_Alarms[int | None]):
     model_latency_p90_ms: int | None = Field(
         None,
         ge=1,
@@ -405,6 +424,10 @@ def _flag_value(value: str | int | bool) -> str:
     return str(value)
 
 
+def _llama_server_defaults() -> dict[str, str | int | bool]:
+    return {"ctx-size": 8192, "threads": 8, "parallel": 2, "n-predict": 256}
+
+
 class TextGenerationEndpoint(_MeasuredEndpoint):
     """The standard llama.cpp endpoint: the DLC image as published, chat completions. Its
     autoscaling target and latency threshold derive from the measurement of the release's
@@ -424,7 +447,7 @@ class TextGenerationEndpoint(_MeasuredEndpoint):
     # n-predict: the most tokens one completion generates, which the capacity is measured at;
     # 256 keeps one 4B completion on ml.c6i.2xlarge inside InvokeEndpoint's 60 s.
     llama_server_args: dict[str, str | int | bool] = Field(
-        default_factory=lambda: {"ctx-size": 8192, "threads": 8, "parallel": 2, "n-predict": 256},
+        default_factory=_llama_server_defaults,
         description="llama-server flags (name to value; `true`: the bare flag); the DLC turns "
         "each into `SM_LLAMA_CPP_<FLAG>`; not the model flags; `n-predict` caps an answer's "
         "tokens and is what the endpoint is measured at",
@@ -716,7 +739,9 @@ def release_model(model_data_uri: str, builds: Builds) -> str:
     packaged from (the manifest's `spec`), which the model build writes into the archive's key,
     `<artifactPrefix>/<spec>/<sha256>/model.tar.gz`; an archive whose key does not name it (one
     uploaded by hand, or before keys did) is taken to hold builds.modelSpec's model."""
-    key = _MODEL_DATA.match(model_data_uri)["key"]
+    matched = _MODEL_DATA.match(model_data_uri)
+    assert matched is not None  # the config's modelDataUri is validated against it
+    key = matched["key"]
     named = re.fullmatch(
         rf"{re.escape(builds.artifact_prefix)}/(?P<spec>[A-Za-z0-9][A-Za-z0-9._-]*)"
         r"/[0-9a-f]{64}/model\.tar\.gz",
@@ -857,6 +882,7 @@ class AppConfig(_Config):
         """An endpoint whose name was not given is named after stackPrefix."""
         if "endpoint_name" in endpoint.model_fields_set or "stack_prefix" not in info.data:
             return endpoint
+        assert info.field_name is not None  # a field validator's
         prefix = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", info.data["stack_prefix"]).lower()
         name = f"{prefix}-{ENDPOINT_SUFFIXES[info.field_name]}"
         if not _ENDPOINT_NAME.fullmatch(name):
@@ -886,6 +912,7 @@ class AppConfig(_Config):
         try:
             derived = endpoint.measured_capacity(release_model(model_data_uri, builds))
         except capacity.MissingMeasurement as absent:
+            assert info.field_name is not None  # a field validator's
             section = to_camel(info.field_name)
             keys = [f"{section}.{key}" for key in missing]
             raise ValueError(
@@ -981,7 +1008,7 @@ class AppConfig(_Config):
     def work_prefixes(self) -> list[str]:
         """The artifact bucket's prefixes of work the endpoints read and write (expiring)."""
         asynchronous = self.decision_async_endpoint
-        prefixes = [asynchronous.input_prefix, asynchronous.output_prefix]
+        prefixes: list[str | None] = [asynchronous.input_prefix, asynchronous.output_prefix]
         prefixes += [asynchronous.failure_prefix, self.decision_cpu_endpoint.batch_prefix]
         return sorted({prefix for prefix in prefixes if prefix is not None})
 

@@ -45,10 +45,11 @@ class EndpointStack(Stack):
         invoker_role_arns: Sequence[str] = (),
         decision_async: DecisionAsyncEndpoint | None = None,
         release_model: str,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self._model_archive = ModelArchive.from_s3_uri(model_data_uri)
+        self._imported_bucket: s3.IBucket | None = None
         self.endpoints: dict[str, SageMakerEndpoint] = {}
 
         text = text_generation
@@ -120,11 +121,13 @@ class EndpointStack(Stack):
                 self.async_endpoint.grant_invoke(invoker)
 
     def _artifact_bucket(self) -> s3.IBucket:
-        """The bucket that holds the model archive: the stateful stack's artifact bucket."""
-        found = self.node.try_find_child("ArtifactBucket")
-        return found or s3.Bucket.from_bucket_name(
-            self, "ArtifactBucket", self._model_archive.bucket_name
-        )
+        """The bucket that holds the model archive: the stateful stack's artifact bucket
+        (imported by name once)."""
+        if self._imported_bucket is None:
+            self._imported_bucket = s3.Bucket.from_bucket_name(
+                self, "ArtifactBucket", self._model_archive.bucket_name
+            )
+        return self._imported_bucket
 
     def _add_async(
         self, settings: DecisionAsyncEndpoint, image_uri: str | None
@@ -173,7 +176,7 @@ class EndpointStack(Stack):
         image_uri: str | None,
         *,
         n_gpu_layers: int,
-        **props,
+        **props: Any,
     ) -> None:
         """A decision endpoint: our image, configured through the adapter's variables."""
         assert image_uri is not None  # the config requires it for an enabled endpoint
@@ -192,7 +195,7 @@ class EndpointStack(Stack):
             **props,
         )
 
-    def _add(self, construct_id: str, settings: EndpointSettings, **props) -> None:
+    def _add(self, construct_id: str, settings: EndpointSettings, **props: Any) -> None:
         props = {"model_archive": self._model_archive, "network_isolation": True, **props}
         endpoint = SageMakerEndpoint(self, construct_id, **_endpoint_props(settings), **props)
         self.endpoints[construct_id] = endpoint

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypedDict
 
 from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.config import Builds, DlcImages
@@ -20,6 +22,14 @@ from stacks.log_retention import RETENTION
 # the lifecycle rule that selects them counts far more than a repository ever holds.
 RELEASED_TAG_PREFIX = "released-"
 RELEASED_IMAGES_KEPT = 10_000
+
+
+class _BuildCommon(TypedDict):
+    """What every build project of the stack is created with (BuildProject's arguments)."""
+
+    source: BuildSource
+    timeout: Duration
+    log_retention: logs.RetentionDays
 
 
 class StatefulStack(Stack):
@@ -36,7 +46,7 @@ class StatefulStack(Stack):
         image_repository_name: str | None,
         work_prefixes: Sequence[str] = (),
         work_retention_days: int = 30,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         """`cuda_architectures`: what the GPU image compiles for (`builds.cudaArchitectures`)."""
         super().__init__(scope, construct_id, **kwargs)
@@ -82,7 +92,7 @@ class StatefulStack(Stack):
         )
 
         source = BuildSource(self, "BuildSource", repository_root=repository_root)
-        common = {
+        common: _BuildCommon = {
             "source": source,
             "timeout": Duration.minutes(builds.timeout_minutes),
             "log_retention": RETENTION[builds.log_retention_days],

@@ -266,15 +266,17 @@ def test_cli_commands_map_to_their_iam_actions():
 
 
 def operator_actions() -> set[str]:
-    """The actions of every boto3 call in ops/*.py, from the client services it names."""
-    sources = [ast.parse(path.read_text()) for path in sorted((ROOT / "ops").glob("*.py"))]
+    """The actions of every boto3 call in ops/ (its subcommands' modules too), from the client
+    services it names."""
+    sources = [ast.parse(path.read_text()) for path in sorted((ROOT / "ops").rglob("*.py"))]
     nodes = [node for tree in sources for node in ast.walk(tree)]
     services = {
         node.args[0].value
         for node in nodes
         if isinstance(node, ast.Call)
         and isinstance(node.func, (ast.Name, ast.Attribute))
-        and getattr(node.func, "id", getattr(node.func, "attr", None)) in ("client", "make_client")
+        and getattr(node.func, "id", getattr(node.func, "attr", None))
+        in ("client", "make_client", "clients")
         and node.args
         and isinstance(node.args[0], ast.Constant)
     }

@@ -1,5 +1,6 @@
 """The product's floor plan: no loops (no module imports, directly or through others, a module
-that imports it back), and the adapter's layers import only downwards (docs/architecture.md).
+that imports it back), the adapter's layers import only downwards, and ops' subcommands import
+none of one another (docs/architecture.md).
 Read from the source with ast, so an import inside a function (the usual way a loop or a
 crossing is hidden) counts as much as one at the top."""
 
@@ -106,8 +107,8 @@ def test_the_product_code_has_no_import_cycle():
 
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
-    # cli imports its subcommands lazily, inside functions; the walk must still see it.
-    assert "ops.codebuild" in graph["ops.cli"]
+    # A subcommand imports the work it does lazily, inside its handler; the walk must see it.
+    assert "ops.codebuild" in graph["ops.commands.build"]
     assert "decision_adapter.model.engine" in graph["decision_adapter.service.decision_service"]
 
 
@@ -189,6 +190,54 @@ def test_every_adapter_module_is_in_a_layer_or_at_the_top():
     root = PACKAGES[ADAPTER]
     folders = {path.parent.name for path in root.rglob("*.py") if path.parent != root}
     assert folders <= set(LAYERS), "a new subpackage needs its place in LAYERS"
+
+
+# ops' subcommands live in ops/commands/, a module each (its parser and its handler), which
+# ops.cli alone assembles. What two subcommands share lives outside that package (ops.common,
+# or the module of the work they do): no module imports a subcommand's but cli, and a
+# subcommand does not reach back into cli.
+OPS_CLI = "ops.cli"
+OPS_COMMANDS = "ops.commands."
+
+
+def command_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that crosses the subcommands' rule, as "importer -> imported"."""
+    found = []
+    for module, imported in sorted(graph.items()):
+        for target in sorted(imported):
+            into_a_command = target.startswith(OPS_COMMANDS) and module != OPS_CLI
+            back_into_cli = module.startswith(OPS_COMMANDS) and target == OPS_CLI
+            if into_a_command or back_into_cli:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_ops_subcommands_share_only_through_modules_of_their_own():
+    graph = import_graph()
+    assert command_crossings(graph) == []
+    # and cli does assemble them: the rule is about the real layout
+    commands = {name for name in graph if name.startswith(OPS_COMMANDS)}
+    assert len(commands) >= 10 and commands <= graph[OPS_CLI]
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"ops.cli": {"ops.commands.build"}}, []),
+        ({"ops.commands.build": {"ops.common", "ops.codebuild"}}, []),
+        (
+            {"ops.commands.submit": {"ops.commands.batch"}},
+            ["ops.commands.submit -> ops.commands.batch"],
+        ),
+        (
+            {"ops.background": {"ops.commands.submit"}},
+            ["ops.background -> ops.commands.submit"],
+        ),
+        ({"ops.commands.load": {"ops.cli"}}, ["ops.commands.load -> ops.cli"]),
+    ],
+)
+def test_command_crossings_finds_a_subcommand_imported_or_cli_reached_back(graph, expected):
+    assert command_crossings(graph) == expected
 
 
 @pytest.mark.parametrize(

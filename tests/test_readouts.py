@@ -197,6 +197,17 @@ def test_the_budget_spends_what_the_plan_costs_on_every_pass(engine, renderer, r
         )
 
 
+def test_calibrated_scores_do_not_need_the_content_free_scores_kept(engine, renderer):
+    """DECISION_CONTENT_FREE_CACHE_BYTES=0 keeps none: each request computes its own."""
+    questions = [_with(ROUTE, "calibrated"), _with(LEVEL, "calibrated")]
+    kept = _score(engine, renderer, questions, content_free=ContentFreeScores())
+    none_kept = ContentFreeScores(max_bytes=0)
+    unkept = _score(engine, renderer, questions, content_free=none_kept)
+    assert none_kept.as_dict()["entries"] == 0
+    for with_lru, without in zip(kept, unkept, strict=True):
+        assert np.array_equal(with_lru.option_logits, without.option_logits)
+
+
 def test_content_free_scores_are_a_bounded_lru():
     probe = ContentFreeScores()
     probe.put(("a",), {(1,): 0.0})

@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 import sys
+from typing import cast
 
 import uvicorn
 
@@ -96,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             port=settings.port,
             log_config=None,
             access_log=False,
-            timeout_graceful_shutdown=settings.graceful_shutdown_s,
+            # uvicorn annotates an int, but only waits this long (asyncio.wait_for): a
+            # fraction of a second is kept, as it always was.
+            timeout_graceful_shutdown=cast(int, settings.graceful_shutdown_s),
             lifespan="on",
             http=protocol,
         ),

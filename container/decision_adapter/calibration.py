@@ -95,6 +95,10 @@ class Calibration:
     readout: str | None = None
     by_kind: Mapping[QuestionKind, float] = field(default_factory=dict)  # over `temperature`
 
+    def default_readout(self, prompt_mode: str) -> str:
+        """The readout of a question that names none: the file's, else the prompt mode's."""
+        return self.readout if self.readout is not None else built_in_readout(prompt_mode)
+
     def for_prompt_mode(self, prompt_mode: str) -> Calibration:
         if self.readout is not None:
             return self

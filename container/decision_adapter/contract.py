@@ -5,7 +5,7 @@ the model's identity. No llama.cpp here: the wire formats import this module, ne
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -93,7 +93,8 @@ class QuestionScores:
         scaled = self.option_logits / temperature
         scaled = scaled - scaled.max()
         weights = np.exp(scaled)
-        return weights / math.fsum(weights)
+        probabilities: np.ndarray = weights / math.fsum(weights)  # numpy's stubs: Any
+        return probabilities
 
     @property
     def allowed_token_mass(self) -> float:
@@ -146,6 +147,13 @@ class Scored:
     timings: list[dict[str, Any]]  # per question: the timing of its state's group
     input_tokens: int
     timing: dict[str, Any]  # the whole request's
+
+    def every_answer(self) -> list[Answer]:
+        """`answers` of a batch scored without `refuse_unfit`, where no question is refused."""
+        answers = [answer for answer in self.answers if answer is not None]
+        if len(answers) < len(self.answers):
+            raise ValueError("a question was refused: only refuse_unfit=True refuses one")
+        return answers
 
 
 @dataclass(frozen=True)
@@ -227,7 +235,7 @@ class ModelService(Protocol):
         """Admit once; `score` calls inside the block (same task) run without admission."""
         ...
 
-    def generate(self, chat: Chat) -> AsyncIterator[TextDelta | Generated]: ...
+    def generate(self, chat: Chat) -> AsyncGenerator[TextDelta | Generated, None]: ...
 
     def stats(self) -> dict[str, Any]: ...
 

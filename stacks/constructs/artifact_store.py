@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
@@ -10,6 +11,17 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.constructs import nag
+
+
+class _BucketSettings(TypedDict, total=False):
+    """What both buckets are created with (s3.Bucket's keyword arguments)."""
+
+    encryption: s3.BucketEncryption
+    block_public_access: s3.BlockPublicAccess
+    enforce_ssl: bool
+    object_ownership: s3.ObjectOwnership
+    removal_policy: RemovalPolicy
+    auto_delete_objects: bool
 
 
 class ArtifactStore(Construct):
@@ -29,13 +41,13 @@ class ArtifactStore(Construct):
         batch); unlike model archives they expire after `work_retention`."""
         super().__init__(scope, construct_id)
         self.model_prefix = model_prefix.strip("/")
-        removal = (
+        removal: _BucketSettings = (
             {"removal_policy": RemovalPolicy.RETAIN}
             if retain
             # Without retention, `cdk destroy` empties the buckets first, so deletion succeeds.
             else {"removal_policy": RemovalPolicy.DESTROY, "auto_delete_objects": True}
         )
-        common = {
+        common: _BucketSettings = {
             "encryption": s3.BucketEncryption.S3_MANAGED,
             "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
             "enforce_ssl": True,
@@ -70,6 +82,7 @@ class ArtifactStore(Construct):
             # A retained bucket keeps its TLS-only and log-delivery policies: deleted with the
             # stack, they would leave the kept bucket open to plain HTTP.
             for bucket in (self.access_logs, self.bucket):
+                assert bucket.policy is not None  # enforce_ssl gives each bucket one
                 bucket.policy.apply_removal_policy(RemovalPolicy.RETAIN)
 
     @property

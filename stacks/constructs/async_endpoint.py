@@ -8,7 +8,7 @@ role may read the input prefix and write the other two, and nothing else of the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_applicationautoscaling as appscaling
@@ -110,7 +110,7 @@ class AsyncDecisionEndpoint(Construct):
         grant_read_prefix(grantee, self.bucket, self.output_prefix)
         grant_read_prefix(grantee, self.bucket, self.failure_prefix)
         principal = grantee.grant_principal
-        if hasattr(principal, "node"):  # a role of this app, or one imported by ARN
+        if _is_construct(principal):  # a role of this app, or one imported by ARN
             self._acknowledge_prefix_grants(principal)
         return iam.Grant.add_to_principal(
             grantee=grantee,
@@ -176,3 +176,9 @@ class AsyncDecisionEndpoint(Construct):
             evaluation_periods=1,
         )
         return target
+
+
+def _is_construct(principal: iam.IPrincipal) -> TypeGuard[IConstruct]:
+    """A principal that is also a construct (it has a construct node): a role, of this app or
+    imported by ARN; not a service or account principal."""
+    return hasattr(principal, "node")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
@@ -26,6 +27,14 @@ from stacks.constructs import runtime_grants
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
 
 VARIANT_NAME = "AllTraffic"
+
+
+class VariantPlacement(TypedDict, total=False):
+    """ProductionVariantProperty's arguments that say where the variant runs."""
+
+    instance_type: str
+    instance_pools: list[sagemaker.CfnEndpointConfig.InstancePoolProperty]
+    variant_instance_provision_timeout_in_seconds: float
 
 
 @dataclass(frozen=True)
@@ -53,9 +62,9 @@ class Instances:
     def is_pool(self) -> bool:
         return self.provision_timeout is not None
 
-    def variant_properties(self) -> dict[str, object]:
+    def variant_properties(self) -> VariantPlacement:
         # With pools the API rejects InstanceType; neither CloudFormation nor cfn-lint says so.
-        if not self.is_pool:
+        if self.provision_timeout is None:  # not is_pool
             return {"instance_type": self.instance_types[0]}
         return {
             "instance_pools": [
@@ -278,7 +287,7 @@ class SageMakerEndpoint(Construct):
                 alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
         return created
 
-    def _server_errors(self) -> cloudwatch.IMetric:
+    def _server_errors(self) -> cloudwatch.Metric | cloudwatch.MathExpression:
         errors = self.metric("Invocation5XXErrors", statistic="Sum")
         if not self._adapter_metrics:
             return errors

@@ -41,6 +41,7 @@ def _render(value: Any) -> str:
         if intrinsic == "Fn::GetAtt":
             return f"<{'.'.join(argument)}>"
         if intrinsic == "Fn::Join":
+            separator: str
             separator, parts = argument
             return separator.join(_render(part) for part in parts)
     raise ValueError(f"cannot render {value!r} the way cdk-nag names findings")

@@ -70,8 +70,8 @@ class WireFormat:
         error_type: str,
         field: str | None = None,
         retryable: bool = False,
-        detail: list | None = None,
-        location: tuple | None = None,
+        detail: list[dict[str, Any]] | None = None,
+        location: tuple[Any, ...] | None = None,
         retry_after_s: int | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """`retry_after_s`, on a 503, repeats the Retry-After header in the body: SageMaker's

@@ -266,7 +266,7 @@ class DecisionFormat(WireFormat):
         results = [
             encode_result(decision, answer, timing, service.identity)
             for decision, answer, timing in zip(
-                decisions, scored.answers, scored.timings, strict=False
+                decisions, scored.every_answer(), scored.timings, strict=False
             )
         ]
         if request.decision is not None:

@@ -6,7 +6,7 @@ import datetime
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -246,7 +246,7 @@ class _ChatFields(BaseModel):
             top_k=self.top_k,
             min_p=self.min_p,
             seed=None if self.seed == -1 else self.seed,  # None: a fresh seed per request
-            stop=self.stop,
+            stop=[self.stop] if isinstance(self.stop, str) else self.stop,  # a list once valid
             top_logprobs=(self.top_logprobs or 0) if self.logprobs else None,
         )
 
@@ -385,7 +385,7 @@ class ChatFormat(WireFormat):
     async def _stream(
         self,
         first: TextDelta | Generated,
-        events: AsyncIterator[TextDelta | Generated],
+        events: AsyncGenerator[TextDelta | Generated, None],
         cid: str,
         model: str,
         call: Call,

@@ -176,6 +176,11 @@ class CustomToolCallOutput(_ToolItem):
     output: StrictStr | list[ToolOutputPart] = Field(description=CONTENT)
 
 
+Part = InputText | InputImage | InputJson | OutputText | RefusalPart
+Message = UserMessage | DeveloperMessage | SystemMessage | AssistantMessage
+ToolItem = FunctionCall | FunctionCallOutput | CustomToolCall | CustomToolCallOutput
+
+
 def _item_kind(item: Any) -> str | None:
     """A message is told by its role, a tool item by its type (None: neither is a string)."""
     if isinstance(item, dict):
@@ -228,8 +233,8 @@ class _Question(_Closed):
         description="The question: text, or parts (one per line); an image part refuses it."
     )
     # The SDK's type is a string: absent is None, an explicit null is refused.
-    name: StrictStr = Field(
-        None,  # type: ignore[arg-type]
+    name: StrictStr = Field(  # type: ignore[assignment]
+        None,
         description="Unique among the request's questions (NFC); not null: leave it out.",
     )
 
@@ -280,9 +285,8 @@ class ScoreQuestionParam(_Question):
     )
 
 
-QuestionParam = Annotated[
-    Predicate | ChoiceQuestionParam | ScoreQuestionParam, Field(discriminator="type")
-]
+AnyQuestion = Predicate | ChoiceQuestionParam | ScoreQuestionParam
+QuestionParam = Annotated[AnyQuestion, Field(discriminator="type")]
 
 
 class CacheOptions(_Closed):
@@ -336,7 +340,7 @@ def _joined(values: list[Any]) -> Any:
     return values
 
 
-def _part_value(part: BaseModel) -> Any:
+def _part_value(part: Part) -> Any:
     if isinstance(part, (InputText, OutputText)):
         return part.text
     if isinstance(part, InputJson):
@@ -346,11 +350,11 @@ def _part_value(part: BaseModel) -> Any:
     raise AssertionError(f"an image part is refused before rendering: {part!r}")
 
 
-def _content(content: str | list[BaseModel]) -> Any:
+def _content(content: str | Sequence[Part]) -> Any:
     return content if isinstance(content, str) else _joined([_part_value(p) for p in content])
 
 
-def _item_value(item: BaseModel) -> dict[str, Any]:
+def _item_value(item: Message | ToolItem) -> dict[str, Any]:
     """What the model reads of an item: bookkeeping fields (ids, status, phase) left out."""
     if isinstance(item, _Message):
         return {"role": item.role, "content": _content(item.content)}
@@ -368,7 +372,7 @@ def _item_value(item: BaseModel) -> dict[str, Any]:
     return value
 
 
-def input_state(given: str | list[BaseModel]) -> str | list[dict[str, Any]]:
+def input_state(given: str | Sequence[Message | ToolItem]) -> str | list[dict[str, Any]]:
     """`input` as a System One state: a string as it is, messages and tool items as structured
     JSON. One user message of text is the same state as that text sent as a string."""
     if isinstance(given, str):
@@ -383,7 +387,7 @@ def _has_image(parts: Any) -> bool:
     return isinstance(parts, list) and any(isinstance(part, InputImage) for part in parts)
 
 
-def input_has_image(given: str | list[BaseModel]) -> bool:
+def input_has_image(given: str | Sequence[Message | ToolItem]) -> bool:
     if isinstance(given, str):
         return False
     return any(
@@ -392,7 +396,7 @@ def input_has_image(given: str | list[BaseModel]) -> bool:
 
 
 # --- questions as System One's ---------------------------------------------------------------
-def _instructions_text(instructions: str | list[BaseModel]) -> str:
+def _instructions_text(instructions: str | Sequence[Part]) -> str:
     if isinstance(instructions, str):
         return instructions
     values = [_part_value(part) for part in instructions]
@@ -414,7 +418,7 @@ def _level_text(level: Level) -> str:
     return f"{level.label}: {level.description}" if level.description else level.label
 
 
-def system_one_question(question: BaseModel) -> NoulQuestion | ChoiceQuestion | ScoreQuestion:
+def system_one_question(question: AnyQuestion) -> NoulQuestion | ChoiceQuestion | ScoreQuestion:
     text = _instructions_text(question.instructions)
     if isinstance(question, Predicate):
         return NoulQuestion(type="noul", instructions=text)
@@ -429,11 +433,11 @@ def system_one_question(question: BaseModel) -> NoulQuestion | ChoiceQuestion | 
 
 # --- answers ---------------------------------------------------------------------------------
 def encode_answer(
-    question: BaseModel,
+    question: AnyQuestion,
     answer: Answer | None,
     model: ModelIdentity,
     min_confidence: float | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The SDK's answer, plus `x_margin` (the top option's lead over the second). A question
     whose top probability misses `min_confidence` abstains: the SDK's refusal, `x_abstained`
     true, with the answer it would have been under `x_answer` (the SDK keeps extra fields)."""
@@ -450,7 +454,7 @@ def encode_answer(
     return answered
 
 
-def _typed_answer(question: BaseModel, probabilities: np.ndarray) -> dict[str, Any]:
+def _typed_answer(question: AnyQuestion, probabilities: np.ndarray) -> dict[str, Any]:
     if isinstance(question, Predicate):
         return {"type": "predicate", "name": question.name, "probability": float(probabilities[0])}
     if isinstance(question, ChoiceQuestionParam):
@@ -543,6 +547,7 @@ class DecisionsFormat(WireFormat):
 
     def parse(self, body: Any) -> DecisionsRequest:
         request = super().parse(body)
+        assert isinstance(request, DecisionsRequest)  # this format's schema
         _check_tool_outputs(request.input)
         # Answers are found by name: two questions of one name could not be told apart.
         names = [_nfc(q.name) if q.name is not None else object() for q in request.questions]
@@ -614,7 +619,7 @@ class DecisionsFormat(WireFormat):
         *,
         error_type: str,
         field: str | None = None,
-        location: tuple | None = None,
+        location: tuple[Any, ...] | None = None,
         retry_after_s: int | None = None,
         **_: Any,
     ) -> tuple[int, dict[str, Any]]:
@@ -663,20 +668,23 @@ def _check_unique(keys: Sequence[Any], where: str, what: str, field: str) -> Non
         )
 
 
-def _check_tool_outputs(given: str | list[BaseModel]) -> None:
+def _check_tool_outputs(given: str | Sequence[Message | ToolItem]) -> None:
     """Each tool output answers an earlier call of its kind, found by its call_id."""
     if isinstance(given, str):
         return
     calls: set[tuple[str, str]] = set()
     for index, item in enumerate(given):
-        kind = getattr(item, "type", None)
-        if kind in ("function_call", "custom_tool_call"):
-            calls.add((kind, item.call_id))
-        elif kind in TOOL_OUTPUTS and (TOOL_OUTPUTS[kind], item.call_id) not in calls:
+        if isinstance(item, (FunctionCall, CustomToolCall)):
+            calls.add((item.type, item.call_id))
+            continue
+        if not isinstance(item, (FunctionCallOutput, CustomToolCallOutput)):
+            continue
+        call = TOOL_OUTPUTS[item.type]
+        if (call, item.call_id) not in calls:
             field = f"input[{index}].call_id"
             raise RequestError(
                 400,
-                f"{field}: {item.call_id!r} matches no earlier {TOOL_OUTPUTS[kind]} in input",
+                f"{field}: {item.call_id!r} matches no earlier {call} in input",
                 field=field,
             )
 

@@ -307,7 +307,7 @@ def error_body(
     error_type: str,
     message: str,
     field: str | None,
-    location: tuple | None = None,
+    location: tuple[Any, ...] | None = None,
     retry_after_s: int | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """(status, body). A 422, and malformed JSON (as FastAPI answers it), get the validation
@@ -350,7 +350,7 @@ class SystemOneFormat(WireFormat):
                 question, answer, model=model, min_confidence=request.x_min_confidence
             )
             for question_id, question, answer in zip(
-                request.questions, questions, scored.answers, strict=False
+                request.questions, questions, scored.every_answer(), strict=False
             )
         }
         return encode_response(

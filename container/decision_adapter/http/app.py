@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -119,7 +119,7 @@ async def answered_in(wire_format: WireFormat, work: Awaitable[Response]) -> Res
 
 # --- routes ----------------------------------------------------------------------------
 def _service(request: Request) -> ModelService:
-    service = request.app.state.service
+    service: ModelService | None = request.app.state.service
     if service is None:
         raise Loading(retry_after_s=5)
     return service
@@ -222,7 +222,10 @@ async def _answer_lines(request: Request, forced: str | None) -> Response:
     return Response(encoded, media_type=jsonlines.MEDIA_TYPE)
 
 
-def public(wire_format: WireFormat, respond: Callable[[Request], Awaitable[Response]]):
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def public(wire_format: WireFormat, respond: Endpoint) -> Endpoint:
     """A /v1 route answering in `wire_format`, behind the bearer key when one is configured."""
 
     async def work(request: Request) -> Response:
@@ -236,7 +239,7 @@ def public(wire_format: WireFormat, respond: Callable[[Request], Awaitable[Respo
     return route
 
 
-def answering(wire_format: WireFormat):
+def answering(wire_format: WireFormat) -> Endpoint:
     async def respond(request: Request) -> Response:
         return await _answer(wire_format, request, await _read_body(request))
 
@@ -289,9 +292,10 @@ ROUTES = [
 ]
 
 
-async def unrouted(request: Request, error: HTTPException) -> Response:
+async def unrouted(request: Request, error: Exception) -> Response:
     """No route (404) or a wrong method (405): the JSON error body every other refusal has,
     naming what to change, in place of Starlette's plain text."""
+    assert isinstance(error, HTTPException)  # Starlette's handler of a status code gets one
     path = request.url.path
     # A route that answers in a format of its own (public) answers a wrong method in it too.
     wire_format = getattr(request.scope.get("endpoint"), "wire_format", ADAPTER_ERRORS)
@@ -336,7 +340,7 @@ def create_app(
     settings = settings or Settings.from_environment()
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.service = None
         app.state.line_pace = jsonlines.LinePace()

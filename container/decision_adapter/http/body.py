@@ -56,7 +56,7 @@ MAX_JSON_DEPTH = 40
 
 def _check_values(body: Any) -> None:
     """Reject what json.loads accepts but no route can use, naming where it is (keys too)."""
-    stack: list[tuple[tuple, Any]] = [((), body)]
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), body)]
     while stack:
         location, value = stack.pop()
         if isinstance(value, dict | list) and len(location) >= MAX_JSON_DEPTH:
@@ -75,7 +75,7 @@ def _check_values(body: Any) -> None:
         stack.extend(((*location, key), child) for key, child in reversed(children))
 
 
-def _reject(location: tuple, problem: str) -> None:
+def _reject(location: tuple[Any, ...], problem: str) -> None:
     # A key that is not text cannot be echoed as it is: show its escapes.
     location = tuple(
         p.encode("utf-8", "backslashreplace").decode() if isinstance(p, str) else p

@@ -21,7 +21,7 @@ import os
 import resource
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import h11
@@ -45,7 +45,7 @@ def _raw_response(
 ) -> bytes:
     """A whole response written before (or instead of) h11: the connection closes after it.
     A Retry-After is also in the body, where clients behind SageMaker can read it."""
-    fields: dict = {"error": message, "error_type": error_type, "retryable": retryable}
+    fields: dict[str, Any] = {"error": message, "error_type": error_type, "retryable": retryable}
     extra = ""
     if retry_after_s is not None:
         fields["retry_after_s"] = retry_after_s
@@ -67,6 +67,7 @@ class HeapTrimmer:
     """
 
     def __init__(self, delay_s: float = 1.0) -> None:
+        self._malloc_trim: Callable[[int], int] | None
         try:
             self._malloc_trim = ctypes.CDLL(None).malloc_trim
         except AttributeError:  # not glibc: nothing to do
@@ -77,11 +78,11 @@ class HeapTrimmer:
     def soon(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._malloc_trim is not None and not self._scheduled:
             self._scheduled = True
-            loop.call_later(self._delay_s, self._trim)
+            loop.call_later(self._delay_s, self._trim, self._malloc_trim)
 
-    def _trim(self) -> None:
+    def _trim(self, malloc_trim: Callable[[int], int]) -> None:
         self._scheduled = False
-        self._malloc_trim(0)
+        malloc_trim(0)
 
 
 def connection_limit(configured: int) -> int:

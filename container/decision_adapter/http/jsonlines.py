@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..contract import WORK_DEADLINE, ModelService
 from ..errors import Busy, RequestError
-from ..formats.base import ADAPTER_ERRORS, Call, WireFormat, format_of
+from ..formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
 from ..settings import Settings
 from .body import parse_json
 
@@ -191,6 +191,7 @@ async def answer(
                 error = raised
             else:
                 pace.record(time.perf_counter() - started)
+                assert not isinstance(answered, EventStream)  # LINE_FORMATS answer one body
                 return answered
         failed += 1
         status, body = error_body(line.wire_format, error)

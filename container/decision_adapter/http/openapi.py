@@ -144,14 +144,16 @@ ERROR = {
 }
 
 
-def _json(schema: dict, examples: dict[str, Any] | None = None) -> dict:
+def _json(schema: dict[str, Any], examples: dict[str, Any] | None = None) -> dict[str, Any]:
     content: dict[str, Any] = {"schema": schema}
     if examples:
         content["examples"] = {name: {"value": value} for name, value in examples.items()}
     return {"content": {"application/json": content}}
 
 
-def _responses(ok: str, *codes: int, streams: bool = False, json_lines: bool = False) -> dict:
+def _responses(
+    ok: str, *codes: int, streams: bool = False, json_lines: bool = False
+) -> dict[str, Any]:
     reasons = {
         400: "malformed JSON body",
         401: "missing or invalid API key",
@@ -162,7 +164,7 @@ def _responses(ok: str, *codes: int, streams: bool = False, json_lines: bool = F
         422: "a field failed validation",
         503: "model busy or loading; retry after Retry-After",
     }
-    responses = {"200": {"description": ok, **_json(ANY_OBJECT)}}
+    responses: dict[str, dict[str, Any]] = {"200": {"description": ok, **_json(ANY_OBJECT)}}
     if streams:  # chat with `stream: true`
         responses["200"]["content"]["text/event-stream"] = {"schema": EVENT_STREAM}
     if json_lines:
@@ -188,7 +190,7 @@ def openapi_document() -> dict[str, Any]:
         for name in ("DecisionRequest", "SystemOneRequest", "ChatRequest", "DecisionsRequest")
     }
     body_errors = (400, 404, 408, 413, 415, 422, 503)
-    authenticated = {"security": [{}, {"bearer": []}]}
+    authenticated: dict[str, list[dict[str, list[str]]]] = {"security": [{}, {"bearer": []}]}
     return {
         "openapi": "3.1.0",
         "info": {

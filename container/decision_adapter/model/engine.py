@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, TypedDict, TypeVar, overload
 
 import numpy as np
 
@@ -35,6 +35,19 @@ from .tokenizer import UserTextTokenizer, cuttable
 # libgomp reads this when it loads, with llama_cpp below; a value set by the operator wins.
 os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 import llama_cpp  # noqa: E402
+
+# A llama.cpp sampler chain (a `struct llama_sampler *`).
+Sampler: TypeAlias = "ctypes._Pointer[llama_cpp.llama_sampler]"
+
+
+class Sampling(TypedDict):
+    """How a chat's tokens are drawn: `Engine.sampler`'s arguments."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    seed: int
 
 
 class DeadlinePassed(EngineError):
@@ -74,6 +87,7 @@ class Branch:
 # Arguments: the branch's index (decode_branches; 0 in decode_sequence), the position in its
 # tokens, and a view of the logits that is valid only during the call.
 LogitsReader = Callable[[int, int, np.ndarray], object]
+Read = TypeVar("Read")
 
 
 def copy_logits(branch: int, position: int, logits: np.ndarray) -> np.ndarray:
@@ -127,21 +141,24 @@ class DecodeStats:
 # whether weights went to an extra buffer type (repacked, AMX) rather than the plain mapping.
 _MODEL_BUFFER = re.compile(rb"(\S+) model buffer size\s*=\s*([0-9.]+) MiB")
 _model_buffers: dict[str, float] = {}
+# The log callback handed to llama.cpp: a reference kept, so ctypes does not collect it.
+_log_callback: object = None
 
 
 def silence_llama_logs() -> None:
     """llama.cpp logs every load to stderr; keep our JSON log lines the only output. Its model
     buffer lines are kept (model_buffers) for the start-up line."""
 
-    @llama_cpp.llama_log_callback
-    def _drop(level, text, user_data):  # noqa: ARG001 - ctypes signature
+    global _log_callback
+
+    def keep_buffers(level: int, text: bytes | None, user_data: int | None) -> None:  # noqa: ARG001
         match = _MODEL_BUFFER.search(text or b"")
         if match:
             name = match.group(1).decode("ascii", "replace")
             _model_buffers[name] = _model_buffers.get(name, 0.0) + float(match.group(2))
 
-    silence_llama_logs.callback = _drop  # keep a reference: ctypes must not collect it
-    llama_cpp.llama_log_set(_drop, ctypes.c_void_p())
+    _log_callback = drop = llama_cpp.llama_log_callback(keep_buffers)
+    llama_cpp.llama_log_set(drop, ctypes.c_void_p())
 
 
 # How a model remembers a sequence. A decision copies the state's whole sequence to each branch
@@ -150,7 +167,7 @@ def silence_llama_logs() -> None:
 MEMORY_KINDS = ("attention", "sliding window", "hybrid")
 
 
-def memory_kind(model) -> str:
+def memory_kind(model: llama_cpp.llama_model_p) -> str:
     """One of MEMORY_KINDS, as llama.cpp describes the loaded model (after `unservable`)."""
     if llama_cpp.llama_model_is_hybrid(model):
         return "hybrid"
@@ -159,7 +176,7 @@ def memory_kind(model) -> str:
     return "attention"
 
 
-def unservable(model, causal: str | None) -> str | None:
+def unservable(model: llama_cpp.llama_model_p, causal: str | None) -> str | None:
     """Why decisions cannot be read from this model, or None. `causal` is its
     `<architecture>.attention.causal` metadata ("false" for a bidirectional encoder)."""
     if llama_cpp.llama_model_is_diffusion(model):
@@ -178,7 +195,9 @@ def unservable(model, causal: str | None) -> str | None:
     return None
 
 
-def tokenize_bytes(vocab, data: bytes, *, special: bool = False) -> list[int]:
+def tokenize_bytes(
+    vocab: llama_cpp.llama_vocab_p, data: bytes, *, special: bool = False
+) -> list[int]:
     """llama.cpp's tokens of `data`, without BOS; `special` parses control-token strings."""
     capacity = len(data) + 8
     buffer = (llama_cpp.llama_token * capacity)()
@@ -189,7 +208,9 @@ def tokenize_bytes(vocab, data: bytes, *, special: bool = False) -> list[int]:
     return list(buffer[:count])
 
 
-def user_text_tokenizer(vocab, tokenize=None) -> UserTextTokenizer:
+def user_text_tokenizer(
+    vocab: llama_cpp.llama_vocab_p, tokenize: Callable[[bytes], list[int]] | None = None
+) -> UserTextTokenizer:
     """The user-defined tokens llama.cpp cuts plain text at, read from the vocabulary; text is
     tokenized by `tokenize` (bytes -> ids; default: llama.cpp's, uninterruptible)."""
     control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
@@ -318,7 +339,8 @@ class Engine:
 
     @property
     def bos_token(self) -> int:
-        return llama_cpp.llama_vocab_bos(self.vocab)
+        token: int = llama_cpp.llama_vocab_bos(self.vocab)  # llama_cpp's functions return Any
+        return token
 
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
@@ -347,10 +369,12 @@ class Engine:
             self._piece_into(buffer, token, special=special)
         return buffer.raw[:length]
 
-    def _piece_into(self, buffer, token: int, *, special: bool) -> int:
+    def _piece_into(self, buffer: ctypes.Array[ctypes.c_char], token: int, *, special: bool) -> int:
         """The piece's length in bytes; its bytes are in `buffer` when they fit (llama.cpp
         returns the length it needs, negated, when they do not)."""
-        length = llama_cpp.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, special)
+        length: int = llama_cpp.llama_token_to_piece(  # llama_cpp's functions return Any
+            self.vocab, token, buffer, len(buffer), 0, special
+        )
         return -length if length < 0 else length
 
     def is_control(self, token: int) -> bool:
@@ -382,7 +406,8 @@ class Engine:
             raise EngineError(f"llama.cpp could not restore a saved state into sequence {seq_id}")
 
     def sequence_length(self, seq_id: int) -> int:
-        return llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id) + 1
+        last: int = llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)  # Any, as above
+        return last + 1
 
     def _decode(self, entries: list[tuple[int, int, Sequence[int], bool]]) -> None:
         """Decode (token, position, sequences, wants_logits) entries as exactly one batch."""
@@ -434,9 +459,22 @@ class Engine:
                     results[i] = read(branch, i, self._logits(batch_index))
         return results
 
+    @overload
+    def decode_branches(
+        self, branches: Sequence[Branch], first_seq_id: int
+    ) -> list[dict[int, np.ndarray]]: ...
+
+    @overload
+    def decode_branches(
+        self,
+        branches: Sequence[Branch],
+        first_seq_id: int,
+        read: Callable[[int, int, np.ndarray], Read],
+    ) -> list[dict[int, Read]]: ...
+
     def decode_branches(
         self, branches: Sequence[Branch], first_seq_id: int, read: LogitsReader = copy_logits
-    ) -> list[dict[int, object]]:
+    ) -> list[dict[int, Any]]:
         """Decode each branch on its own sequence (first_seq_id, first_seq_id + 1, ...); per
         branch, what `read` returns for each of its logit positions, by position.
 
@@ -479,8 +517,8 @@ class Engine:
         n_paths: int,
         parent: int,
         first_seq_id: int,
-        read: Callable[[int, np.ndarray], object],
-    ) -> list[object]:
+        read: Callable[[int, np.ndarray], Read],
+    ) -> list[Read]:
         """Decode `n_paths` token paths that continue sequence `parent` as one prefix tree
         (prefix_tree.tree_nodes), path k on sequence first_seq_id + k; what `read` returns for
         the logits after each node, by node index.
@@ -500,13 +538,12 @@ class Engine:
             if n_paths != 1:
                 raise EngineError("a prefix tree of several paths wider than a batch")
             tokens = [node.token for node in nodes]
-            by_position = self.decode_sequence(
-                first_seq_id,
-                tokens,
-                start,
-                range(len(tokens)),
-                lambda _branch, position, logits: read(position, logits),
-            )
+            by_position: dict[int, Read] = {}
+
+            def keep(_branch: int, position: int, logits: np.ndarray) -> None:
+                by_position[position] = read(position, logits)
+
+            self.decode_sequence(first_seq_id, tokens, start, range(len(tokens)), keep)
             return [by_position[position] for position in range(len(tokens))]
         self._decode(
             [
@@ -516,10 +553,16 @@ class Engine:
         )
         return [read(index, self._logits(index)) for index in range(len(nodes))]
 
-    def _decode_group(self, group, first_seq_id, results, read: LogitsReader) -> None:
+    def _decode_group(
+        self,
+        group: list[tuple[int, Branch, int]],
+        first_seq_id: int,
+        results: list[dict[int, object]],
+        read: LogitsReader,
+    ) -> None:
         if not group:
             return
-        entries: list[tuple[int, int, int, bool]] = []
+        entries: list[tuple[int, int, Sequence[int], bool]] = []
         wanted_at: list[tuple[int, int, int]] = []  # (batch index, branch index, position)
         for index, branch, start in group:
             wanted = set(branch.logit_positions)
@@ -537,8 +580,7 @@ class Engine:
         node, so it must not be Python (that would take the GIL per node): it is libc's strlen
         on a flag byte, which returns 0 until interrupt() writes the byte."""
         self._interrupt_flag = ctypes.create_string_buffer(2)
-        strlen = ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
-        self._abort_check = llama_cpp.ggml_abort_callback(strlen)
+        self._abort_check = ctypes.cast(ctypes.CDLL(None).strlen, llama_cpp.ggml_abort_callback)
         llama_cpp.llama_set_abort_callback(
             self.ctx, self._abort_check, ctypes.cast(self._interrupt_flag, ctypes.c_void_p)
         )
@@ -566,13 +608,17 @@ class Engine:
         return token_log_probs(self._logits(-1), token, top)
 
     @staticmethod
-    def free_sampler(sampler: Any) -> None:
+    def free_sampler(sampler: Sampler) -> None:
         llama_cpp.llama_sampler_free(sampler)
 
-    def sampler(self, *, temperature: float, top_p: float, top_k: int, min_p: float, seed: int):
+    def sampler(
+        self, *, temperature: float, top_p: float, top_k: int, min_p: float, seed: int
+    ) -> Sampler:
         """A new llama.cpp sampler chain, llama-server's order: top_k, top_p, min_p,
         temperature, draw (sampling.py); greedy at temperature 0. Free it with free_sampler."""
-        sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        sampler: Sampler = llama_cpp.llama_sampler_chain_init(  # llama_cpp's functions: Any
+            llama_cpp.llama_sampler_chain_default_params()
+        )
         if temperature <= 0:
             llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
             return sampler

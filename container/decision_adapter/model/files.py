@@ -160,5 +160,6 @@ def load_model_file(settings: Settings) -> ModelFile:
                 f"checksum mismatch for {path}: manifest says sha256 {entry.sha256}, "
                 f"file has {digest}; refusing to serve"
             )
-        _verify_calibration(manifest, path)
+        if manifest is not None:  # always, entry is one of its files
+            _verify_calibration(manifest, path)
     return ModelFile(path=path, size_bytes=size, sha256=digest, source=source, manifest=manifest)

@@ -8,9 +8,15 @@ a CPU instance is no error, and nothing here may stop the adapter from starting.
 from __future__ import annotations
 
 import ctypes
+from typing import TypedDict
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 _NVML_SUCCESS = 0
+
+
+class GpuDevice(TypedDict):
+    name: str
+    memory_bytes: int
 
 
 class _Memory(ctypes.Structure):  # nvmlMemory_t
@@ -21,7 +27,7 @@ class _Memory(ctypes.Structure):  # nvmlMemory_t
     ]
 
 
-def gpu_devices(library: str = NVML_LIBRARY) -> list[dict] | None:
+def gpu_devices(library: str = NVML_LIBRARY) -> list[GpuDevice] | None:
     """[{name, memory_bytes}] per GPU; None when there is no driver or it answers an error."""
     try:
         nvml = ctypes.CDLL(library)
@@ -40,11 +46,11 @@ def gpu_devices(library: str = NVML_LIBRARY) -> list[dict] | None:
         nvml.nvmlShutdown()
 
 
-def _devices(nvml) -> list[dict] | None:
+def _devices(nvml: ctypes.CDLL) -> list[GpuDevice] | None:
     count = ctypes.c_uint()
     if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != _NVML_SUCCESS:
         return None
-    devices = []
+    devices: list[GpuDevice] = []
     for index in range(count.value):
         handle = ctypes.c_void_p()
         name = ctypes.create_string_buffer(96)  # NVML_DEVICE_NAME_V2_BUFFER_SIZE

@@ -18,9 +18,12 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .gpu_devices import gpu_devices
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 log = logging.getLogger("decision_adapter")
 _PREFIXES = ("libllama", "libggml")
@@ -100,7 +103,7 @@ def cpu_backend(libraries: list[str], model_buffers: dict[str, float]) -> dict[s
     }
 
 
-def offloaded_layers(engine, n_gpu_layers: int) -> dict[str, int] | None:
+def offloaded_layers(engine: Engine | None, n_gpu_layers: int) -> dict[str, int] | None:
     """Layers on the GPU of all, as llama.cpp counts them in its "offloaded N/M layers to GPU"
     line: the repeating layers plus the output layer, the request clamped to that; none on a
     build without a GPU backend. -1 asks for every layer. None: a service without a llama.cpp
@@ -116,7 +119,9 @@ def offloaded_layers(engine, n_gpu_layers: int) -> dict[str, int] | None:
     return {"offloaded": min(requested, total), "total": total}
 
 
-def log_model_loaded(model_info: dict[str, Any], engine, n_gpu_layers: int) -> dict[str, Any]:
+def log_model_loaded(
+    model_info: dict[str, Any], engine: Engine | None, n_gpu_layers: int
+) -> dict[str, Any]:
     """Log the one start-up line and return its fields."""
     import llama_cpp
 

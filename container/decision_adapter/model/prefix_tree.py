@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -17,6 +18,9 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
         if x != y:
             return length
     return min(len(a), len(b))
+
+
+_Trie: TypeAlias = dict[int, "_Trie"]  # a token's extensions, each with its own
 
 
 def tree_tokens(paths: Sequence[Sequence[int]]) -> int:
@@ -59,7 +63,7 @@ class TreeLowerBound:
         self.max_tokens = max_tokens
         self.tokens = 0
         self._long: set[tuple[int, ...]] = set()
-        self._trie: dict[int, dict] = {}  # the shorter paths' distinct prefixes
+        self._trie: _Trie = {}  # the shorter paths' distinct prefixes
 
     def add(self, path: tuple[int, ...]) -> None:
         if len(path) > self.max_tokens:

@@ -21,6 +21,7 @@ import weakref
 
 import numpy as np
 
+from ..model.engine import Engine
 from ..model.vocabulary import is_text, raw_texts
 
 # What may stand before the letter: whitespace, and the brackets, quotes and markdown emphasis
@@ -45,7 +46,7 @@ def spelled_letter(text: str) -> str | None:
 class LetterSpellings:
     """Per capital letter, the sorted ids of the tokens that spell it (spelled_letter)."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: Engine) -> None:
         vocab = engine.vocab
         candidates = [t for t, text in raw_texts(vocab) if text and _CANDIDATE.fullmatch(text)]
         by_letter: dict[str, list[int]] = {letter: [] for letter in string.ascii_uppercase}
@@ -65,11 +66,11 @@ class LetterSpellings:
         return self.tokens[label]
 
 
-_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BUILT: weakref.WeakKeyDictionary[Engine, LetterSpellings] = weakref.WeakKeyDictionary()
 _BUILDING = threading.Lock()
 
 
-def letter_spellings(engine) -> LetterSpellings:
+def letter_spellings(engine: Engine) -> LetterSpellings:
     """The engine's index, built on first use. Plans are built on preparation threads, which
     read the vocabulary as the tokenizer does; the lock keeps two first requests from building
     it twice."""

@@ -16,7 +16,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from ..model.prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes,
 from ..model.tokenizer import TokenLimitExceeded
 from .budget import READ_TOKEN_COST, TokenBudget
 from .letter_spellings import letter_spellings
-from .prompts import CONTENT_FREE_STATE, JSON_CHOICE_CLOSE, PromptRenderer
+from .prompts import CONTENT_FREE_STATE, JSON_CHOICE_CLOSE, PromptRenderer, RenderedPrompt
 from .state_cache import StateCache
 
 PREFIX_SEQ = 0
@@ -47,6 +47,11 @@ def option_labels(count: int) -> list[str]:
     if count <= len(letters):
         return list(letters[:count])
     return ["".join(pair) for pair in product(letters, repeat=2)][:count]
+
+
+# What a calibrated question's content-free scores are kept by: its suffix, and its set of
+# continuations (sorted).
+ContentFreeKey: TypeAlias = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
 
 
 @dataclass
@@ -118,7 +123,7 @@ class QuestionPlan:
         return self.passes * sum(reading.cost for reading in self.readings)
 
     @property
-    def content_free_key(self) -> tuple | None:
+    def content_free_key(self) -> ContentFreeKey | None:
         """The calibrated readout's content-free scores depend on the question's suffix and its
         set of continuations only (not their order), so a reordered question shares them."""
         if self.readout != "calibrated":
@@ -198,7 +203,7 @@ def _plan_question(
     engine = renderer.engine
     passes = PASSES.get(readout, 1)
 
-    def suffix_tokens(prompt) -> list[int]:
+    def suffix_tokens(prompt: RenderedPrompt) -> list[int]:
         tokens = renderer.tokens(prompt.suffix, starts_prompt=False, limit=budget.left // passes)
         budget.spend(passes * len(tokens))
         return tokens
@@ -215,7 +220,11 @@ def _plan_question(
             raise TokenLimitExceeded(budget.limit)
         return tokens
 
-    def reading(suffix: list[int], continuations: list[list[int]], spellings=None) -> Reading:
+    def reading(
+        suffix: list[int],
+        continuations: list[list[int]],
+        spellings: list[np.ndarray] | None = None,
+    ) -> Reading:
         batches = prefix_tree_batches(
             continuations, engine.n_batch, engine.n_seq_max - FIRST_BRANCH_SEQ
         )
@@ -234,20 +243,23 @@ def _plan_question(
         # Sorted by the listed ids: a rotated request reads the same rotations in the same
         # order, so their average adds the same numbers in the same order (bit-identical).
         rotations.sort(key=lambda r: [question.option_ids[(r + p) % n] for p in range(n)])
-        readings, first = [], None
+        readings: list[Reading] = []
+        prompts: list[RenderedPrompt] = []
         # Each rotation is spent as it is tokenized: those past the budget never are.
         for r in rotations:
             listed = [(labels[p], *options[(r + p) % n]) for p in range(n)]
             prompt = renderer.decision(state, question.question, listed)
-            first = first or prompt
+            prompts.append(prompt)
             # Option i sits at position (i - r) % n and is read through that position's label.
             continuations = [label_tokens[(i - r) % n] for i in range(n)]
             readings.append(reading(suffix_tokens(prompt), continuations, spellings))
-        return QuestionPlan(readout, labels, readings, first.sha256, question.kind)
+        return QuestionPlan(readout, labels, readings, prompts[0].sha256, question.kind)
     if readout in JSON_CHOICE_READOUTS:
         words = _option_words(question, with_descriptions=False)
-        listed = sorted(zip(words, question.descriptions, strict=False), key=lambda pair: pair[0])
-        prompt = renderer.json_choice(state, question.question, listed)
+        candidates = sorted(
+            zip(words, question.descriptions, strict=False), key=lambda pair: pair[0]
+        )
+        prompt = renderer.json_choice(state, question.question, candidates)
         suffix = suffix_tokens(prompt)
         continuations = [continuation(w + JSON_CHOICE_CLOSE, opened=True) for w in words]
         return QuestionPlan(
@@ -350,10 +362,10 @@ class ContentFreeScores:
         self.hits = self.misses = 0
 
     @staticmethod
-    def _digest(key: tuple) -> bytes:
+    def _digest(key: ContentFreeKey) -> bytes:
         return hashlib.sha256(repr(key).encode()).digest()
 
-    def get(self, key: tuple) -> dict[tuple, float] | None:
+    def get(self, key: ContentFreeKey) -> dict[tuple[int, ...], float] | None:
         digest = self._digest(key)
         found = self._entries.get(digest)
         if found is None:
@@ -365,7 +377,7 @@ class ContentFreeScores:
             for c, s in zip(continuations, scores, strict=True)
         }
 
-    def put(self, key: tuple, scores: dict[tuple, float]) -> None:
+    def put(self, key: ContentFreeKey, scores: dict[tuple[int, ...], float]) -> None:
         digest = self._digest(key)
         continuations = [np.asarray(c, dtype=np.int32).tobytes() for c in scores]
         values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
@@ -467,7 +479,7 @@ def _read(
         tokens=reading.suffix_tokens, parent=PREFIX_SEQ, logit_positions=[last_position]
     )
     (logits,) = engine.decode_branches([branch], first_seq_id=QUESTION_SEQ)
-    last_logits = logits[last_position]
+    last_logits = logits[last_position]  # copied: decode_branches' default reader
     firsts = np.array([tokens[0] for tokens in reading.continuations])
     if reading.spellings is not None and not force_sequence:
         log_probs = _spelled_log_probs(last_logits, reading.spellings)
@@ -552,14 +564,20 @@ def _add_branch_log_probs(
 
 def _content_free_scores(
     engine: Engine, plan: ScoringPlan, cache: StateCache | None, kept: ContentFreeScores
-) -> dict[tuple, np.ndarray]:  # pragma: no mutate block
-    """Per calibrated question (its content_free_key): the per-token mean log-probabilities of
-    its continuations against the content-free state, in the question's option order."""
-    wanted = [q for q in plan.questions if q.content_free_key is not None]
-    missing: dict[tuple, QuestionPlan] = {}
-    for question in wanted:
-        if kept.get(question.content_free_key) is None:
-            missing.setdefault(question.content_free_key, question)
+) -> dict[ContentFreeKey | None, np.ndarray]:  # pragma: no mutate block
+    """Per calibrated question (its content_free_key; None, a question without, is never a
+    key): the per-token mean log-probabilities of its continuations against the content-free
+    state, in the question's option order."""
+    wanted = [(key, q) for q in plan.questions if (key := q.content_free_key) is not None]
+    missing: dict[ContentFreeKey, QuestionPlan] = {}
+    # What this request read or computed: `kept` may hold none of it (a 0 byte bound).
+    scores: dict[ContentFreeKey, dict[tuple[int, ...], float]] = {}
+    for key, question in wanted:
+        found = kept.get(key)
+        if found is None:
+            missing.setdefault(key, question)
+        else:
+            scores[key] = found
     if missing:
         kept.misses += len(missing)
         engine.reset()
@@ -567,22 +585,21 @@ def _content_free_scores(
         for key, question in missing.items():
             read = _read(engine, question.readings[0], force_sequence=False)
             means = read.log_probs / read.lengths
-            kept.put(
-                key, dict(zip(map(tuple, question.readings[0].continuations), means, strict=False))
-            )
+            read_for = map(tuple, question.readings[0].continuations)
+            scores[key] = dict(zip(read_for, means, strict=False))
+            kept.put(key, scores[key])
     kept.hits += len(wanted) - len(missing)
-    out = {}
-    for question in wanted:
-        by_continuation = kept.get(question.content_free_key)
+    out: dict[ContentFreeKey | None, np.ndarray] = {}
+    for key, question in wanted:
+        found = kept.get(key)  # read again: the LRU order is the order of use
+        by_continuation = found if found is not None else scores[key]
         continuations = question.readings[0].continuations
-        out[question.content_free_key] = np.array(
-            [by_continuation[tuple(c)] for c in continuations]
-        )
+        out[key] = np.array([by_continuation[tuple(c)] for c in continuations])
     return out
 
 
 def _restricted_log_softmax(values: np.ndarray) -> np.ndarray:
-    shifted = values - values.max()
+    shifted: np.ndarray = values - values.max()
     return shifted - math.log(math.fsum(np.exp(shifted)))  # exact: the same in any order
 
 
@@ -656,13 +673,14 @@ def _prefill(
     512+ cells (measured: 0.9 in a raw logit), so every path, cache or not, hit or miss,
     restores the saved prefix and the question always meets the same layout.
     """
-    key = cache.key(prefix_tokens) if cache is not None and cache.enabled else None
-    saved = cache.get(key) if key is not None else None
+    kept = cache if cache is not None and cache.enabled else None
+    key = kept.key(prefix_tokens) if kept is not None else None
+    saved = kept.get(key) if kept is not None and key is not None else None
     if saved is None:
         engine.decode_sequence(PREFIX_SEQ, prefix_tokens, start=0)
         saved = engine.save_sequence(PREFIX_SEQ)
-        if key is not None:
-            cache.put(key, saved)
+        if kept is not None and key is not None:
+            kept.put(key, saved)
             timing.state_cache = "miss"
     else:
         timing.state_cache = "hit"

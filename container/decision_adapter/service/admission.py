@@ -12,7 +12,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -73,7 +73,7 @@ class ModelRunner:
         self.stats = AdmissionStats()
         self._stopping = threading.Event()  # set at the shutdown deadline; never cleared
         # Set inside `reserved()`: the task's jobs run on the slot it already holds.
-        self._reservation: ContextVar[list[Future] | None] = ContextVar(
+        self._reservation: ContextVar[list[Future[Any]] | None] = ContextVar(
             f"reservation-{id(self)}", default=None
         )
 
@@ -146,13 +146,13 @@ class ModelRunner:
             return False
         return True
 
-    def _submit(self, function: Callable[..., T], *args: Any, release: bool = True):
+    def _submit(self, function: Callable[..., T], *args: Any, release: bool = True) -> Future[T]:
         future = self._executor.submit(function, *args)
         if release:
             self._release_when_done(future)
         return future
 
-    def _release_when_done(self, future: Future) -> None:
+    def _release_when_done(self, future: Future[Any]) -> None:
         loop = asyncio.get_running_loop()
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._release))
 
@@ -173,7 +173,7 @@ class ModelRunner:
 
         return release
 
-    def submit(self, function: Callable[[], T]) -> Future:
+    def submit(self, function: Callable[[], T]) -> Future[T]:
         """Run `function()` on the model thread for work already admitted (`admit`)."""
         return self._executor.submit(function)
 
@@ -211,7 +211,7 @@ class ModelRunner:
             yield
             return
         await self._admit()
-        jobs: list[Future] = []
+        jobs: list[Future[Any]] = []
         token = self._reservation.set(jobs)
         try:
             yield
@@ -222,7 +222,7 @@ class ModelRunner:
             else:
                 self._release()
 
-    async def stream(self, produce: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
+    async def stream(self, produce: Callable[[], Iterator[T]]) -> AsyncGenerator[T, None]:
         """Admit, then iterate `produce()` on the model thread, handing items over as they come.
 
         Admission happens on the first `__anext__`, so call `await anext(...)` before committing

@@ -15,12 +15,12 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..contract import SampledToken
-from ..model.engine import Engine, token_log_probs
+from ..model.engine import Engine, Sampling, token_log_probs
 from ..model.streams import StreamContext
 from .admission import ModelRunner
 from .daemon_threads import on_daemon_thread
@@ -65,7 +65,7 @@ class ChatBatcher:
         self,
         prompt: list[int],
         *,
-        sampling: dict[str, Any],
+        sampling: Sampling,
         max_tokens: int,
         until: float,
         top_logprobs: int | None,
@@ -73,7 +73,7 @@ class ChatBatcher:
         text: Callable[
             [Iterator[int], Callable[[int], SampledToken] | None, Callable[..., Any]], Iterator[Any]
         ],
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """Admit, then the events `text(tokens, sampled, out_of_time)` makes of this stream's
         tokens, computed on a thread of their own (stop strings, UTF-8), never the loop's.
         `sampled_token(token, logprob, best)` turns the log-probabilities read on the model

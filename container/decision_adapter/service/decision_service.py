@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from ..calibration import load_calibration
 from ..contract import (
     WORK_DEADLINE,
+    Answer,
     Chat,
     Generated,
     SampledToken,
@@ -32,13 +33,20 @@ from ..errors import (
     over_token_budget,
     too_many_tokens_requested,
 )
-from ..model.engine import DeadlinePassed, Engine, EngineConfig
+from ..model.engine import DeadlinePassed, Engine, EngineConfig, Sampling
 from ..model.files import load_model_file
 from ..model.streams import StreamContext
 from ..model.tokenizer import TokenLimitExceeded
 from ..scoring.budget import TokenBudget
 from ..scoring.prompts import PromptRenderer, state_text
-from ..scoring.score import ContentFreeScores, QuestionsOverBudget, ScoringPlan, build_plan, score
+from ..scoring.score import (
+    ContentFreeScores,
+    QuestionsOverBudget,
+    ScoringPlan,
+    ScoringTiming,
+    build_plan,
+    score,
+)
 from ..scoring.state_cache import StateCache
 from ..settings import Settings
 from .admission import ModelRunner
@@ -180,14 +188,15 @@ class DecisionService:
         """`future`'s result, or ShuttingDown as soon as the shutdown deadline comes."""
         stopped = asyncio.ensure_future(self._stopping.wait())
         try:
-            await asyncio.wait({future, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {future, stopped}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
         if self._stopping.is_set():
             raise ShuttingDown(self.settings.retry_after_s)
         return future.result()
 
-    def _prepared_one(self, _: asyncio.Future) -> None:
+    def _prepared_one(self, _: asyncio.Future[Any]) -> None:
         self._preparing -= 1
         self._prepare_slots.release()
 
@@ -214,7 +223,7 @@ class DecisionService:
             raise TooManyQuestions(len(questions), self.settings.max_decisions)
         limit = self.settings.request_token_limit
 
-        def plan() -> tuple[list[list[int]], list[ScoringPlan]]:
+        def make_plans() -> tuple[list[list[int]], list[ScoringPlan]]:
             # Grouped by the text the model reads: states equal in Python ({"paid": true} and
             # {"paid": 1}, 1 and 1.0, other key orders) render differently and are scored
             # apart. A rendered state renders as itself: no second rendering.
@@ -227,7 +236,8 @@ class DecisionService:
                     text = rendered[id(item.state)] = state_text(item.state)
                 groups.setdefault(text, []).append(index)
             budget = TokenBudget(limit)  # one for the whole request, every group spends from it
-            kept, plans = [], []
+            kept: list[list[int]] = []
+            plans: list[ScoringPlan] = []
             for text, members in groups.items():
                 unfit: list[int] | None = [] if refuse_unfit else None
                 group_plan = build_plan(
@@ -235,7 +245,7 @@ class DecisionService:
                     text,
                     [questions[i].question for i in members],
                     budget,
-                    default_readout=self.identity.calibration.readout,
+                    default_readout=self.identity.calibration.default_readout(self.renderer.mode),
                     unfit=unfit,
                 )
                 if refuse_unfit and len(group_plan.prefix_tokens) >= limit:
@@ -249,7 +259,7 @@ class DecisionService:
             return kept, plans
 
         try:
-            (members, plans), slot_wait_s = await self._prepared(plan)
+            (members, plans), slot_wait_s = await self._prepared(make_plans)
         except QuestionsOverBudget:
             raise over_token_budget("questions", None, limit) from None
         except TokenLimitExceeded:
@@ -265,7 +275,7 @@ class DecisionService:
         # Counted from arrival, less the wait for a preparation thread (others' work).
         until = min(received + slot_wait_s + deadline_s, WORK_DEADLINE.get() or math.inf)
 
-        def score_all():
+        def score_all() -> list[tuple[list[Answer], ScoringTiming]]:
             outcomes = []
             with self.engine.deadline(until):
                 for plan in plans:
@@ -283,13 +293,13 @@ class DecisionService:
         answers: list[Any] = [None] * len(questions)
         timings: list[Any] = [None] * len(questions)
         group_timings = []
-        for group, plan, (group_answers, timing) in zip(members, plans, outcomes, strict=False):
+        for group, plan, (group_answers, spent) in zip(members, plans, outcomes, strict=False):
             group_timing = {
                 "prepare_ms": prepared_ms,
                 "admission_wait_ms": round(waited_ms, 3),
-                "prefill_ms": round(timing.prefill_ms, 3),
-                "branches_ms": round(timing.branches_ms, 3),
-                "state_cache": timing.state_cache,
+                "prefill_ms": round(spent.prefill_ms, 3),
+                "branches_ms": round(spent.branches_ms, 3),
+                "state_cache": spent.state_cache,
                 "total_ms": total_ms,
                 "prefix_tokens": len(plan.prefix_tokens),
                 "request_tokens": needed,
@@ -320,7 +330,7 @@ class DecisionService:
 
         return SampledToken(choice(token, logprob), tuple(choice(t, lp) for t, lp in best))
 
-    async def generate(self, chat: Chat) -> AsyncIterator[TextDelta | Generated]:
+    async def generate(self, chat: Chat) -> AsyncGenerator[TextDelta | Generated, None]:
         """Text as it is sampled, then the finished generation. Limits are checked and the
         model admitted on the first `anext`, before anything is sent."""
         limit = self.settings.request_token_limit
@@ -356,7 +366,7 @@ class DecisionService:
                     expired[0] = True
                     return
 
-        sampling = {
+        sampling: Sampling = {
             "temperature": chat.temperature,
             "top_p": chat.top_p,
             "top_k": chat.top_k,
@@ -367,7 +377,11 @@ class DecisionService:
         # model writes the user's next turn itself.
         stops = [*self.renderer.chat_stops, *(chat.stop or [])]
 
-        def text(sampled: Iterator[int], log_probs, out_of_time) -> Iterator:
+        def text(
+            sampled: Iterator[int],
+            log_probs: Callable[[int], SampledToken] | None,
+            out_of_time: Callable[[], bool],
+        ) -> Iterator[TextDelta | Generated]:
             return text_events(
                 sampled,
                 self.engine.piece,
@@ -378,7 +392,7 @@ class DecisionService:
                 out_of_time=out_of_time,
             )
 
-        def produce():
+        def produce() -> Iterator[TextDelta | Generated]:
             """On the model thread: sample and decode the answer text piece by piece."""
             sampled = self.engine.generate(tokens, max_tokens=max_tokens, **sampling)
             log_probs = (

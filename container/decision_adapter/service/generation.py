@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Protocol
 
 from ..contract import Generated, SampledToken, TextDelta
+
+
+class Piece(Protocol):
+    """A token's bytes (Engine.piece)."""
+
+    def __call__(self, token: int, *, special: bool) -> bytes: ...
 
 
 class StopStrings:
@@ -55,7 +62,7 @@ class StopStrings:
 
 def text_events(
     tokens: Iterable[int],
-    piece,
+    piece: Piece,
     stops: list[str],
     max_tokens: int,
     prompt_tokens: int,
