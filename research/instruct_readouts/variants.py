@@ -180,6 +180,20 @@ def case_from_record(record: dict[str, Any]) -> Case:
     )
 
 
+def results_text(result: dict[str, Any]) -> str:
+    """The results as indented JSON, but each case on a line of its own: thousands of them."""
+    head = json.dumps({k: v for k, v in result.items() if k != "cases"}, indent=2)
+    groups = [
+        f"    {json.dumps(variant)}: [\n"
+        + ",\n".join(f"      {json.dumps(record)}" for record in records)
+        + "\n    ]"
+        for variant, records in result.get("cases", {}).items()
+    ]
+    if not groups:
+        return head + "\n"
+    return head[:-2] + ',\n  "cases": {\n' + ",\n".join(groups) + "\n  }\n}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m research.instruct_readouts.variants")
     parser.add_argument("file", type=Path, help="labelled System One JSONL (a readout split)")
@@ -199,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "cases": {variant: [case_record(c) for c in group] for variant, group in cases.items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.write_text(results_text(result))
     for variant, report in result["variants"].items():
         below = report["below_majority"]
         print(
