@@ -73,29 +73,31 @@ run: llama $(MODEL_PACKAGES)
 # Bytecode caching on, whatever the shell says: without it each pytest process rewrites and
 # compiles the whole suite again (3 s each) and every adapter it starts compiles the adapter.
 # The serial part collects only the files that use the marker (importing all of them: 4 s).
-# First, alone: the served build is the recipe's and survives a decision (tests/
-# test_served_build.py), so a crashing llama.cpp is one clear failure, not a suite of them.
-SERIAL_FILES = $(shell grep -l "mark\.serial" tests/test_*.py)
+# First, alone: the served build is the recipe's and survives a decision
+# (tests/image/test_served_build.py), so a crashing llama.cpp is one clear failure, not a suite
+# of them.
+SERIAL_FILES = $(shell grep -rl --include="test_*.py" "mark\.serial" tests)
 test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV)/.dev llama node_modules/.package-lock.json models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/md-dead-link-check --no-color
-	$(PYTHON) -m pytest -x tests/test_served_build.py
+	$(PYTHON) -m pytest -x tests/image/test_served_build.py
 	$(PYTHON) -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not image and not large_model" \
-	  --ignore tests/test_served_build.py
+	  --ignore tests/image/test_served_build.py
 	$(PYTHON) -m pytest -m "serial and not large_model" $(SERIAL_FILES)
 
 # The reference pages' generated blocks, rendered anew from their sources (docgen/pages.py);
-# tests/test_generated_docs.py fails while a page differs.
+# tests/docs/test_generated_docs.py fails while a page differs.
 docs: $(VENV)/.dev
 	$(PYTHON) -m docgen
 
 # The fast loop. `make lint`: what make test checks before the suite (ruff, the format, mypy,
 # the links), in seconds. `make format`: rewrite the code to the formatter and ruff's fixes.
 # `make quick`: the suite without the tests that load a model, time the machine or rehearse
-# AWS (a minute or two); PYTEST_ARGS narrows it: make quick PYTEST_ARGS=tests/test_app.py
+# AWS (a minute or two); PYTEST_ARGS narrows it, to a file or a folder:
+# make quick PYTEST_ARGS=tests/adapter/http/test_app.py, make quick PYTEST_ARGS=tests/ops
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -121,7 +123,7 @@ test-large: $(VENV)/.dev llama $(VENV)/.models-large
 # machine into ~/.cache/decision-bench/ (seconds; the first run also unpacks llama.cpp's source
 # from the llama-cpp-python sdist, as `make bench` does).
 models: $(VENV)/.dev
-	$(PYTHON) -m tests.model_matrix
+	$(PYTHON) -m tests.support.model_matrix
 
 # Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild
 # buildspecs and cdk bootstrap/deploy/destroy against a local moto server.
@@ -134,7 +136,7 @@ rehearse: $(VENV)/.dev node_modules/.package-lock.json
 # /usr/bin/docker: the engine package's client, which builds with BuildKit on its own.
 DOCKER ?= /usr/bin/docker
 image-test: $(VENV)/.dev
-	DOCKER=$(DOCKER) $(PYTHON) -m pytest -m image -rP tests/test_cpu_image.py
+	DOCKER=$(DOCKER) $(PYTHON) -m pytest -m image -rP tests/image/test_cpu_image.py
 
 # The benchmark (docs/benchmarks.md). Its first run also builds llama-server from the llama.cpp
 # that llama-cpp-python vendors (minutes, once) into ~/.cache/decision-bench/ for the side-by-side

@@ -14,7 +14,7 @@ context:
 A scenario is exact when every logit A reads (each suffix position and the token's) has the
 same bits as alone. `python -m bench.batch_exactness` writes the sweep to
 bench/results/<date>-<machine>-batch-exactness.json;
-tests/test_batch_exactness.py asserts the finding the scheduler relies on.
+tests/adapter/model/test_batch_exactness.py asserts the finding the scheduler relies on.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def sweep(models: dict[str, Path], threads: int) -> dict:
 
 if __name__ == "__main__":
     from launcher.models import local_model
-    from tests.model_matrix import SERVED, ensure_matrix
+    from tests.support.model_matrix import SERVED, ensure_matrix
 
     matrix = ensure_matrix()
     models = {family.name: matrix[family.name] for family in SERVED}

@@ -26,7 +26,7 @@ from bench.__main__ import ADAPTER_ENV, RESULTS
 from bench.timing import REQUEST_TIMEOUT_S
 from bench.workloads import THREADS, machine_name
 from launcher import running_adapter
-from tests.bodies import decision
+from tests.support.bodies import decision
 
 LIMIT = 8192  # DECISION_MAX_REQUEST_TOKENS's default
 WORD = "ab "  # one token on Gemma 3

@@ -49,7 +49,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 LONG_PROMPT_TOKENS = 1024
 LONG_REPEATS = 5
-IMAGE = "decision-adapter:cpu-standin"  # tests/cpu_image.py's tag
+IMAGE = "decision-adapter:cpu-standin"  # tests/support/cpu_image.py's tag
 
 
 # The builds compiled here, by their CMake flags (the others are installed or copied).

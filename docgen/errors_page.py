@@ -22,7 +22,7 @@ class ErrorKind(NamedTuple):
     when: str
 
 
-# The adapter's error types, in the order a request meets them. tests/test_generated_docs.py
+# The adapter's error types, in the order a request meets them. tests/docs/test_generated_docs.py
 # holds this list to the error types the adapter's source names, both ways.
 ERRORS = (
     ErrorKind(

@@ -1,7 +1,7 @@
 """The integration test's snapshot: its templates and integ manifest, synthesized offline.
 
 `python -m integ.snapshot` rewrites integ/integ_decision_release.py.snapshot/ (review the diff);
-tests/test_integ_snapshot.py fails while the checked-in snapshot differs from a fresh synthesis.
+tests/cdk/test_integ_snapshot.py fails while the checked-in snapshot differs from a fresh synthesis.
 integ-runner keeps the same directory, but its 2.197.10 (the newest on npm) cannot read the
 cloud assembly schema 55 that aws-cdk-lib 2.275 writes, so this module does its snapshot step.
 """

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from launcher import running_adapter
+
+TESTS = Path(__file__).resolve().parent
 
 # Under pytest-xdist (make test) each worker's model threads get their share of the cores:
 # llama.cpp's threads spin while they wait, so more threads than cores stall every process.
@@ -24,7 +25,7 @@ def pytest_configure(config):
     # two workers' first adapters.
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         bundled_gguf()
-        from tests.model_matrix import ensure_matrix  # `make models` has built it: a check
+        from tests.support.model_matrix import ensure_matrix  # `make models` has built it: a check
 
         ensure_matrix()
 
@@ -48,32 +49,32 @@ MODEL_FIXTURES = {
 }
 
 
-# Seconds of work in the files that take 10 or more of make test's parallel part (measured on
-# this 2-core machine, 2026-12-01); every other file takes less. A parallel run hands out files
-# longest first (make test passes xdist --no-loadscope-reorder, which keeps this order), so it
-# ends on short files, not on a long one while the other worker idles.
+# Seconds of work in the files that take 10 or more of make test's parallel part (measured on this
+# 2-core machine, 2026-12-01), by their path under tests/; every other file takes less. A parallel
+# run hands out files longest first (make test passes xdist --no-loadscope-reorder, which keeps this
+# order), so it ends on short files, not on a long one while the other worker idles.
 LONG_FILES = {
-    "test_state_cache.py": 110,
-    "test_openai_decisions.py": 70,
-    "test_model_matrix.py": 66,  # measured 2026-12-02
-    "test_readouts.py": 60,
-    "test_fuzz_api.py": 60,
-    "test_budgets.py": 60,
-    "test_deploy_rehearsal.py": 50,
-    "test_cdk_app.py": 45,
-    "test_http_decisions.py": 45,
-    "test_scoring.py": 38,
-    "test_codebuild_rehearsal.py": 32,
-    "test_systemone_conformance.py": 30,
-    "test_startup_failures.py": 25,
-    "test_systemone_http.py": 25,
-    "test_http_chat.py": 24,
-    "test_packaged_model.py": 17,
-    "test_logs_metrics.py": 17,
-    "test_bench_readout_cost.py": 15,
-    "test_chat_templates.py": 13,
-    "test_bench_evaluate.py": 12,
-    "test_http_jsonlines.py": 11,
+    "adapter/scoring/test_state_cache.py": 110,
+    "adapter/formats/test_openai_decisions.py": 70,
+    "adapter/model/test_model_matrix.py": 66,  # measured 2026-12-02
+    "adapter/scoring/test_readouts.py": 60,
+    "adapter/http/test_fuzz_api.py": 60,
+    "adapter/scoring/test_budgets.py": 60,
+    "deploy/test_rehearsal.py": 50,
+    "cdk/test_app.py": 45,
+    "adapter/http/test_decisions.py": 45,
+    "adapter/scoring/test_scoring.py": 38,
+    "image/test_codebuild_rehearsal.py": 32,
+    "adapter/formats/test_systemone_conformance.py": 30,
+    "adapter/test_startup_failures.py": 25,
+    "adapter/formats/test_systemone_http.py": 25,
+    "adapter/http/test_chat.py": 24,
+    "packaging/test_packaged_model.py": 17,
+    "adapter/test_logs_metrics.py": 17,
+    "bench/test_readout_cost.py": 15,
+    "adapter/model/test_chat_templates.py": 13,
+    "bench/test_evaluate.py": 12,
+    "adapter/http/test_jsonlines.py": 11,
 }
 
 
@@ -82,7 +83,12 @@ def pytest_collection_modifyitems(items):
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_model)
     # A stable sort: each file's tests stay together and in order.
-    items.sort(key=lambda item: -LONG_FILES.get(item.path.name, 0))
+    items.sort(key=lambda item: -LONG_FILES.get(_under_tests(item.path), 0))
+
+
+def _under_tests(path: Path) -> str:
+    """A test file's path under tests/ ("ops/test_cli.py"), LONG_FILES' key."""
+    return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else path.name
 
 
 @pytest.fixture(scope="session")
@@ -117,57 +123,3 @@ def renderer(engine):
     from decision_adapter.scoring.prompts import PromptRenderer
 
     return PromptRenderer(engine)
-
-
-@pytest.fixture
-def runtime():
-    """A SageMaker Runtime client answering from botocore's Stubber: (client, stubber)."""
-    from tests.aws_stubs import stubbed_client  # boto3: not imported by runs that never use it
-
-    with stubbed_client("sagemaker-runtime") as stubbed:
-        yield stubbed
-
-
-@pytest.fixture
-def body_file(tmp_path) -> Path:
-    """A JSON file holding the OpenAPI document's example decision."""
-    from decision_adapter.http.openapi import DECISION_EXAMPLE
-
-    path = tmp_path / "decision.json"
-    path.write_text(json.dumps(DECISION_EXAMPLE))
-    return path
-
-
-API_KEY = "test-key-4f1c9a"
-CALIBRATION_TEMPERATURE = 2.0
-RETRY_AFTER_S = 3  # not the default (1), so a test can tell the setting is used
-
-
-@pytest.fixture(scope="session")
-def secured_adapter(tmp_path_factory):
-    """A second live adapter with bearer auth on, a calibration temperature and a Retry-After."""
-    with running_adapter(
-        tmp_path_factory.mktemp("secured"),
-        DECISION_API_KEY=API_KEY,
-        DECISION_CALIBRATION_TEMPERATURE=str(CALIBRATION_TEMPERATURE),
-        DECISION_RETRY_AFTER_S=str(RETRY_AFTER_S),
-    ) as running:
-        yield running
-
-
-@pytest.fixture(scope="session")
-def in_process():
-    """The app in process over a fake service: for tests of routing, errors and limits."""
-    from tests.fake_service import app_client  # the web stack: not imported by runs without it
-
-    with app_client() as client:
-        yield client
-
-
-@pytest.fixture(scope="session")
-def secured_in_process():
-    """The same with bearer auth on."""
-    from tests.fake_service import app_client
-
-    with app_client(api_key=API_KEY) as client:
-        yield client

@@ -1,9 +1,9 @@
 """llama-server's sampling defaults, for the chat fields a request leaves out.
 
 Read from the llama.cpp that llama-cpp-python 0.3.36 vendors (`common/common.h`,
-`common_params_sampling`; tests/test_sampling_defaults.py reads them there again). Its default
-chain is penalties, DRY, top-n-sigma, top_k, typical_p, top_p, min_p, XTC, temperature, then the
-draw. At their defaults penalties, DRY, top-n-sigma, typical_p and XTC leave the candidates as
+`common_params_sampling`; tests/adapter/test_sampling_defaults.py reads them there again). Its
+default chain is penalties, DRY, top-n-sigma, top_k, typical_p, top_p, min_p, XTC, temperature, then
+the draw. At their defaults penalties, DRY, top-n-sigma, typical_p and XTC leave the candidates as
 they are, so the chain here is top_k, top_p, min_p, temperature, draw (engine.generate). top_k
 first is what keeps top_p cheap: nucleus sampling sorts 40 candidates, not Gemma's 262,144.
 """

@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(name, "done", file=sys.stderr)
     if args.matrix:
-        from tests.model_matrix import SERVED, ensure_matrix
+        from tests.support.model_matrix import SERVED, ensure_matrix
 
         paths = ensure_matrix()
         for family in SERVED:

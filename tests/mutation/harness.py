@@ -7,7 +7,9 @@ arguments every group runs. mutants/ is rebuilt from scratch (mutmut keeps old v
 otherwise, even after tests changed), only the chosen groups' tests run, mutmut's own output
 goes to mutants/mutmut.log, and the counts, score and survivors per group are merged into
 tests/mutation/results.json. Survivors that tests/mutation/SURVIVORS.md does not name are
-printed: each needs a test, or a line there saying why it is equivalent.
+printed: each needs a test, or a line there saying why it is equivalent. What is never mutated
+(whole functions, the texts of --help) is a rule in pyproject.toml ([tool.mutation.do_not_mutate],
+`Exclusions` below), handed to mutmut beside its `# pragma: no mutate` comments.
 
 After a run, `mutmut show NAME` prints one mutant's diff; `mutmut run NAME` reruns it.
 """
@@ -36,8 +38,12 @@ KILLED = {"killed", "timeout", "caught by type check"}
 STALL_SECONDS = 300  # far past any mutant's tests here; a worker still running is deadlocked
 
 
+def load_tool() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]
+
+
 def load_groups() -> dict[str, dict]:
-    tool = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]
+    tool = load_tool()
     groups = tool["mutation"]["groups"]
     # A bare `mutmut run` / `mutmut show` reads [tool.mutmut]: keep it the union of the groups.
     union = (
@@ -78,12 +84,13 @@ def import_from(roots: list[str]) -> None:
     mutmut_main.setup_source_paths = mutated_first
 
 
-def configure(groups: dict[str, dict]) -> None:
+def configure(groups: dict[str, dict], rules: Exclusions) -> None:
     """Point mutmut at the chosen groups' sources and tests (its config has no CLI flags)."""
     from mutmut import configuration
     from mutmut.configuration import ProcessIsolation
 
     import_from(sorted({g["import_root"] for g in groups.values() if "import_root" in g}))
+    leave_alone(rules)
 
     base = configuration._load_config()
     sources = [Path(s) for g in groups.values() for s in g["sources"]]
@@ -111,6 +118,124 @@ def configure(groups: dict[str, dict]) -> None:
             *(Path(c) for g in groups.values() for c in g.get("also_copy", [])),
         ],
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Exclusions:
+    """What mutmut leaves alone ([tool.mutation.do_not_mutate]), by rule rather than by a
+    `# pragma: no mutate` on each line: whole functions, by `path::qualified.name`, and the
+    arguments of calls by the called name, a keyword by its name or a positional by its index."""
+
+    functions: frozenset[str] = frozenset()
+    arguments: dict[str, frozenset[str | int]] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, table: dict) -> Exclusions:
+        return cls(
+            functions=frozenset(table.get("functions", [])),
+            arguments={call: frozenset(args) for call, args in table.get("arguments", {}).items()},
+        )
+
+    def lines(self, path: str, source: str) -> tuple[set[int], set[int], list[str]]:
+        """For one source file: the lines not to mutate (as a bare pragma on each would), the
+        lines of the functions to leave out whole (as `# pragma: no mutate block` on their
+        header would: no mutant, no trampoline), and a note for each text left mutated because
+        it shares a line with other code (a line is all mutmut can leave alone)."""
+        path = Path(path).as_posix()
+        tree = ast.parse(source)
+        texts: set[int] = set()
+        functions: set[int] = set()
+        notes: list[str] = []
+        for qualname, node in _definitions(tree):
+            if f"{path}::{qualname}" in self.functions:
+                functions.update(range(node.lineno, node.end_lineno + 1))
+        for call in ast.walk(tree):
+            if not isinstance(call, ast.Call):
+                continue
+            wanted = self.arguments.get(_called_name(call.func), frozenset())
+            chosen = [kw.value for kw in call.keywords if kw.arg in wanted]
+            chosen += [arg for index, arg in enumerate(call.args) if index in wanted]
+            for value in chosen:
+                span = set(range(value.lineno, value.end_lineno + 1))
+                others = [n for n in [call.func, *call.args, *call.keywords] if n is not value]
+                shared = {call.lineno} | {
+                    line
+                    for n in others
+                    if not (isinstance(n, ast.keyword) and n.value is value)
+                    for line in (n.lineno, n.end_lineno)
+                }
+                if span & shared:
+                    notes.append(f"{path}:{value.lineno}: shares its line with other code")
+                    continue
+                texts |= span
+        return texts, functions, notes
+
+    def missing(self, sources: list[str]) -> list[str]:
+        """The functions named under `sources` that their file does not define (renamed?)."""
+        defined = {
+            f"{path.as_posix()}::{qualname}"
+            for path in python_files(sources)
+            for qualname, _ in _definitions(ast.parse(path.read_text("utf-8")))
+        }
+        return [name for name in self.names(sources) if name not in defined]
+
+    def names(self, sources: list[str]) -> list[str]:
+        """The functions left out whose file is under one of `sources`."""
+        return sorted(
+            name
+            for name in self.functions
+            if any(Path(name.partition("::")[0]).is_relative_to(s) for s in sources)
+        )
+
+
+def python_files(sources: list[str]) -> list[Path]:
+    """The Python files of `sources` (folders and files), as mutmut walks them."""
+    return [
+        path
+        for source in sources
+        for path in (
+            sorted(Path(source).rglob("*.py")) if Path(source).is_dir() else [Path(source)]
+        )
+    ]
+
+
+def _definitions(tree: ast.Module):
+    """(qualified name, node) of every function and method, nested ones too."""
+    todo: list[tuple[str, ast.AST]] = [("", tree)]
+    while todo:
+        prefix, parent = todo.pop()
+        for node in ast.iter_child_nodes(parent):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{node.name}"
+                if not isinstance(node, ast.ClassDef):
+                    yield name, node
+                todo.append((f"{name}.", node))
+
+
+def _called_name(func: ast.expr) -> str:
+    """`parser.add_argument` -> add_argument, `argparse.ArgumentParser` -> ArgumentParser."""
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def leave_alone(rules: Exclusions) -> None:
+    """Hand the rules to mutmut where it reads the pragmas: every file it mutates gets the
+    lines the rules name added to the ones its comments name."""
+    from mutmut.mutation import file_mutation
+
+    from_pragmas = file_mutation.get_ignored_lines
+
+    def ignored_lines(filename, source, metadata_wrapper, coverage_excluded_lines=None):
+        ignored = from_pragmas(filename, source, metadata_wrapper, coverage_excluded_lines)
+        texts, functions, _ = rules.lines(filename, source)
+        return dataclasses.replace(
+            ignored,
+            no_mutate_lines=ignored.no_mutate_lines | texts,
+            ignore_node_lines=ignored.ignore_node_lines | functions,
+        )
+
+    file_mutation.get_ignored_lines = ignored_lines
 
 
 @contextlib.contextmanager
@@ -175,26 +300,7 @@ def changed_lines(name: str, path: Path) -> list[str]:
     return [line for line in diff if line[:1] in "+-"]
 
 
-def excluded_functions(sources: list[str]) -> list[str]:
-    """Functions a `# pragma: no mutate block` on their header keeps out of the run."""
-    found = []
-    for source in sources:
-        for path in sorted(Path(source).rglob("*.py")) if Path(source).is_dir() else [Path(source)]:
-            text = path.read_text("utf-8")
-            lines = text.splitlines()
-            functions = sorted(
-                (n for n in ast.walk(ast.parse(text)) if hasattr(n, "body")),
-                key=lambda n: getattr(n, "lineno", 0),
-            )
-            for node in functions:
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    header = lines[node.lineno - 1 : node.body[0].lineno - 1]
-                    if any("pragma: no mutate block" in line for line in header):
-                        found.append(f"{path}:{node.name}")
-    return found
-
-
-def collect(group: dict) -> dict:
+def collect(group: dict, rules: Exclusions) -> dict:
     from mutmut.mutation.data import SourceFileMutationData
     from mutmut.stats import status_by_exit_code
     from mutmut.utils.file_utils import walk_mutatable_files
@@ -221,7 +327,7 @@ def collect(group: dict) -> dict:
         # Every other status, "no tests" included (no selected test reached the mutant), counts
         # against the score and is listed under survivors.
         "counted_as_killed": sorted(KILLED),
-        "excluded_functions": excluded_functions(group["sources"]),
+        "excluded_functions": rules.names(group["sources"]),
         "survivors": survivors,
     }
 
@@ -250,14 +356,25 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)
     shutil.rmtree("mutants", ignore_errors=True)
     Path("mutants").mkdir()
-    configure(chosen)
+    rules = Exclusions.from_config(load_tool()["mutation"].get("do_not_mutate", {}))
+    sources = [s for g in chosen.values() for s in g["sources"]]
+    for path in python_files(sources):
+        for note in rules.lines(str(path), path.read_text("utf-8"))[2]:
+            print(f"note: {note}, so its mutants are kept", file=sys.stderr)
+    for name in rules.missing(sources):
+        print(f"note: {name} is not defined: nothing left out for it", file=sys.stderr)
+    configure(chosen, rules)
     started = time.monotonic()
     run_mutmut(args.max_children, Path("mutants/mutmut.log"))
     seconds = round(time.monotonic() - started)
 
     results = json.loads(RESULTS.read_text("utf-8")) if RESULTS.exists() else {}
     for name, group in chosen.items():
-        results[name] = {"run_seconds": seconds, "groups_in_run": sorted(chosen), **collect(group)}
+        results[name] = {
+            "run_seconds": seconds,
+            "groups_in_run": sorted(chosen),
+            **collect(group, rules),
+        }
     RESULTS.write_text(json.dumps(dict(sorted(results.items())), indent=2) + "\n", "utf-8")
 
     for name in chosen:

@@ -29,9 +29,10 @@ from .tokenizer import UserTextTokenizer, cuttable
 # llama.cpp's CPU threads meet at an OpenMP barrier after every operation, where libgomp spins
 # 300,000 rounds before it sleeps. On shared cores (the event loop, the tokenizing threads) a
 # thread spinning for a descheduled partner burns the core that partner needs. Measured with 16
-# clients against 2 cores (tests/test_overload.py's load, 3 runs each): 300,000 rounds, 5,000
-# requests in 21 s, 2.0 decisions/s; 3,000 rounds, 16 s and 2.5/s, with a quarter less server
-# CPU; an idle decode the same ms per token, a whole decision within the runs' spread (+0-6%).
+# clients against 2 cores (tests/adapter/service/test_overload.py's load, 3 runs each): 300,000
+# rounds, 5,000 requests in 21 s, 2.0 decisions/s; 3,000 rounds, 16 s and 2.5/s, with a quarter less
+# server CPU; an idle decode the same ms per token, a whole decision within the runs' spread
+# (+0-6%).
 # libgomp reads this when it loads, with llama_cpp below; a value set by the operator wins.
 os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 import llama_cpp  # noqa: E402
@@ -62,7 +63,7 @@ class EngineConfig:
     n_gpu_layers: int
     n_seq_max: int
     extra_buffer_types: bool = True
-    # What tests/test_batch_exactness.py varies; the adapter serves the defaults.
+    # What tests/adapter/model/test_batch_exactness.py varies; the adapter serves the defaults.
     n_ubatch: int | None = None  # None: n_batch, one micro-batch per batch
     kv_unified: bool = True
     flash_attention: bool | None = None  # None: llama.cpp's choice (on for the CPU)

@@ -1,6 +1,6 @@
 """A second llama.cpp context on the engine's model for chat streams decoded together: one KV
 stream per chat stream (`kv_unified` off), so each stream's logits have the same bits whatever
-other streams share its batches (measured: tests/test_batch_exactness.py).
+other streams share its batches (measured: tests/adapter/model/test_batch_exactness.py).
 
 The decisions' context cannot do that: its branching needs one unified cache, where a
 sequence's numbers move with its neighbours' cells. Tokens, positions and logits only; the

@@ -164,9 +164,7 @@ class ScoringPlan:
             len(r.suffix_tokens) for r in self.questions[index].readings
         )
 
-    def answers(
-        self, scores: list[QuestionScores], engine: Engine
-    ) -> list[Answer]:  # pragma: no mutate block
+    def answers(self, scores: list[QuestionScores], engine: Engine) -> list[Answer]:
         """The scores with what the model read; tokens end here, as counts and text."""
         return [
             Answer(
@@ -197,7 +195,7 @@ def _plan_question(
     question: Question,
     readout: str,
     budget: TokenBudget,
-) -> QuestionPlan:  # pragma: no mutate block
+) -> QuestionPlan:
     """Each piece is tokenized against what is left of the budget and spent before the next:
     a request over it is refused after work bounded by its limit."""
     engine = renderer.engine
@@ -303,7 +301,7 @@ def build_plan(
     *,
     default_readout: str = BUILT_IN_READOUT,
     unfit: list[int] | None = None,
-) -> ScoringPlan:  # pragma: no mutate block
+) -> ScoringPlan:
     """Tokens of every question's prompt, each pass a readout makes spent from `budget` (None:
     no limit) as soon as it is known; TokenLimitExceeded at the first piece past it. Given
     `unfit`, a question that cannot fit beside the state alone is left out of the plan and its
@@ -425,7 +423,7 @@ def score(
     cache: StateCache | None = None,
     content_free: ContentFreeScores | None = None,
     force_sequence: bool = False,
-) -> tuple[list[QuestionScores], ScoringTiming]:  # pragma: no mutate block
+) -> tuple[list[QuestionScores], ScoringTiming]:
     """Prefill the state once (or restore it), branch every question from it, read the labels.
     Calibrated questions whose content-free scores are not kept yet get them from a second pass
     on the content-free state, decoded the same way."""
@@ -464,9 +462,7 @@ class _Read:
     spelled: bool = False  # log_probs: each label's mass summed over its spellings
 
 
-def _read(
-    engine: Engine, reading: Reading, force_sequence: bool
-) -> _Read:  # pragma: no mutate block
+def _read(engine: Engine, reading: Reading, force_sequence: bool) -> _Read:
     """Decode one suffix on QUESTION_SEQ after the prefix and read its continuations.
 
     Each suffix is its own batch: decoded beside other suffixes, llama.cpp's logits move
@@ -517,9 +513,7 @@ def _spelled_log_probs(logits: np.ndarray, spellings: list[np.ndarray]) -> np.nd
     )
 
 
-def _add_branch_log_probs(
-    engine: Engine, reading: Reading, log_probs: np.ndarray
-) -> None:  # pragma: no mutate block
+def _add_branch_log_probs(engine: Engine, reading: Reading, log_probs: np.ndarray) -> None:
     """Each multi-token continuation's later tokens, read off the question's sequence as a
     prefix tree: options that begin alike (`team_billing`, `team_support`; `option_1` ...
     `option_255`) share their common tokens, each distinct prefix decoded and read once.
@@ -564,7 +558,7 @@ def _add_branch_log_probs(
 
 def _content_free_scores(
     engine: Engine, plan: ScoringPlan, cache: StateCache | None, kept: ContentFreeScores
-) -> dict[ContentFreeKey | None, np.ndarray]:  # pragma: no mutate block
+) -> dict[ContentFreeKey | None, np.ndarray]:
     """Per calibrated question (its content_free_key; None, a question without, is never a
     key): the per-token mean log-probabilities of its continuations against the content-free
     state, in the question's option order."""
@@ -664,7 +658,7 @@ def _combine(
 
 def _prefill(
     engine: Engine, prefix_tokens: list[int], cache: StateCache | None, timing: ScoringTiming
-) -> None:  # pragma: no mutate block
+) -> None:
     """The state prefix on sequence 0, always read back from a saved state.
 
     Decoded fresh, a prefix fills KV cells 0..n-1; restored, it is compacted (llama.cpp saves

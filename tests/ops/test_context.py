@@ -1,0 +1,118 @@
+"""ops context: release values and switches written into cdk.json, the one committed place every
+later `make deploy` and `make destroy` reads; what it writes is what the app then reads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from ops.cli import main
+from stacks import capacity
+from stacks.config import AppConfig
+from tests.support.cdk_templates import CPU_IMAGE, GPU_IMAGE, MODEL, ROOT
+
+
+@pytest.fixture
+def cdk_json(tmp_path, monkeypatch):
+    """A copy of the repository's cdk.json where `ops context` writes."""
+    shutil.copy(ROOT / "cdk.json", tmp_path / "cdk.json")
+    monkeypatch.setattr(capacity, "ROOT", tmp_path)
+    return tmp_path / "cdk.json"
+
+
+def context(path) -> dict:
+    return json.loads(path.read_text())["context"]
+
+
+def test_a_release_and_its_switches_are_written_for_every_later_deploy(cdk_json, capsys):
+    argv = [
+        "context",
+        "set",
+        f"modelDataUri={MODEL}",
+        f"decisionCpuImage={CPU_IMAGE}",
+        "decisionCpuEndpoint.measuring=true",
+        "textGenerationEndpoint.measuring=true",
+    ]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f'cdk.json: modelDataUri = "{MODEL}"',
+        f'cdk.json: decisionCpuImage = "{CPU_IMAGE}"',
+        "cdk.json: decisionCpuEndpoint.measuring = true",
+        "cdk.json: textGenerationEndpoint.measuring = true",
+    ]
+    config = AppConfig.from_context(context(cdk_json))
+    assert (config.model_data_uri, config.decision_cpu_image) == (MODEL, CPU_IMAGE)
+    cpu = config.decision_cpu_endpoint
+    assert cpu.measuring and cpu.autoscaling.max_capacity == 1 and cpu.max_queue == 8
+    # The GPU step adds its switch and image; the CPU endpoint's section keeps what it had.
+    gpu = ["decisionGpuEndpoint.enabled=true", "decisionGpuEndpoint.measuring=true"]
+    gpu += [f"decisionGpuImage={GPU_IMAGE}", 'decisionGpuEndpoint.instancePool=["ml.g6e.xlarge"]']
+    assert main(["context", "set", *gpu]) == 0
+    config = AppConfig.from_context(context(cdk_json))
+    assert config.decision_gpu_endpoint.enabled
+    assert config.decision_gpu_endpoint.instance_pool == ["ml.g6e.xlarge"]
+    assert config.decision_cpu_endpoint.measuring
+
+
+def test_unset_drops_the_key_and_the_objects_it_leaves_empty(cdk_json, capsys):
+    original = cdk_json.read_text()
+    assert main(["context", "set", "decisionCpuEndpoint.measuring=true"]) == 0
+    assert main(["context", "unset", "decisionCpuEndpoint.measuring", "modelDataUri"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "cdk.json: decisionCpuEndpoint.measuring unset",
+        "cdk.json: modelDataUri was not set",
+    ]
+    assert cdk_json.read_text() == original  # the file as it was, byte for byte
+
+
+@pytest.mark.parametrize(
+    "assignment, named",
+    [
+        ("decisionCpuEndpoint.maxQueue=-3", "decisionCpuEndpoint.maxQueue"),
+        ("decisionCpuImage=registry/repo:latest", "decisionCpuImage"),
+        ("decisionCpuEndpoint.measuring=maybe", "decisionCpuEndpoint.measuring"),
+        ("noSuchKey.enabled=true", "noSuchKey"),
+    ],
+)
+def test_a_value_the_app_would_refuse_is_not_written_and_the_field_is_named(
+    cdk_json, capsys, assignment, named
+):
+    original = cdk_json.read_text()
+    assert main(["context", "set", assignment]) == 2
+    assert named in capsys.readouterr().err
+    assert cdk_json.read_text() == original
+
+
+def test_an_assignment_without_a_value_is_refused(cdk_json, capsys):
+    assert main(["context", "set", "modelDataUri"]) == 2
+    assert "expected KEY=VALUE, got 'modelDataUri'" in capsys.readouterr().err
+
+
+def test_an_unmeasured_release_may_be_written_as_a_removal_reads_it(cdk_json):
+    """The release goes into cdk.json before its first deployment is measured; the capacity
+    refusal is the deploy's, not the writer's."""
+    assert main(["context", "set", f"modelDataUri={MODEL}", f"decisionCpuImage={CPU_IMAGE}"]) == 0
+    with pytest.raises(ValueError, match="no measurement of model"):
+        AppConfig.from_context(context(cdk_json))
+
+
+def test_the_docs_one_type_pool_command_survives_make_and_the_shell(cdk_json):
+    """docs/deploy.md's command for measuring one GPU type: ARGS reaches the recipe's shell,
+    which must hand ops a JSON list."""
+    import re
+    import subprocess
+
+    (command,) = re.findall(
+        r"`(make ops ARGS='context set decisionGpuEndpoint\.instancePool=[^`]*)`",
+        (ROOT / "docs" / "deploy.md").read_text(),
+    )
+    recipe = 'make() { ARGS="${2#ARGS=}"; eval "printf \'%s\\0\' $ARGS"; }\n'
+    words = subprocess.run(
+        ["bash", "-c", recipe + command], capture_output=True, text=True, check=True
+    ).stdout.split("\0")[:-1]
+    assert words == ["context", "set", 'decisionGpuEndpoint.instancePool=["ml.g6e.xlarge"]']
+    assert main(words) == 0
+    gpu = AppConfig.from_context(context(cdk_json)).decision_gpu_endpoint
+    assert gpu.instance_pool == ["ml.g6e.xlarge"]
