@@ -45,7 +45,7 @@ def _stack_option(parser: Options, env: str, help: str) -> None:
     parser.add_argument(
         "--stack",
         default=os.environ.get(env),
-        help=f"{help} (default: ${env})",  # pragma: no mutate
+        help=f"{help} (default: ${env})",
     )
 
 
@@ -54,20 +54,20 @@ def _waiting_options(parser: Options, *, poll: float, timeout: float) -> None:
         "--poll-seconds",
         type=float,
         default=poll,
-        help=f"seconds between polls (default: {poll:g})",  # pragma: no mutate
+        help=f"seconds between polls (default: {poll:g})",
     )
     parser.add_argument(
         "--timeout-minutes",
         type=float,
         default=timeout,
-        help=f"give up waiting after this long (default: {timeout:g})",  # pragma: no mutate
+        help=f"give up waiting after this long (default: {timeout:g})",
     )
 
 
 def _endpoint_option(parser: Options) -> None:
     parser.add_argument(
         "--endpoint",
-        help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)",  # pragma: no mutate
+        help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)",
     )
 
 
@@ -75,7 +75,7 @@ def _json_option(parser: Options, what: str) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help=f"print the {what} as JSON",  # pragma: no mutate
+        help=f"print the {what} as JSON",
     )
 
 

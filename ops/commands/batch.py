@@ -38,73 +38,71 @@ NAME = "batch"
 def add_parser(commands: Subcommands) -> None:
     batch = commands.add_parser(
         NAME,
-        help="run a batch transform job over a JSON Lines file",  # pragma: no mutate
+        help="run a batch transform job over a JSON Lines file",
     )
     batch.add_argument(
         "input",
-        help="local .jsonl file (uploaded first) or s3:// object",  # pragma: no mutate
+        help="local .jsonl file (uploaded first) or s3:// object",
     )
     batch.add_argument(
         "--location",
         default=os.environ.get("OPS_BATCH_LOCATION"),
-        help="s3:// prefix for the job's input and output"  # pragma: no mutate
-        " (default: $OPS_BATCH_LOCATION)",  # pragma: no mutate
+        help="s3:// prefix for the job's input and output" " (default: $OPS_BATCH_LOCATION)",
     )
     model = batch.add_mutually_exclusive_group()
     model.add_argument(
         "--model",
-        help="SageMaker model to run",  # pragma: no mutate
+        help="SageMaker model to run",
     )
     model.add_argument(
         "--endpoint",
-        help="run the model this endpoint serves"  # pragma: no mutate
-        " (default: $OPS_ENDPOINT_NAME)",  # pragma: no mutate
+        help="run the model this endpoint serves" " (default: $OPS_ENDPOINT_NAME)",
     )
     batch.add_argument(
         "--instance-type",
         default="ml.c6i.2xlarge",
-        help="transform instance type (default: ml.c6i.2xlarge)",  # pragma: no mutate
+        help="transform instance type (default: ml.c6i.2xlarge)",
     )
     batch.add_argument(
         "--instance-count",
         type=int,
         default=1,
-        help="transform instances (default: 1)",  # pragma: no mutate
+        help="transform instances (default: 1)",
     )
     batch.add_argument(
         "--job-name",
-        help="transform job name (default: decisions-<time>)",  # pragma: no mutate
+        help="transform job name (default: decisions-<time>)",
     )
     batch.add_argument(
         "--max-payload-mb",
         type=int,
-        help="MB of lines per request (default: the container's)",  # pragma: no mutate
+        help="MB of lines per request (default: the container's)",
     )
     batch.add_argument(
         "--invocation-timeout-seconds",
         type=int,
         default=3600,
-        help="time for one request of many lines (default: 3600)",  # pragma: no mutate
+        help="time for one request of many lines (default: 3600)",
     )
     batch.add_argument(
         "--batch-strategy",
         choices=STRATEGIES,
         default="auto",
-        help="lines per request: MultiRecord packs a payload, SingleRecord"  # pragma: no mutate
-        " sends one; auto picks SingleRecord when a full payload would not"  # pragma: no mutate
-        " finish in time",  # pragma: no mutate
+        help="lines per request: MultiRecord packs a payload, SingleRecord"
+        " sends one; auto picks SingleRecord when a full payload would not"
+        " finish in time",
     )
     batch.add_argument(
         "--lines-per-second",
         type=float,
-        help="one instance's rate, for auto (default: the committed"  # pragma: no mutate
-        " measurement of the release's model on --instance-type)",  # pragma: no mutate
+        help="one instance's rate, for auto (default: the committed"
+        " measurement of the release's model on --instance-type)",
     )
     _waiting_options(batch, poll=30.0, timeout=180.0)
     batch.add_argument(
         "--results",
         type=Path,
-        help="local file for the answers (default: <input name>.out)",  # pragma: no mutate
+        help="local file for the answers (default: <input name>.out)",
     )
 
 

@@ -25,33 +25,30 @@ def add_parser(commands: Subcommands) -> None:
 
     build = commands.add_parser(
         NAME,
-        help="run a CodeBuild project and print what it produced",  # pragma: no mutate
+        help="run a CodeBuild project and print what it produced",
     )
     build.add_argument(
         "target",
         choices=sorted(TARGETS),
-        help="what to build",  # pragma: no mutate
+        help="what to build",
     )
     build.add_argument(
         "--project",
-        help="CodeBuild project (default: "  # pragma: no mutate
-        + ", ".join(  # pragma: no mutate
-            f"${t.project_env} for {name}" for name, t in sorted(TARGETS.items())
-        )
-        + "; else the --stack output)",  # pragma: no mutate
+        help="CodeBuild project (default: "
+        + ", ".join(f"${t.project_env} for {name}" for name, t in sorted(TARGETS.items()))
+        + "; else the --stack output)",
     )
     _stack_option(
         build,
         "OPS_STATEFUL_STACK",
-        "stateful stack whose outputs name the build projects",  # pragma: no mutate
+        "stateful stack whose outputs name the build projects",
     )
     build.add_argument(
         "--env",
         action="append",
         default=[],
-        metavar="NAME=VALUE",  # pragma: no mutate
-        help="environment override for this build,"  # pragma: no mutate
-        " e.g. MODEL_SPEC=gemma3-270m",  # pragma: no mutate
+        metavar="NAME=VALUE",
+        help="environment override for this build," " e.g. MODEL_SPEC=gemma3-270m",
     )
     _waiting_options(build, poll=10.0, timeout=180.0)
 

@@ -13,20 +13,19 @@ NAME = "context"
 def add_parser(commands: Subcommands) -> None:
     parser = commands.add_parser(
         NAME,
-        help="keep release values and switches in cdk.json,"  # pragma: no mutate
-        " where every later deploy reads them",  # pragma: no mutate
+        help="keep release values and switches in cdk.json," " where every later deploy reads them",
     )
     parser.add_argument(
         "action",
         choices=("set", "unset"),
-        help="set values, or unset keys",  # pragma: no mutate
+        help="set values, or unset keys",
     )
     parser.add_argument(
         "items",
         nargs="+",
         metavar="KEY[=VALUE]",
-        help="set: KEY=VALUE (JSON, else a string); unset: KEY;"  # pragma: no mutate
-        " a dotted key reaches into an object",  # pragma: no mutate
+        help="set: KEY=VALUE (JSON, else a string); unset: KEY;"
+        " a dotted key reaches into an object",
     )
 
 

@@ -27,35 +27,35 @@ NAME = "invoke"
 def add_parser(commands: Subcommands) -> None:
     invoke = commands.add_parser(
         NAME,
-        help="send a decision, System One or chat body",  # pragma: no mutate
+        help="send a decision, System One or chat body",
     )
     where = invoke.add_mutually_exclusive_group()
     _endpoint_option(where)
     where.add_argument(
         "--url",
-        help="adapter base URL, e.g. http://127.0.0.1:8080",  # pragma: no mutate
+        help="adapter base URL, e.g. http://127.0.0.1:8080",
     )
     invoke.add_argument(
         "body",
         nargs="?",
         default="-",
-        help="JSON file, or - for stdin (default)",  # pragma: no mutate
+        help="JSON file, or - for stdin (default)",
     )
     invoke.add_argument(
         "--path",
         default="/invocations",
-        help="path for --url (default: /invocations)",  # pragma: no mutate
+        help="path for --url (default: /invocations)",
     )
-    _json_option(invoke, "answer")  # pragma: no mutate
+    _json_option(invoke, "answer")
     invoke.add_argument(
         "--max-attempts",
         type=int,
         default=Backoff.max_attempts,
-        help="attempts before giving up on 503 and throttling",  # pragma: no mutate
+        help="attempts before giving up on 503 and throttling",
     )
     invoke.add_argument(
         "--custom-attributes",
-        help="X-Amzn-SageMaker-Custom-Attributes value",  # pragma: no mutate
+        help="X-Amzn-SageMaker-Custom-Attributes value",
     )
 
 

@@ -24,36 +24,34 @@ NAME = "load"
 def add_parser(commands: Subcommands) -> None:
     load = commands.add_parser(
         NAME,
-        help="closed-loop load on an endpoint; prints the figures"  # pragma: no mutate
-        " stacks/capacity.py derives defaults from",  # pragma: no mutate
+        help="closed-loop load on an endpoint; prints the figures"
+        " stacks/capacity.py derives defaults from",
     )
     _endpoint_option(load)
     load.add_argument(
         "body",
-        help="JSON file of one decision request",  # pragma: no mutate
+        help="JSON file of one decision request",
     )
     load.add_argument(
         "--clients",
         default="1,2,4,8",
-        help="client counts, one level each; must include 1"  # pragma: no mutate
-        " (default: 1,2,4,8)",  # pragma: no mutate
+        help="client counts, one level each; must include 1" " (default: 1,2,4,8)",
     )
     load.add_argument(
         "--requests",
         type=int,
         default=50,
-        help="requests per client and level (default: 50)",  # pragma: no mutate
+        help="requests per client and level (default: 50)",
     )
     load.add_argument(
         "--instances",
         type=int,
         default=1,
-        help="instances serving the endpoint; rates are per instance"  # pragma: no mutate
-        " (default: 1)",  # pragma: no mutate
+        help="instances serving the endpoint; rates are per instance" " (default: 1)",
     )
     load.add_argument(
         "--output",
-        help="write the figures JSON here (default: stdout)",  # pragma: no mutate
+        help="write the figures JSON here (default: stdout)",
     )
 
 

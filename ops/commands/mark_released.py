@@ -14,15 +14,13 @@ NAME = "mark-released"
 def add_parser(commands: Subcommands) -> None:
     mark = commands.add_parser(
         NAME,
-        help="tag a release's images so that the lifecycle rules"  # pragma: no mutate
-        " keep them",  # pragma: no mutate
+        help="tag a release's images so that the lifecycle rules" " keep them",
     )
     mark.add_argument(
         "images",
         nargs="+",
-        metavar="IMAGE_URI",  # pragma: no mutate
-        help="<account>.dkr.ecr.<region>.amazonaws.com/<repository>"  # pragma: no mutate
-        "@sha256:<digest>",  # pragma: no mutate
+        metavar="IMAGE_URI",
+        help="<account>.dkr.ecr.<region>.amazonaws.com/<repository>" "@sha256:<digest>",
     )
 
 

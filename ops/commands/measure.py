@@ -23,33 +23,33 @@ NAME = "measure"
 def add_parser(commands: Subcommands) -> None:
     measure = commands.add_parser(
         NAME,
-        help="measure a decision endpoint at rising concurrency and write the"  # pragma: no mutate
-        " file synthesis derives its capacity defaults from",  # pragma: no mutate
+        help="measure a decision endpoint at rising concurrency and write the"
+        " file synthesis derives its capacity defaults from",
     )
     _endpoint_option(measure)
     measure.add_argument(
         "--max-clients",
         type=int,
         default=8,
-        help="the last concurrency level; levels double from 1 (default: 8)",  # pragma: no mutate
+        help="the last concurrency level; levels double from 1 (default: 8)",
     )
     measure.add_argument(
         "--max-requests",
         type=int,
         default=400,
-        help="requests of the whole run, shared by the levels (default: 400)",  # pragma: no mutate
+        help="requests of the whole run, shared by the levels (default: 400)",
     )
     measure.add_argument(
         "--max-minutes",
         type=float,
         default=10.0,
-        help="duration of the whole run, shared by the levels (default: 10)",  # pragma: no mutate
+        help="duration of the whole run, shared by the levels (default: 10)",
     )
     measure.add_argument(
         "--output",
         type=Path,
-        help="write the measurement here (default: stacks/measurements/"  # pragma: no mutate
-        "<model>/<instance type>.json, where synthesis reads it)",  # pragma: no mutate
+        help="write the measurement here (default: stacks/measurements/"
+        "<model>/<instance type>.json, where synthesis reads it)",
     )
 
 

@@ -14,14 +14,14 @@ NAME = "prune-released"
 def add_parser(commands: Subcommands) -> None:
     prune = commands.add_parser(
         NAME,
-        help="untag released images no endpoint runs any more, so the"  # pragma: no mutate
-        " lifecycle rules expire them",  # pragma: no mutate
+        help="untag released images no endpoint runs any more, so the"
+        " lifecycle rules expire them",
     )
     prune.add_argument(
         "repository",
-        metavar="REPOSITORY_URI",  # pragma: no mutate
-        help="<account>.dkr.ecr.<region>.amazonaws.com/<repository>"  # pragma: no mutate
-        " (the stateful stack's ImageRepositoryUri)",  # pragma: no mutate
+        metavar="REPOSITORY_URI",
+        help="<account>.dkr.ecr.<region>.amazonaws.com/<repository>"
+        " (the stateful stack's ImageRepositoryUri)",
     )
 
 

@@ -21,11 +21,11 @@ NAME = "status"
 def add_parser(commands: Subcommands) -> None:
     status = commands.add_parser(
         NAME,
-        help="endpoint status, the instance type in use and each"  # pragma: no mutate
-        " instance's start-up line (GPU, layers offloaded)",  # pragma: no mutate
+        help="endpoint status, the instance type in use and each"
+        " instance's start-up line (GPU, layers offloaded)",
     )
     _endpoint_option(status)
-    _json_option(status, "status")  # pragma: no mutate
+    _json_option(status, "status")
 
 
 def run(args: argparse.Namespace, runtime: Runtime) -> int:

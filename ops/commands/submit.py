@@ -30,43 +30,43 @@ NAME = "submit"
 def add_parser(commands: Subcommands) -> None:
     submit = commands.add_parser(
         NAME,
-        help="send a body to an asynchronous endpoint through S3",  # pragma: no mutate
+        help="send a body to an asynchronous endpoint through S3",
     )
     submit.add_argument(
         "body",
-        help="JSON file, or JSON Lines (.jsonl) of several bodies",  # pragma: no mutate
+        help="JSON file, or JSON Lines (.jsonl) of several bodies",
     )
     submit.add_argument(
         "--endpoint",
-        help="asynchronous endpoint (default: $OPS_ASYNC_ENDPOINT_NAME,"  # pragma: no mutate
-        " else the --stack output)",  # pragma: no mutate
+        help="asynchronous endpoint (default: $OPS_ASYNC_ENDPOINT_NAME,"
+        " else the --stack output)",
     )
     submit.add_argument(
         "--input-location",
-        help="s3:// prefix for request bodies (default: the --stack output)",  # pragma: no mutate
+        help="s3:// prefix for request bodies (default: the --stack output)",
     )
     _stack_option(
         submit,
         "OPS_ENDPOINT_STACK",
-        "endpoint stack whose outputs name the endpoint and input location",  # pragma: no mutate
+        "endpoint stack whose outputs name the endpoint and input location",
     )
     submit.add_argument(
         "--wait",
         action="store_true",
-        help="wait for the answer (or the error) and print it",  # pragma: no mutate
+        help="wait for the answer (or the error) and print it",
     )
     submit.add_argument(
         "--invocation-timeout-seconds",
         type=_invocation_timeout,
         default=3600,
-        help="time the endpoint may take for the request (default: 3600,"  # pragma: no mutate
-        " SageMaker's most; its own default is 900)",  # pragma: no mutate
+        help="time the endpoint may take for the request (default: 3600,"
+        " SageMaker's most; its own default is 900)",
     )
     _waiting_options(submit, poll=5.0, timeout=60.0)
     submit.add_argument(
         "--output",
         type=Path,
-        help="with --wait: write the answer to this file",  # pragma: no mutate
+        help="with --wait: write the answer to this file",
     )
 
 
