@@ -26,6 +26,16 @@ def test_every_option_and_command_explains_itself():
     assert parser.description
 
 
+def test_each_json_option_says_what_it_prints():
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {
+        name: next(a.help for a in sub._actions if a.dest == "json")
+        for name, sub in commands.choices.items()
+        if any(a.dest == "json" for a in sub._actions)
+    }
+    assert helps == {"invoke": "print the answer as JSON", "status": "print the status as JSON"}
+
+
 def test_a_command_is_required(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([], clients=lambda s: pytest.fail("no AWS call expected"))
