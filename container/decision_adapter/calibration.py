@@ -50,13 +50,19 @@ ReadoutName = Literal[
 ]
 READOUTS: tuple[str, ...] = get_args(ReadoutName)
 # Without a per-model file, by how the model is prompted. An instruct model (its GGUF has a chat
-# template) gets the JSON answer cue: on the dev split of three instruct models (Qwen2.5-Coder
-# 1.5B and 0.5B, SmolLM2 135M) it had the best mean accuracy, NLL and ECE at T = 1, never
-# flipped on reversed options, and on the 1.5B held out it answered 51% right against letters'
-# positions (research/instruct_readouts/README.md). A base model (a plain completion prompt)
-# keeps `letters`, the one it was measured with; base models get cloze readouts through their
-# files (bench.evaluate --choose-readout).
-BUILT_IN_READOUTS = {"chat-template": "json_choice", "completion": "letters"}
+# template) gets the JSON answer cue read as each name's whole log-probability: on the dev splits
+# of three instruct models (Qwen2.5-Coder 1.5B and 0.5B, SmolLM2 135M) it was at least as
+# accurate as the mean per token on each, reading multi-token names far better on the 1.5B, and
+# it never flips on reversed options (research/instruct_readouts/README.md). A base model (a
+# plain completion prompt) keeps `letters`, the one it was measured with; base models get cloze
+# readouts through their files (bench.evaluate --choose-readout).
+BUILT_IN_READOUTS = {"chat-template": "json_choice_sum", "completion": "letters"}
+# The built-in readout's own temperature (other readouts read raw, at T = 1). A whole name's
+# log-probability counts a one-token name's closing quote as a second token, so it is sharper
+# than the mean per token; this is the temperature fitted on the dev split of the 1.5B, the
+# model of those three that reads, as the 1.5B-4B models users deploy do. The small models want
+# far more (0.5B: 8), which is what their profiles are for.
+BUILT_IN_TEMPERATURES = {"json_choice_sum": 1.75}
 BUILT_IN_READOUT = "letters"  # what a readout is before the prompt mode is known
 # What a question asks, read from its options (contract.question_kind): yes or no, a level on a
 # scale, or one of several names. One temperature can leave one kind over- and another
@@ -89,7 +95,9 @@ class CalibrationFile(BaseModel):
 @dataclass(frozen=True)
 class Calibration:
     temperature: float = 1.0
-    source: str = "none"  # the variable, the file, or "none" (temperature 1: raw probabilities)
+    # The variable, the file, "built-in" (the built-in readout's own temperature) or "none"
+    # (temperature 1: raw probabilities).
+    source: str = "none"
     # The default readout, the one a file's T was fitted for; None: the built-in one of the
     # model's prompt mode (for_prompt_mode fills it in).
     readout: str | None = None
@@ -102,7 +110,11 @@ class Calibration:
     def for_prompt_mode(self, prompt_mode: str) -> Calibration:
         if self.readout is not None:
             return self
-        return replace(self, readout=built_in_readout(prompt_mode))
+        readout = built_in_readout(prompt_mode)
+        if self.source != "none" or readout not in BUILT_IN_TEMPERATURES:
+            return replace(self, readout=readout)
+        # The built-in temperature belongs to the built-in readout, as a file's to its own.
+        return Calibration(BUILT_IN_TEMPERATURES[readout], "built-in", readout)
 
     def temperature_for(self, readout: str, kind: QuestionKind = "choice") -> float:
         """A fitted temperature belongs to the readout it was fitted on, and to the question

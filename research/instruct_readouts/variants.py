@@ -41,6 +41,7 @@ from bench.labelled import Case, SystemOneItem
 
 CONTENT_FREE_STATE = "N/A"  # the adapter's own content-free state (prompts.CONTENT_FREE_STATE)
 WORDS_SUFFIX = "__by_words"
+READOUT = "json_choice"
 
 
 def level_words(level: Any) -> str:
@@ -75,6 +76,12 @@ def option_logits(
     return [float(logits[name]) for name in question["criteria"]]
 
 
+def ask(state: Any, questions: dict[str, Any]) -> dict[str, Any]:
+    """A System One body read with json_choice whatever the served model's own readout is: the
+    variants are computed from its mean (`x_logits`) and whole (`x_log_probs`) scores."""
+    return {"model": "jev-latest", "state": state, "questions": questions, "x_readout": READOUT}
+
+
 def measure(items: list[SystemOneItem], target: Target) -> dict[str, list[Case]]:
     cases: dict[str, list[Case]] = defaultdict(list)
     # The content-free answer depends on the questions alone: asked once per question set.
@@ -83,13 +90,13 @@ def measure(items: list[SystemOneItem], target: Target) -> dict[str, list[Case]]
         questions = with_level_words(item.request["questions"])
         real, seconds, _ = target.send(
             "systemone",
-            {"model": "jev-latest", "state": item.request["state"], "questions": questions},
+            ask(item.request["state"], questions),
         )
         key = json.dumps(questions, sort_keys=True)
         if key not in neutral_answers:
             neutral_answers[key], _, _ = target.send(
                 "systemone",
-                {"model": "jev-latest", "state": CONTENT_FREE_STATE, "questions": questions},
+                ask(CONTENT_FREE_STATE, questions),
             )
         neutral = neutral_answers[key]
         for qid, expected in item.expected.items():

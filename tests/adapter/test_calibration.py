@@ -6,6 +6,7 @@ import json
 
 import pytest
 from decision_adapter.calibration import (
+    BUILT_IN_TEMPERATURES,
     READOUTS,
     Calibration,
     CalibrationError,
@@ -154,8 +155,22 @@ def test_the_variable_applies_to_every_readout_and_no_file_means_the_built_in_re
     answer cue for an instruct model (a chat template), letters for a base model."""
     none = load_calibration(None, gguf, SHA)
     assert none.readout is None
-    assert none.for_prompt_mode("chat-template").readout == "json_choice"
-    assert none.for_prompt_mode("completion").readout == "letters"
+    instruct = none.for_prompt_mode("chat-template")
+    assert instruct.readout == "json_choice_sum"
+    # Its own temperature, for it alone: a readout a request asks for reads raw.
+    assert (instruct.source, instruct.temperature) == (
+        "built-in",
+        BUILT_IN_TEMPERATURES["json_choice_sum"],
+    )
+    assert instruct.temperature_for("json_choice_sum", "noul") == instruct.temperature
+    assert all(instruct.temperature_for(r) == 1.0 for r in READOUTS if r != "json_choice_sum")
+    assert instruct.as_extension()["source"] == "built-in"
+    base = none.for_prompt_mode("completion")
+    assert (base.readout, base.source, base.temperature) == ("letters", "none", 1.0)
+    assert all(base.temperature_for(r) == 1.0 for r in READOUTS)
+    # The variable's temperature is every readout's, the built-in one's too.
+    variable = load_calibration(2.5, gguf, SHA).for_prompt_mode("chat-template")
+    assert variable.readout == "json_choice_sum" and variable.temperature_for("letters") == 2.5
     fitted = Calibration(3.0, "calibration.json", "option_text_desc")
     assert fitted.for_prompt_mode("chat-template") == fitted  # a file's readout stays
     found = load_calibration(2.5, gguf, SHA)

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from decision_adapter.calibration import built_in_readout
 from decision_adapter.contract import MIN_CONFIDENT_MASS, READOUTS, Question
 from decision_adapter.formats.systemone import SystemOneRequest
 from decision_adapter.scoring.letter_spellings import letter_spellings
@@ -199,10 +200,11 @@ def test_a_model_without_a_profile_answers_with_its_prompt_modes_built_in_readou
     family, family_adapter
 ):
     """An instruct model (a chat template) gets the JSON answer cue, a base model letters."""
+    assert built_in_readout("chat-template").startswith("json_choice")
     body = {"decision": {"id": "d", "state": SHORT_STATE, "question": ROUTE.question,
                          "options": [{"id": o} for o in ROUTE.option_ids]}}  # fmt: skip
     result = httpx.post(family_adapter.url + "/invocations", json=body, timeout=60).json()
-    expected = "json_choice" if family.template else "letters"
+    expected = built_in_readout("chat-template" if family.template else "completion")
     assert result["result"]["readout"] == expected, result
 
 
