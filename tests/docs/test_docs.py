@@ -196,3 +196,13 @@ def test_readmes_figures_of_the_peer_are_its_committed_reports():
     for _, report_path, *figures in rows:
         report = held_out_report_of_row(report_path, figures)
         assert report["target"].startswith("typed-gguf 0.3.0")
+
+
+def test_the_pages_name_the_built_in_readout_and_temperature_the_adapter_serves():
+    from decision_adapter.calibration import BUILT_IN_TEMPERATURES, built_in_readout
+
+    readout = built_in_readout("chat-template")
+    said = f"`{readout}` at its own T = {BUILT_IN_TEMPERATURES[readout]:g}"
+    assert said in " ".join((DOCS / "api.md").read_text().split())
+    said = f"`{readout}` at T = {BUILT_IN_TEMPERATURES[readout]:g}"
+    assert said in " ".join((DOCS / "scoring.md").read_text().split())
