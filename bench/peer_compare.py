@@ -4,10 +4,19 @@ server (typed-gguf) on the same GGUF and split, question by question and kind by
 Pure: reads the reports `bench.evaluate.report` writes and returns the side-by-side JSON
 (accuracy, ECE(10), NLL, Brier per column; per question category and per kind with its
 majority-class baseline; how many questions and kinds each column answers at or above it).
+`bench.evaluate --peer` writes one after the peer's run; two reports already made (a new
+readout of ours beside a committed peer run) are set side by side without running either:
+
+    python -m bench.peer_compare adapter=OURS/report.json typed-gguf=THEIRS/report.json \
+        --out side_by_side.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 FIGURES = ("accuracy", "ece", "nll", "brier")
@@ -96,3 +105,27 @@ def render(side: dict[str, Any]) -> str:
             accuracies = " / ".join(f"{group[c]['accuracy']:.3f}" for c in columns)
             lines.append(f"    {name:<28} {accuracies}   {group['majority']:.3f}  (n={group['n']})")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.peer_compare")
+    parser.add_argument("columns", nargs="+", metavar="NAME=REPORT", help="a column's report")
+    parser.add_argument("--out", type=Path, required=True, help="where side_by_side.json goes")
+    args = parser.parse_args(argv)
+    paths = dict(column.partition("=")[::2] for column in args.columns)
+    if len(paths) < 2 or not all(paths.values()):
+        parser.error("give two or more NAME=REPORT columns")
+    try:
+        side = compare({name: json.loads(Path(path).read_text()) for name, path in paths.items()})
+    except (OSError, ValueError) as error:  # NotComparable is a ValueError
+        print(f"bench.peer_compare: error: {error}", file=sys.stderr)
+        return 1
+    side["reports"] = paths
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(side, indent=2, ensure_ascii=False) + "\n")
+    print(render(side))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -76,6 +76,27 @@ def test_reports_of_other_questions_or_another_gguf_are_not_set_side_by_side(tmp
         peer_compare.compare({"adapter": ours, "typed-gguf": other})
 
 
+def test_two_committed_reports_are_set_side_by_side_from_the_command_line(tmp_path, capsys):
+    ours, theirs = two_reports(tmp_path)
+    paths = {}
+    for name, report in (("adapter", ours), ("typed-gguf", theirs)):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(report))
+    out = tmp_path / "side" / "side_by_side.json"
+    columns = [f"{name}={path}" for name, path in paths.items()]
+    assert peer_compare.main([*columns, "--out", str(out)]) == 0
+    side = json.loads(out.read_text())
+    assert (
+        side["overall"] == peer_compare.compare({"adapter": ours, "typed-gguf": theirs})["overall"]
+    )
+    assert side["reports"] == {name: str(path) for name, path in paths.items()}
+    assert "routing.queue" in capsys.readouterr().out
+    fewer = tmp_path / "fewer.json"
+    fewer.write_text(json.dumps({**theirs, "items": theirs["items"][:2]}))
+    assert peer_compare.main([columns[0], f"typed-gguf={fewer}", "--out", str(out)]) == 1
+    assert "different questions" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
