@@ -127,16 +127,20 @@ def test_readmes_held_out_figures_are_the_committed_profiles():
 def test_readmes_figures_without_a_profile_are_the_committed_reports():
     """README's rows of a model served without a profile (the built-in readout), against the
     held-out report each links to."""
+    from decision_adapter.calibration import BUILT_IN_TEMPERATURES, built_in_readout
+
     rows = re.findall(
-        r"^\| ([^|]+) \| \[none\]\(([^)]+/report\.json)\) \| `(\w+)`, T = 1 \| ([\d.]+) "
-        r"\| ([\d.]+) \| ([\d.]+) \|$",
+        r"^\| ([^|]+) \| \[none\]\(([^)]+/report\.json)\) \| `(\w+)`, T = ([\d.]+) "
+        r"\| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
         README.read_text(),
         re.M,
     )
     assert rows, "no row of a model without a profile"
-    for _, report_path, readout, *figures in rows:
+    built_in = built_in_readout("chat-template")
+    for _, report_path, readout, temperature, *figures in rows:
         report = held_out_report_of_row(report_path, figures)
-        assert readout == "json_choice" and report["served_temperature"] == 1.0
+        assert readout == report["served_readout"] == built_in
+        assert float(temperature) == report["served_temperature"] == BUILT_IN_TEMPERATURES[built_in]
 
 
 def held_out_report_of_row(report_path: str, figures: list[str]) -> dict:

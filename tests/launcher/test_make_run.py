@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from decision_adapter.calibration import BUILT_IN_READOUTS, BUILT_IN_TEMPERATURES
+from decision_adapter.contract import question_kind
 from decision_adapter.http.openapi import DECISION_EXAMPLE
 
 from launcher import free_port, wait_until_healthy
@@ -79,8 +81,12 @@ def test_make_run_serves_the_model_with_its_profiles_readout(make_run):
     answer = response.json()["result"]
     assert answer["model"]["gguf_file"] == gguf
     assert answer["readout"] == profile["readout"]
-    assert answer["temperature"] == pytest.approx(profile["temperature"])
-    assert (profile["readout"], profile["temperature"]) != ("letters", 1.0)  # not the default
+    # A profile may fit a temperature per question kind; this decision's kind is read as served.
+    kind = question_kind(answer["option_ids"])
+    expected = profile.get("temperatures", {}).get(kind, profile["temperature"])
+    assert answer["temperature"] == pytest.approx(expected)
+    built_in = {(r, BUILT_IN_TEMPERATURES.get(r, 1.0)) for r in BUILT_IN_READOUTS.values()}
+    assert (profile["readout"], profile["temperature"]) not in built_in  # not the default
 
 
 def test_readmes_curl_examples_answer_as_written(make_run):
