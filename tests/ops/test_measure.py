@@ -564,7 +564,9 @@ def test_a_text_generation_measurement_says_what_was_run_and_what_llama_server_t
         {"Body": streaming(completion(9_000.125, prompt_n=29))},
         expected_params=INVOKE,
     )
-    completions(runtime, 15_800.0, 15_900.0, prompt_n=33)  # both slots busy: 16.0 s, 16.1 s
+    # Both slots busy: 16.0 s, 16.1 s.
+    completions(runtime, 15_800.0, prompt_n=32)
+    completions(runtime, 15_900.0, prompt_n=33)
     placed(sagemaker)
     day = time.strftime("%Y-%m-%d", time.gmtime())
     assert run(SMALL, clients, []) == 0
