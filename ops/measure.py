@@ -388,9 +388,9 @@ def _measure_text_generation(
     for level in (single, busy):
         if not level.answered:
             raise CannotMeasure(f"no completion answered at {level.clients} client(s)")
-    (model,) = completions.models or {""}
-    if len(completions.models) != 1 or not model:
+    if len(completions.models) != 1 or "" in completions.models:
         raise CannotMeasure(f"the answers name models {sorted(completions.models)}, not one")
+    (model,) = completions.models
     per_completion = [tokens / (ms / 1000) for tokens, ms in completions.generated if ms > 0]
     return {
         "measured": True,

@@ -116,3 +116,72 @@ def test_the_docs_one_type_pool_command_survives_make_and_the_shell(cdk_json):
     assert main(words) == 0
     gpu = AppConfig.from_context(context(cdk_json)).decision_gpu_endpoint
     assert gpu.instance_pool == ["ml.g6e.xlarge"]
+
+
+def test_a_value_keeps_every_equals_sign_after_the_first(cdk_json, capsys):
+    uri = "s3://models-bucket/date=2026-01-01/model.tar.gz"
+    assert main(["context", "set", f"modelDataUri={uri}", f"decisionCpuImage={CPU_IMAGE}"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f'cdk.json: modelDataUri = "{uri}"'
+    assert context(cdk_json)["modelDataUri"] == uri
+
+
+def test_unset_keeps_an_object_that_still_holds_other_keys(cdk_json, capsys):
+    """Three levels deep: the emptied object goes, its parent, holding another key, stays."""
+    argv = ["decisionCpuEndpoint.autoscaling.maxCapacity=2", "decisionCpuEndpoint.measuring=true"]
+    assert main(["context", "set", *argv]) == 0
+    assert main(["context", "unset", "decisionCpuEndpoint.autoscaling.maxCapacity"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "cdk.json: decisionCpuEndpoint.autoscaling.maxCapacity unset"
+    )
+    assert context(cdk_json)["decisionCpuEndpoint"] == {"measuring": True}
+    assert main(["context", "unset", "decisionCpuEndpoint.measuring"]) == 0
+    assert "decisionCpuEndpoint" not in context(cdk_json)
+
+
+def test_unset_under_an_object_that_is_not_there_was_not_set(cdk_json, capsys):
+    original = cdk_json.read_text()
+    assert "decisionGpuEndpoint" not in context(cdk_json)
+    assert main(["context", "unset", "decisionGpuEndpoint.enabled"]) == 0
+    assert capsys.readouterr().out == "cdk.json: decisionGpuEndpoint.enabled was not set\n"
+    assert cdk_json.read_text() == original
+
+
+@pytest.mark.parametrize(
+    "key", ["decisionCpuEndpoint..measuring", ".modelDataUri", "modelDataUri."]
+)
+def test_a_key_with_an_empty_name_is_refused(cdk_json, capsys, key):
+    assert main(["context", "set", f"{key}=x"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"ops: error: {key!r} is not a context key (names joined by dots)\n"
+
+
+def test_a_key_cannot_reach_into_a_value():
+    from ops.context import ContextError, assign
+
+    context = {"modelDataUri": "s3://b/m.tar.gz"}
+    with pytest.raises(ContextError, match=r"^modelDataUri\.x: modelDataUri holds a value, not an"):
+        assign(context, "modelDataUri.x=1")
+    assert context == {"modelDataUri": "s3://b/m.tar.gz"}
+
+
+def test_a_cdk_json_without_context_gets_one(tmp_path):
+    from ops.context import update
+
+    path = tmp_path / "cdk.json"
+    path.write_text('{"app": "python3 app.py"}\n')
+    assert update("set", ["decisionCpuEndpoint.measuring=true"], path) == [
+        "decisionCpuEndpoint.measuring = true"
+    ]
+    assert json.loads(path.read_text()) == {
+        "app": "python3 app.py",
+        "context": {"decisionCpuEndpoint": {"measuring": True}},
+    }
+
+
+def test_only_set_and_unset_are_actions(cdk_json, capsys):
+    original = cdk_json.read_text()
+    with pytest.raises(SystemExit) as exit:
+        main(["context", "drop", "modelDataUri"])
+    assert exit.value.code == 2
+    assert "invalid choice: 'drop'" in capsys.readouterr().err
+    assert cdk_json.read_text() == original

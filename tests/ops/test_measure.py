@@ -12,7 +12,7 @@ from botocore.stub import ANY
 from bench.workloads import load_decision
 from ops.cli import main
 from ops.load import run_level
-from ops.measure import Limits
+from ops.measure import CHAT_PROMPT, Limits
 from ops.retry import Backoff, Retryable
 from stacks import capacity, text_generation_capacity
 from stacks.config import TextGenerationEndpoint
@@ -449,16 +449,22 @@ SERVER = {
 }
 
 
-def completion(predicted_ms: float, predicted_n: int = 256, prompt_ms: float = 200.0) -> dict:
+def completion(
+    predicted_ms: float,
+    predicted_n: int = 256,
+    prompt_ms: float = 200.0,
+    prompt_n: int = 30,
+    model: str = "gemma3-270m",
+) -> dict:
     """A chat completion as llama-server answers it, with its own timings."""
     message = {"role": "assistant", "content": "Once upon a time"}
     return {
         "object": "chat.completion",
-        "model": "gemma3-270m",
+        "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
-        "usage": {"prompt_tokens": 30, "completion_tokens": predicted_n, "total_tokens": 286},
+        "usage": {"prompt_tokens": prompt_n, "completion_tokens": predicted_n, "total_tokens": 286},
         "timings": {
-            "prompt_n": 30,
+            "prompt_n": prompt_n,
             "prompt_ms": prompt_ms,
             "predicted_n": predicted_n,
             "predicted_ms": predicted_ms,
@@ -466,10 +472,10 @@ def completion(predicted_ms: float, predicted_n: int = 256, prompt_ms: float = 2
     }
 
 
-def completions(stubber, *predicted_ms: float) -> None:
+def completions(stubber, *predicted_ms: float, **fields) -> None:
     for ms in predicted_ms:
         stubber.add_response(
-            "invoke_endpoint", {"Body": streaming(completion(ms))}, expected_params=INVOKE
+            "invoke_endpoint", {"Body": streaming(completion(ms, **fields))}, expected_params=INVOKE
         )
 
 
@@ -530,3 +536,167 @@ def test_measured_completions_are_new_prompts_held_to_n_predict():
     prompts = [body.pop("messages")[0]["content"] for body in sent]
     assert len(set(prompts)) == 3
     assert sent[0] == {"max_tokens": 256, "ignore_eos": True, "cache_prompt": False}
+    for number, body in enumerate(sent):
+        assert prompts[number] == f"Request {number}. {CHAT_PROMPT}"
+        assert body == sent[0]
+    roles = [json.loads(bodies.next())["messages"][0]["role"] for _ in range(2)]
+    assert roles == ["user", "user"]
+
+
+def test_a_text_generation_measurement_says_what_was_run_and_what_llama_server_timed(
+    clients, measurements
+):
+    """The whole file: the workload and the source; the prompts' sizes, of the measured
+    completions only; one client's p95 and the busy slots' rate from llama-server's own
+    timings (prefill and generation); the tokens generated per second of each completion."""
+    from ops.measure import MeasuredCompletions
+
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker, serving=SERVER)
+    completions(runtime, 9_000.0, prompt_n=10)  # the warm-up: checked, not counted
+    runtime.add_response(
+        "invoke_endpoint",
+        {"Body": streaming(completion(8_000.0, prompt_n=31))},
+        expected_params=INVOKE,
+    )
+    runtime.add_response(
+        "invoke_endpoint",
+        {"Body": streaming(completion(9_000.125, prompt_n=29))},
+        expected_params=INVOKE,
+    )
+    # Both slots busy: 16.0 s, 16.1 s.
+    completions(runtime, 15_800.0, prompt_n=32)
+    completions(runtime, 15_900.0, prompt_n=33)
+    placed(sagemaker)
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    assert run(SMALL, clients, []) == 0
+    written = measurements / "gemma3-270m" / "ml.c6i.2xlarge.text-generation.json"
+    measured = json.loads(written.read_text())
+    sent = MeasuredCompletions(256)
+    for _ in range(5):
+        sent.next()
+    levels = measured.pop("levels")
+    assert measured == {
+        "measured": True,
+        "kind": "text-generation",
+        "model": "gemma3-270m",
+        "instance_type": "ml.c6i.2xlarge",
+        "server_args": {"ctx-size": "8192", "threads": "8", "parallel": "2", "n-predict": "256"},
+        "max_tokens": 256,
+        "slots": 2,
+        "source": f"python -m ops measure --endpoint {ENDPOINT} (1 instance, {day})",
+        "workload": "chat completions of 256 tokens (ignore_eos), each prompt numbered",
+        "latency": "llama-server's timings (prompt_ms + predicted_ms)",
+        "requests": {
+            "count": 4,
+            "prompt_tokens": {"min": 29, "max": 33},
+            "bodies_sha256": sent.digest.hexdigest(),
+        },
+        "throughput_rps": 0.1246,  # 2 slots / 16.05 s
+        "completion_p95_ms": 9_200.12,
+        "tokens_per_s": 23.19,  # 256 tokens in 8, 9.000125, 15.8 and 15.9 s
+    }
+    assert [(lv["clients"], lv["answered"], lv["refused_503"]) for lv in levels] == [
+        (1, 2, 0),
+        (2, 2, 0),
+    ]
+    assert [lv["p95_ms"] for lv in levels] == [9_200.12, 16_100.0]
+
+
+def test_a_server_without_parallel_has_one_slot_measured_at_one_client(clients, measurements):
+    (_, sagemaker), (_, runtime) = clients
+    serial = {k: v for k, v in SERVER.items() if k != "SM_LLAMA_CPP_PARALLEL"}
+    placed(sagemaker, serving=serial)
+    completions(runtime, 9_000.0, 7_800.0, 7_800.0, 9_800.0, 9_800.0)
+    placed(sagemaker)
+    assert run(SMALL, clients, []) == 0
+    written = measurements / "gemma3-270m" / "ml.c6i.2xlarge.text-generation.json"
+    measured = json.loads(written.read_text())
+    assert (measured["slots"], [lv["clients"] for lv in measured["levels"]]) == (1, [1])
+    assert measured["requests"]["count"] == 4  # one level: all four requests
+    assert measured["throughput_rps"] == 0.1111  # 1 slot / 9 s
+    assert measured["completion_p95_ms"] == 10_000.0
+
+
+def test_a_refused_completion_is_waited_out_with_the_runs_backoff(clients, measurements, capsys):
+    """A 503 at the warm-up and in a level: each waited out with the jittered backoff, drawn
+    from the run's random source, and counted at its level."""
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker, serving=SERVER)
+    overloaded(runtime, 0)
+    completions(runtime, 9_000.0)
+    overloaded(runtime, 0)
+    completions(runtime, 8_000.0, 15_800.0, 15_800.0)
+    placed(sagemaker)
+    sleeps: list[float] = []
+    assert run(SMALL, clients, sleeps) == 0
+    rng = random.Random(5)
+    assert sleeps == [rng.uniform(0.0, 0.5), rng.uniform(0.0, 0.5)]
+    written = measurements / "gemma3-270m" / "ml.c6i.2xlarge.text-generation.json"
+    levels = json.loads(written.read_text())["levels"]
+    assert [(lv["answered"], lv["refused_503"]) for lv in levels] == [(1, 1), (2, 0)]
+    assert capsys.readouterr().err.splitlines()[:1] == ["1 client(s): 1 answered, 1 refused"]
+
+
+def test_a_text_generation_endpoint_without_n_predict_is_not_measured(clients, capsys):
+    (_, sagemaker), _ = clients  # nothing sent: no completion queued
+    unbounded = {k: v for k, v in SERVER.items() if k != "SM_LLAMA_CPP_N_PREDICT"}
+    placed(sagemaker, serving=unbounded)
+    assert run(SMALL, clients, []) == 1
+    assert capsys.readouterr().err == (
+        f"ops: error: endpoint {ENDPOINT} runs llama-server without n-predict: a completion has"
+        " no length to measure at (textGenerationEndpoint.llamaServerArgs)\n"
+    )
+
+
+def test_a_text_generation_endpoint_whose_instances_changed_is_not_written(
+    clients, measurements, capsys
+):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker, serving=SERVER)
+    completions(runtime, 9_000.0, 8_000.0, 9_000.0, 15_800.0, 15_800.0)
+    placed(sagemaker, instances=2)
+    assert run(SMALL, clients, []) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"ops: error: endpoint {ENDPOINT} changed its instances while measured: hold its"
+        " capacity (autoscaling minCapacity = maxCapacity = 1) and measure again"
+    )
+    assert not measurements.exists()
+
+
+def test_a_level_without_one_completion_refuses_the_run(clients, measurements, capsys):
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker, serving=SERVER)
+    completions(runtime, 9_000.0)
+    overloaded(runtime, 0)
+    overloaded(runtime, 0)  # one client's two requests, both refused
+    completions(runtime, 15_800.0, 15_800.0)
+    placed(sagemaker)
+    assert run(SMALL, clients, []) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "ops: error: no completion answered at 1 client(s)"
+    )
+    assert not measurements.exists()
+
+
+@pytest.mark.parametrize(
+    "models, named",
+    [(["gemma3-270m", "qwen2.5-0.5b"], "['gemma3-270m', 'qwen2.5-0.5b']"), ([""], "['']")],
+)
+def test_answers_that_do_not_name_one_model_refuse_the_run(
+    clients, measurements, capsys, models, named
+):
+    """The file is filed under the model the answers name: two models, or a nameless one,
+    give no such place."""
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker, serving=SERVER)
+    completions(runtime, 9_000.0)
+    for model in [models[0], models[-1]]:
+        completions(runtime, 8_000.0, model=model)
+    completions(runtime, 15_800.0, 15_800.0, model=models[0])
+    placed(sagemaker)
+    assert run(SMALL, clients, []) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"ops: error: the answers name models {named}, not one"
+    )
+    assert not measurements.exists()
