@@ -24,7 +24,7 @@ from decision_adapter.contract import question_kind
 from bench import readout_choice
 from bench.labelled import Case
 
-from .variants import case_from_record, one_sidedness
+from .variants import case_from_record, report
 
 
 def cases_of(path: Path) -> dict[str, list[Case]]:
@@ -35,14 +35,6 @@ def cases_of(path: Path) -> dict[str, list[Case]]:
         variant: [case_from_record(r) for r in records]
         for variant, records in data["cases"].items()
     }
-
-
-def report(cases: list[Case]) -> dict[str, Any]:
-    out = readout_choice.strategy_report(cases, None)
-    out.pop("latency", None)
-    out["by_question_kind"] = readout_choice.grouped(cases, lambda c: question_kind(c.option_ids))
-    out["yes_no_one_sided"] = one_sidedness(cases)
-    return out
 
 
 def hold_out(dev: dict[str, list[Case]], test: dict[str, list[Case]]) -> dict[str, Any]:

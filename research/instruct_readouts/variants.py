@@ -158,17 +158,17 @@ def one_sidedness(cases: list[Case]) -> dict[str, dict[str, float]]:
     return out
 
 
-def summarise(cases: dict[str, list[Case]]) -> dict[str, Any]:
-    out = {}
-    for variant, group in cases.items():
-        report = readout_choice.strategy_report(group, None)
-        report.pop("latency")
-        report["by_question_kind"] = readout_choice.grouped(
-            group, lambda c: question_kind(c.option_ids)
-        )
-        report["yes_no_one_sided"] = one_sidedness(group)
-        out[variant] = report
+def report(cases: list[Case]) -> dict[str, Any]:
+    """One variant's figures: the readout choice's, by question kind, and yes/no one-sidedness."""
+    out = readout_choice.strategy_report(cases, None)
+    out.pop("latency", None)
+    out["by_question_kind"] = readout_choice.grouped(cases, lambda c: question_kind(c.option_ids))
+    out["yes_no_one_sided"] = one_sidedness(cases)
     return out
+
+
+def summarise(cases: dict[str, list[Case]]) -> dict[str, Any]:
+    return {variant: report(group) for variant, group in cases.items()}
 
 
 CASE_FIELDS = ("item_id", "category", "option_ids", "logits", "expected")
