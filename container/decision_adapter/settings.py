@@ -121,6 +121,19 @@ class Settings(BaseModel):
         "context (each in a KV stream of its own: bit-identical alone or beside others); `1`: "
         "chat takes the decisions' one slot",
     )
+    # Decision requests scored at once (docs/scoring.md, "Requests at once"): above 1 their
+    # model steps share batches, each request in KV streams of its own of a second context
+    # (bit-identical alone or beside others), two streams per request of n_ctx cells each.
+    max_scoring_requests: int = from_env(
+        "DECISION_MAX_SCORING_REQUESTS",
+        default=1,
+        ge=1,
+        le=64,
+        description="decision requests scored at once, their model steps sharing batches in a "
+        "second context (each request in KV streams of its own: bit-identical alone or beside "
+        "others; two streams of `DECISION_N_CTX` cells each); `1`: one at a time in the "
+        "model's own context",
+    )
     max_queue: int = from_env(
         "DECISION_MAX_QUEUE",
         default=0,

@@ -1,15 +1,18 @@
-"""A second llama.cpp context on the engine's model for chat streams decoded together: one KV
-stream per chat stream (`kv_unified` off), so each stream's logits have the same bits whatever
-other streams share its batches (measured: tests/adapter/model/test_batch_exactness.py).
+"""A llama.cpp context on the engine's model for work decoded together: one KV stream per
+sequence (`kv_unified` off), so each stream's logits have the same bits whatever other streams
+share its batches (measured: tests/adapter/model/test_batch_exactness.py). Chat streams
+(chat_batching.py) and batched decisions (scoring_batching.py) each have one.
 
-The decisions' context cannot do that: its branching needs one unified cache, where a
-sequence's numbers move with its neighbours' cells. Tokens, positions and logits only; the
-scheduling is chat_batching.py's. Not thread-safe: used on the model thread only.
+A sequence cannot be copied into another stream cheaply (llama.cpp copies the whole stream,
+every cell, 21 ms for 8,192 cells of Gemma 3 270M), so a branch is a saved sequence restored
+into a free stream (1 ms for a 300-token state): `save` and `restore`. Tokens, positions and
+logits only; the scheduling is the callers'. Not thread-safe: used on the model thread only.
 """
 
 from __future__ import annotations
 
 import ctypes
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +26,9 @@ from .engine import Engine
 class StreamContext:
     """`n_streams` sequences, each in a KV stream of its own of `n_ctx_per_stream` cells."""
 
-    def __init__(self, engine: Engine, n_streams: int, n_ctx_per_stream: int) -> None:
+    def __init__(
+        self, engine: Engine, n_streams: int, n_ctx_per_stream: int, *, swa_full: bool = False
+    ) -> None:
         config = engine.config
         params = llama_cpp.llama_context_default_params()
         # llama.cpp gives each stream n_ctx / n_seq_max cells, rounded up to 256.
@@ -32,15 +37,17 @@ class StreamContext:
         params.n_ubatch = config.n_batch
         params.n_seq_max = n_streams
         params.kv_unified = False
-        # A stream is never restored or cut back, so a sliding-window layer keeps only its
-        # window (Gemma 3 270M, 8 streams of 8,192: 0.3 GiB of cache instead of 1.2).
-        params.swa_full = False
+        # A chat stream is never restored or cut back, so a sliding-window layer can keep only
+        # its window (Gemma 3 270M, 8 streams of 8,192: 0.3 GiB of cache instead of 1.2).
+        # Decisions keep every cell: a window's cells are reused in an order that follows how
+        # llama.cpp splits the batches, which other streams' work changes.
+        params.swa_full = swa_full
         params.n_threads = config.n_threads
         params.n_threads_batch = config.n_threads
         params.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(engine.model, params)
         if not self.ctx:
-            raise EngineError(f"llama.cpp could not create a context of {n_streams} chat streams")
+            raise EngineError(f"llama.cpp could not create a context of {n_streams} KV streams")
         self.engine = engine
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_streams = n_streams
@@ -60,6 +67,30 @@ class StreamContext:
 
     def clear(self, stream: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, stream, -1, -1)
+
+    def length(self, stream: int) -> int:
+        """Tokens the stream holds (its last position + 1)."""
+        last: int = llama_cpp.llama_memory_seq_pos_max(self.memory, stream)  # Any, as ctypes'
+        return last + 1
+
+    def save(self, stream: int) -> bytes:
+        """The stream's sequence as llama.cpp saves it (Engine.save_sequence)."""
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, stream)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, stream)
+        return ctypes.string_at(buffer, written)
+
+    def restore(self, stream: int, state: bytes) -> None:
+        """`state` (from `save`) into a stream, cleared first: its cells from the first on."""
+        self.clear(stream)
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(self.ctx, buffer, len(state), stream) == 0:
+            raise EngineError(f"llama.cpp could not restore a saved state into stream {stream}")
+
+    def decode(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
+        """One batch of (token, position, stream, wants_logits); entry k's logits, if it wants
+        them, at batch index k."""
+        self._decode(list(entries))
 
     def prefill(self, stream: int, prompt: Sequence[int]) -> int:
         """Decode `prompt` on a cleared stream in chunks of n_batch tokens, each chunk its own
@@ -86,7 +117,7 @@ class StreamContext:
     def sample(self, sampler: Any, index: int) -> int:
         return int(llama_cpp.llama_sampler_sample(sampler, self.ctx, index))
 
-    def _decode(self, entries: list[tuple[int, int, int, bool]]) -> None:
+    def _decode(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
         batch = self._batch
         for i, (token, position, stream, wants_logits) in enumerate(entries):
             batch.token[i] = token
@@ -95,8 +126,10 @@ class StreamContext:
             batch.seq_id[i][0] = stream
             batch.logits[i] = wants_logits
         batch.n_tokens = len(entries)
+        started = time.perf_counter()
         status = llama_cpp.llama_decode(self.ctx, batch)
         stats = self.engine.stats
+        stats.seconds += time.perf_counter() - started
         stats.decode_calls += 1
         stats.tokens_decoded += len(entries)
         if status != 0:

@@ -11,6 +11,7 @@ import hashlib
 import math
 import string
 import sys
+import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
@@ -21,17 +22,15 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from ..contract import BUILT_IN_READOUT, Answer, Question, QuestionKind, QuestionScores
-from ..model.engine import Branch, Engine, log_partition
+from ..model.engine import Engine, log_partition
 from ..model.prefix_tree import TreeLowerBound, prefix_tree_batches, tree_nodes, tree_tokens
 from ..model.tokenizer import TokenLimitExceeded
 from .budget import READ_TOKEN_COST, TokenBudget
+from .decoders import FIRST_BRANCH_SEQ, Decoder, SharedContextDecoder
 from .letter_spellings import letter_spellings
 from .prompts import CONTENT_FREE_STATE, JSON_CHOICE_CLOSE, PromptRenderer, RenderedPrompt
 from .state_cache import StateCache
 
-PREFIX_SEQ = 0
-QUESTION_SEQ = 1  # every question suffix in turn; its branches take the sequences after it
-FIRST_BRANCH_SEQ = QUESTION_SEQ + 1
 # How often a readout decodes each question's suffix and branches: calibrated reads them again
 # after the content-free state (unless its scores are kept; the budget counts them anyway, so
 # whether a request fits never depends on what other requests left behind).
@@ -346,7 +345,8 @@ ENTRY_OVERHEAD_BYTES = 256
 
 class ContentFreeScores:
     """The calibrated readout's content-free scores, per question and set of options: an LRU
-    bounded in bytes (a question's are computed once, then cost nothing). Model thread only.
+    bounded in bytes (a question's are computed once, then cost nothing). Batched decisions
+    score on threads of their own, so each call holds a lock.
 
     Stored compactly: the key (the question's suffix and continuations, thousands of token ids
     for a 255-option question) as its SHA-256, each continuation as int32 bytes, the scores as
@@ -358,6 +358,7 @@ class ContentFreeScores:
         self._entries: OrderedDict[bytes, tuple[list[bytes], np.ndarray, int]] = OrderedDict()
         self.nbytes = 0
         self.hits = self.misses = 0
+        self._lock = threading.Lock()
 
     @staticmethod
     def _digest(key: ContentFreeKey) -> bytes:
@@ -365,10 +366,11 @@ class ContentFreeScores:
 
     def get(self, key: ContentFreeKey) -> dict[tuple[int, ...], float] | None:
         digest = self._digest(key)
-        found = self._entries.get(digest)
-        if found is None:
-            return None
-        self._entries.move_to_end(digest)
+        with self._lock:
+            found = self._entries.get(digest)
+            if found is None:
+                return None
+            self._entries.move_to_end(digest)
         continuations, scores, _ = found
         return {
             tuple(np.frombuffer(c, dtype=np.int32).tolist()): float(s)
@@ -386,14 +388,15 @@ class ContentFreeScores:
             + values.nbytes
             + ENTRY_OVERHEAD_BYTES
         )
-        if digest in self._entries:
-            self.nbytes -= self._entries.pop(digest)[2]
-        if size > self.max_bytes:
-            return
-        self._entries[digest] = (continuations, values, size)
-        self.nbytes += size
-        while self.nbytes > self.max_bytes:
-            self.nbytes -= self._entries.popitem(last=False)[1][2]
+        with self._lock:
+            if digest in self._entries:
+                self.nbytes -= self._entries.pop(digest)[2]
+            if size > self.max_bytes:
+                return
+            self._entries[digest] = (continuations, values, size)
+            self.nbytes += size
+            while self.nbytes > self.max_bytes:
+                self.nbytes -= self._entries.popitem(last=False)[1][2]
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -417,7 +420,7 @@ def _log_softmax(logits: np.ndarray, tokens: np.ndarray | list[int]) -> np.ndarr
 
 
 def score(
-    engine: Engine,
+    model: Engine | Decoder,
     plan: ScoringPlan,
     *,
     cache: StateCache | None = None,
@@ -426,20 +429,22 @@ def score(
 ) -> tuple[list[QuestionScores], ScoringTiming]:
     """Prefill the state once (or restore it), branch every question from it, read the labels.
     Calibrated questions whose content-free scores are not kept yet get them from a second pass
-    on the content-free state, decoded the same way."""
+    on the content-free state, decoded the same way. `model`: the engine's own context, one
+    request at a time, or a decoder of its own (decoders.py)."""
+    decoder = SharedContextDecoder(model) if isinstance(model, Engine) else model
     timing = ScoringTiming()
-    engine.reset()
+    decoder.begin()
     try:
         started = time.perf_counter()
-        _prefill(engine, plan.prefix_tokens, cache, timing)
+        _prefill(decoder, plan.prefix_tokens, cache, timing)
         timing.prefill_ms = (time.perf_counter() - started) * 1000
 
         started = time.perf_counter()
         reads = [
-            [_read(engine, reading, force_sequence) for reading in question.readings]
+            [_read(decoder, reading, force_sequence) for reading in question.readings]
             for question in plan.questions
         ]
-        neutral = _content_free_scores(engine, plan, cache, content_free or ContentFreeScores())
+        neutral = _content_free_scores(decoder, plan, cache, content_free or ContentFreeScores())
         results = [
             _combine(question, question_reads, neutral.get(question.content_free_key))
             for question, question_reads in zip(plan.questions, reads, strict=False)
@@ -447,7 +452,7 @@ def score(
         timing.branches_ms = (time.perf_counter() - started) * 1000
         return results, timing
     finally:
-        engine.reset()
+        decoder.end()
 
 
 @dataclass
@@ -462,24 +467,19 @@ class _Read:
     spelled: bool = False  # log_probs: each label's mass summed over its spellings
 
 
-def _read(engine: Engine, reading: Reading, force_sequence: bool) -> _Read:
-    """Decode one suffix on QUESTION_SEQ after the prefix and read its continuations.
+def _read(decoder: Decoder, reading: Reading, force_sequence: bool) -> _Read:
+    """Decode one suffix after the prefix and read its continuations.
 
     Each suffix is its own batch: decoded beside other suffixes, llama.cpp's logits move
     (measured up to ~1.0), so an answer would depend on the other questions. Its KV cells are
     freed afterwards, so the next suffix lands in the same cells, right after the prefix, as if
     asked alone (left behind others' cells, logits moved 0.40 on the third of three).
     """
-    last_position = len(reading.suffix_tokens) - 1
-    branch = Branch(
-        tokens=reading.suffix_tokens, parent=PREFIX_SEQ, logit_positions=[last_position]
-    )
-    (logits,) = engine.decode_branches([branch], first_seq_id=QUESTION_SEQ)
-    last_logits = logits[last_position]  # copied: decode_branches' default reader
+    last_logits = decoder.question(reading.suffix_tokens)
     firsts = np.array([tokens[0] for tokens in reading.continuations])
     if reading.spellings is not None and not force_sequence:
         log_probs = _spelled_log_probs(last_logits, reading.spellings)
-        engine.drop_sequence(QUESTION_SEQ)
+        decoder.end_question()
         return _Read(
             log_probs=log_probs,
             first_logits=log_probs,
@@ -491,8 +491,8 @@ def _read(engine: Engine, reading: Reading, force_sequence: bool) -> _Read:
     log_probs = _log_softmax(last_logits, firsts)
     single = reading.single_tokens and not force_sequence
     if not single:
-        _add_branch_log_probs(engine, reading, log_probs)
-    engine.drop_sequence(QUESTION_SEQ)
+        _add_branch_log_probs(decoder, reading, log_probs)
+    decoder.end_question()
     return _Read(
         log_probs=log_probs,
         first_logits=last_logits[firsts].astype(np.float64),
@@ -513,7 +513,7 @@ def _spelled_log_probs(logits: np.ndarray, spellings: list[np.ndarray]) -> np.nd
     )
 
 
-def _add_branch_log_probs(engine: Engine, reading: Reading, log_probs: np.ndarray) -> None:
+def _add_branch_log_probs(decoder: Decoder, reading: Reading, log_probs: np.ndarray) -> None:
     """Each multi-token continuation's later tokens, read off the question's sequence as a
     prefix tree: options that begin alike (`team_billing`, `team_support`; `option_1` ...
     `option_255`) share their common tokens, each distinct prefix decoded and read once.
@@ -544,20 +544,16 @@ def _add_branch_log_probs(engine: Engine, reading: Reading, log_probs: np.ndarra
             tokens = sorted(following[node])  # noqa: B023 - called before the loop moves on
             return dict(zip(tokens, _log_softmax(logits, tokens), strict=False))
 
-        read = engine.decode_prefix_tree(
-            nodes, len(paths), QUESTION_SEQ, FIRST_BRANCH_SEQ, next_token_log_probs
-        )
+        read = decoder.paths(nodes, len(paths), next_token_log_probs)
         for path, path_nodes in zip(paths, through, strict=False):
             for option in options_of[path]:
                 tokens = continuations[option]
                 for node, token in zip(path_nodes, tokens[1:], strict=False):
                     log_probs[option] += read[node][token]
-        for offset in range(len(paths)):
-            engine.drop_sequence(FIRST_BRANCH_SEQ + offset)
 
 
 def _content_free_scores(
-    engine: Engine, plan: ScoringPlan, cache: StateCache | None, kept: ContentFreeScores
+    decoder: Decoder, plan: ScoringPlan, cache: StateCache | None, kept: ContentFreeScores
 ) -> dict[ContentFreeKey | None, np.ndarray]:
     """Per calibrated question (its content_free_key; None, a question without, is never a
     key): the per-token mean log-probabilities of its continuations against the content-free
@@ -574,10 +570,10 @@ def _content_free_scores(
             scores[key] = found
     if missing:
         kept.misses += len(missing)
-        engine.reset()
-        _prefill(engine, plan.content_free_prefix or [], cache, ScoringTiming())
+        decoder.begin()
+        _prefill(decoder, plan.content_free_prefix or [], cache, ScoringTiming())
         for key, question in missing.items():
-            read = _read(engine, question.readings[0], force_sequence=False)
+            read = _read(decoder, question.readings[0], force_sequence=False)
             means = read.log_probs / read.lengths
             read_for = map(tuple, question.readings[0].continuations)
             scores[key] = dict(zip(read_for, means, strict=False))
@@ -657,9 +653,9 @@ def _combine(
 
 
 def _prefill(
-    engine: Engine, prefix_tokens: list[int], cache: StateCache | None, timing: ScoringTiming
+    decoder: Decoder, prefix_tokens: list[int], cache: StateCache | None, timing: ScoringTiming
 ) -> None:
-    """The state prefix on sequence 0, always read back from a saved state.
+    """The state prefix, always read back from a saved state.
 
     Decoded fresh, a prefix fills KV cells 0..n-1; restored, it is compacted (llama.cpp saves
     only the cells a sliding-window layer can still see, Gemma 3: the last 512). llama.cpp's CPU
@@ -671,12 +667,10 @@ def _prefill(
     key = kept.key(prefix_tokens) if kept is not None else None
     saved = kept.get(key) if kept is not None and key is not None else None
     if saved is None:
-        engine.decode_sequence(PREFIX_SEQ, prefix_tokens, start=0)
-        saved = engine.save_sequence(PREFIX_SEQ)
+        saved = decoder.prefill(prefix_tokens)
         if kept is not None and key is not None:
             kept.put(key, saved)
             timing.state_cache = "miss"
     else:
         timing.state_cache = "hit"
-    engine.reset()
-    engine.restore_sequence(PREFIX_SEQ, saved)
+    decoder.use_state(saved)

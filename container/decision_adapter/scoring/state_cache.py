@@ -2,13 +2,14 @@
 
 Keyed by the exact token sequence of the prefix (and the model's identity): a later request
 whose prompt starts with the same state restores the saved sequence and decodes only its
-question. Belongs to the one model context: it is only touched on the model thread, so it
-needs no lock. Entries are inserted only once complete, so a failed request leaves none.
+question. Batched decisions score on threads of their own, so each call holds a lock. Entries
+are inserted only once complete, so a failed request leaves none.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ class StateCache:
     def __init__(self, budget_bytes: int, model_id: str) -> None:
         self._entries: OrderedDict[str, bytes] = OrderedDict()
         self._model_id = model_id
+        self._lock = threading.Lock()
         self.stats = CacheStats(budget_bytes=budget_bytes)
 
     @property
@@ -45,6 +47,10 @@ class StateCache:
         return f"{len(prefix_tokens)}:{digest.hexdigest()}"
 
     def get(self, key: str) -> bytes | None:
+        with self._lock:
+            return self._get(key)
+
+    def _get(self, key: str) -> bytes | None:
         state = self._entries.get(key)
         if state is None:
             self.stats.misses += 1
@@ -54,6 +60,10 @@ class StateCache:
         return state
 
     def put(self, key: str, state: bytes) -> None:
+        with self._lock:
+            self._put(key, state)
+
+    def _put(self, key: str, state: bytes) -> None:
         if key in self._entries:
             return
         if len(state) > self.stats.budget_bytes:

@@ -85,7 +85,9 @@ class ModelRunner:
         """Shutdown deadline: refuse new work; running work ends with ShuttingDown."""
         self._stopping.set()
 
-    def _stopped(self, error: BaseException) -> BaseException:
+    def failure(self, error: BaseException) -> BaseException:
+        """What a job's `error` means to its caller: ShuttingDown once the shutdown began (an
+        interrupted decode fails), else the error itself."""
         return ShuttingDown(self._retry_after_s) if self._stopping.is_set() else error
 
     @property
@@ -173,6 +175,19 @@ class ModelRunner:
 
         return release
 
+    async def admit_job(self, job: Future[Any]) -> None:
+        """Admit work that runs off the model thread (a batched decision on a thread of its
+        own) and ends when `job` does: the slot frees then. Inside `reserved()` it takes the
+        reservation's slot, which then waits for `job` as for a `run()` job."""
+        reservation = self._reservation.get()
+        if reservation is None:
+            await self._admit()
+            self._release_when_done(job)
+        elif self._stopping.is_set():
+            raise ShuttingDown(self._retry_after_s)
+        else:
+            reservation[:] = [job]
+
     def submit(self, function: Callable[[], T]) -> Future[T]:
         """Run `function()` on the model thread for work already admitted (`admit`)."""
         return self._executor.submit(function)
@@ -198,7 +213,7 @@ class ModelRunner:
         try:
             result = await asyncio.wrap_future(future)
         except Exception as error:  # an interrupted decode fails: say why
-            raise self._stopped(error) from None
+            raise self.failure(error) from None
         return result, (started[0] - arrived) * 1000
 
     @asynccontextmanager
@@ -242,7 +257,7 @@ class ModelRunner:
                     if self._stopping.is_set():
                         raise ShuttingDown(self._retry_after_s)
             except BaseException as error:  # hand the failure to the reader
-                loop.call_soon_threadsafe(queue.put_nowait, self._stopped(error))
+                loop.call_soon_threadsafe(queue.put_nowait, self.failure(error))
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 

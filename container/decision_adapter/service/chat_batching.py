@@ -120,7 +120,7 @@ class ChatBatcher:
                     if job.left.is_set():
                         break
             except BaseException as error:  # hand the failure to the reader
-                loop.call_soon_threadsafe(events.put_nowait, self._runner._stopped(error))
+                loop.call_soon_threadsafe(events.put_nowait, self._runner.failure(error))
             finally:
                 job.left.set()  # a stop string ends the stream as a departure does
                 loop.call_soon_threadsafe(events.put_nowait, _DONE)

@@ -54,6 +54,7 @@ from .chat_batching import ChatBatcher
 from .daemon_threads import on_daemon_thread
 from .generation import text_events
 from .identity import model_identity
+from .scoring_batching import LaneDecoder, ScoringBatcher
 
 T = TypeVar("T")
 
@@ -123,6 +124,24 @@ class DecisionService:
                 StreamContext(self.engine, settings.max_chat_streams, settings.request_token_limit),
                 self.chat_runner,
             )
+        # Batched decisions: admitted apart from chat, their rounds on the same model thread.
+        self.scoring_runner: ModelRunner | None = None
+        self.scoring_batcher: ScoringBatcher | None = None
+        if settings.max_scoring_requests > 1:
+            lanes = settings.max_scoring_requests
+            self.scoring_runner = ModelRunner(
+                max_queue=settings.max_queue,
+                wait_s=settings.admission_wait_s,
+                retry_after_s=settings.retry_after_s,
+                grace_s=settings.slot_grace_ms / 1000,
+                max_in_flight=lanes,
+                model_thread=self.runner.model_thread,
+            )
+            # Each lane's own stream, and as many to lend for its paths.
+            streams = StreamContext(
+                self.engine, 2 * lanes, settings.request_token_limit, swa_full=True
+            )
+            self.scoring_batcher = ScoringBatcher(streams, self.scoring_runner, lanes)
         # Rendering and tokenizing run on threads of their own, two at a time, never on the
         # event loop (100 KB of newlines cost llama.cpp seconds before UserTextTokenizer) nor on
         # the model thread (a request over its budget must not hold the model). llama.cpp's
@@ -145,6 +164,8 @@ class DecisionService:
         if self._preparing == 0:  # else a thread still reads the vocabulary: the process exits
             if self.chat_batcher is not None:
                 self.chat_batcher.close()
+            if self.scoring_batcher is not None:
+                self.scoring_batcher.close()
             self.engine.close()
 
     def stop_work(self) -> None:
@@ -152,12 +173,14 @@ class DecisionService:
         self.runner.stop_work()
         if self.chat_runner is not None:
             self.chat_runner.stop_work()
+        if self.scoring_runner is not None:
+            self.scoring_runner.stop_work()
         self.engine.interrupt()  # tokenizing stops too, at its next call into llama.cpp
         self._stopping.set()
 
     def reserved(self) -> AbstractAsyncContextManager[None]:
         """One admission for several `score` calls of this task (see ModelRunner.reserved)."""
-        return self.runner.reserved()
+        return (self.scoring_runner or self.runner).reserved()
 
     async def _prepared(self, function: Callable[[], T]) -> tuple[T, float]:
         """`function()` on a preparation thread, and the seconds spent waiting for a thread:
@@ -207,6 +230,9 @@ class DecisionService:
             "engine": self.engine.stats.as_dict(),
             "admission": self.runner.counters(),
             **({"chat_admission": self.chat_runner.counters()} if self.chat_runner else {}),
+            **(
+                {"scoring_admission": self.scoring_runner.counters()} if self.scoring_runner else {}
+            ),
             "preparing": self._preparing,
         }
 
@@ -275,18 +301,24 @@ class DecisionService:
         # Counted from arrival, less the wait for a preparation thread (others' work).
         until = min(received + slot_wait_s + deadline_s, WORK_DEADLINE.get() or math.inf)
 
-        def score_all() -> list[tuple[list[Answer], ScoringTiming]]:
+        def score_all(decoder: Engine | LaneDecoder) -> list[tuple[list[Answer], ScoringTiming]]:
             outcomes = []
-            with self.engine.deadline(until):
-                for plan in plans:
-                    scores, timing = score(
-                        self.engine, plan, cache=self.state_cache, content_free=self.content_free
-                    )
-                    outcomes.append((plan.answers(scores, self.engine), timing))
+            for plan in plans:
+                scores, timing = score(
+                    decoder, plan, cache=self.state_cache, content_free=self.content_free
+                )
+                outcomes.append((plan.answers(scores, self.engine), timing))
             return outcomes
 
+        def score_alone() -> list[tuple[list[Answer], ScoringTiming]]:
+            with self.engine.deadline(until):
+                return score_all(self.engine)
+
         try:
-            outcomes, waited_ms = await self.runner.run(score_all)
+            if self.scoring_batcher is None:
+                outcomes, waited_ms = await self.runner.run(score_alone)
+            else:
+                outcomes, waited_ms = await self.scoring_batcher.run(score_all, until)
         except DeadlinePassed:
             raise OutOfTime(self.settings.retry_after_s, deadline_s) from None
         total_ms = _ms(received)

@@ -1,0 +1,373 @@
+"""Decisions admitted together share the model's forward passes, and each answer keeps the bits
+it has alone.
+
+Each admitted request scores (score.score) on a thread of its own through a `LaneDecoder`:
+every model step it takes becomes a `Work` that waits for the next round. A round, one job on
+the model thread, takes the waiting works in arrival order while their tokens fit one batch
+and streams are free to lend, prepares them (restores saved sequences), decodes them as one
+batch and hands each its logits. A request's state and questions live in the KV stream it
+holds while it runs (its lane); the paths after a question are restored from the question into
+streams lent for one round. Every sequence is a KV stream of its own (streams.py), whose logits
+have the same bits whatever else shares the batch: tests/adapter/service/test_scoring_batching.py
+proves it over the model matrix under concurrent load.
+
+A request whose client left, or whose deadline passed, is dropped at the next round (its thread
+ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..errors import EngineError
+from ..model.engine import DeadlinePassed
+from ..model.prefix_tree import Node
+from ..model.streams import StreamContext
+from .admission import ModelRunner
+
+T = TypeVar("T")
+Read = TypeVar("Read")
+Entry = tuple[int, int, int, bool]  # token, position, stream, wants logits
+
+
+class LeftEarly(EngineError):
+    """The request's client left: its remaining model work is dropped."""
+
+
+@dataclass
+class Lane:
+    """One admitted request's place in the batches."""
+
+    stream: int  # its own KV stream: the state, then each question after it
+    until: float  # time.perf_counter(): no batch of its work starts after it
+    left: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Work:
+    """One model step of one lane, done in one round: `prepare` (on the model thread, with the
+    streams lent to it) returns its batch entries; `finish` reads their logits (by entry index)
+    before the next decode replaces them."""
+
+    lane: Lane
+    tokens: int  # batch entries it decodes
+    streams: int  # streams it borrows for the round
+    prepare: Callable[[StreamContext, list[int]], list[Entry]]
+    finish: Callable[[StreamContext, Callable[[int], np.ndarray]], Any]
+    outcome: Future[Any] = field(default_factory=Future)
+
+
+class ScoringBatcher:
+    """Rounds of batched decision work on the model thread (see the module)."""
+
+    def __init__(self, context: StreamContext, runner: ModelRunner, lanes: int) -> None:
+        if context.n_streams <= lanes:
+            raise ValueError("the context needs streams to lend beside the lanes' own")
+        self._context = context
+        self._runner = runner
+        self._lock = threading.Lock()
+        self._waiting: deque[Work] = deque()
+        self._free_lanes = list(range(lanes))
+        self._lendable = list(range(lanes, context.n_streams))
+        self._scheduled = False  # a round is queued or running on the model thread
+
+    @property
+    def n_batch(self) -> int:
+        return self._context.n_batch
+
+    @property
+    def lendable(self) -> int:
+        return len(self._lendable)
+
+    # --- the event loop's side ---------------------------------------------------------
+    async def run(self, function: Callable[[LaneDecoder], T], until: float) -> tuple[T, float]:
+        """Admit, then `function(decoder)` on a thread of its own; returns (its result, ms
+        waited for admission). Leaving (cancellation) drops the rest of its model work; the
+        admission slot frees when its thread has ended."""
+        arrived = time.perf_counter()
+        done: Future[T] = Future()
+        done.set_running_or_notify_cancel()  # a caller that leaves cannot cancel the thread's work
+        await self._runner.admit_job(done)
+        with self._lock:
+            lane = Lane(self._free_lanes.pop(), until)
+        waited_ms = (time.perf_counter() - arrived) * 1000
+
+        def work() -> None:
+            try:
+                done.set_result(function(LaneDecoder(self, lane)))
+            except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
+                done.set_exception(self._runner.failure(error))
+            finally:
+                with self._lock:
+                    self._free_lanes.append(lane.stream)
+
+        threading.Thread(target=work, name="scoring", daemon=True).start()
+        try:
+            return await asyncio.wrap_future(done), waited_ms
+        finally:
+            lane.left.set()  # a no-op once done; else the client left: stop at the next round
+
+    def close(self) -> None:
+        """After the model thread has stopped (ModelRunner.close)."""
+        self._context.close()
+
+    # --- a lane's thread ---------------------------------------------------------------
+    def submit(self, work: Work) -> Any:
+        """Queue `work` for the next round and wait for its result (on the lane's thread)."""
+        with self._lock:
+            self._waiting.append(work)
+            if not self._scheduled:
+                self._scheduled = True
+                self._submit_round()
+        return work.outcome.result()
+
+    def _submit_round(self) -> None:
+        try:
+            self._runner.submit(self._round)
+        except RuntimeError:  # the model thread is closed (the process is exiting)
+            self._scheduled = False
+            for work in self._waiting:
+                work.outcome.set_exception(EngineError("the model thread has stopped"))
+            self._waiting.clear()
+
+    # --- the model thread's side -------------------------------------------------------
+    def _round(self) -> None:
+        context = self._context
+        with self._lock:
+            waiting, self._waiting = self._waiting, deque()
+        taken: list[tuple[Work, list[int]]] = []
+        deferred: deque[Work] = deque()
+        room, lendable = context.n_batch, list(self._lendable)
+        now = time.perf_counter()
+        for work in waiting:
+            if work.lane.left.is_set():
+                work.outcome.set_exception(LeftEarly("the client left"))
+            elif now > work.lane.until:
+                work.outcome.set_exception(
+                    DeadlinePassed(f"the deadline passed before a batch of {work.tokens} tokens")
+                )
+            elif work.tokens <= room and work.streams <= len(lendable):
+                room -= work.tokens
+                taken.append((work, [lendable.pop() for _ in range(work.streams)]))
+            else:
+                deferred.append(work)
+        try:
+            self._decode(taken)
+        finally:
+            for _, streams in taken:
+                for stream in streams:
+                    context.clear(stream)
+            with self._lock:
+                deferred.extend(self._waiting)
+                self._waiting = deferred
+                if self._waiting:
+                    self._submit_round()
+                else:
+                    self._scheduled = False
+
+    def _decode(self, taken: list[tuple[Work, list[int]]]) -> None:
+        context = self._context
+        entries: list[Entry] = []
+        ready: list[tuple[Work, int]] = []
+        for work, streams in taken:
+            try:
+                own = work.prepare(context, streams)
+            except Exception as error:  # noqa: BLE001 - this request's failure alone
+                work.outcome.set_exception(error)
+                continue
+            ready.append((work, len(entries)))
+            entries.extend(own)
+        try:
+            if entries:
+                context.decode(entries)
+        except Exception as error:  # noqa: BLE001 - the batch failed (interrupted): all fail
+            for work, _ in ready:
+                work.outcome.set_exception(error)
+            return
+        for work, offset in ready:
+
+            def logits_at(k: int, offset: int = offset) -> np.ndarray:
+                return context.logits(offset + k)
+
+            try:
+                result = work.finish(context, logits_at)
+            except Exception as error:  # noqa: BLE001 - this request's failure alone
+                work.outcome.set_exception(error)
+            else:
+                work.outcome.set_result(result)
+
+
+def _chunks(count: int, size: int) -> list[range]:
+    """0..count in consecutive ranges of `size` (one empty range for nothing)."""
+    return [range(start, min(start + size, count)) for start in range(0, count, size)] or [range(0)]
+
+
+class LaneDecoder:
+    """score.Decoder for one lane: each step one or more Works of the batcher's rounds."""
+
+    def __init__(self, batcher: ScoringBatcher, lane: Lane) -> None:
+        self._batcher = batcher
+        self._lane = lane
+        self._state: bytes | None = None
+        self._question_length = 0  # the state's and the question's tokens
+        self._question: bytes | None = None  # the question's sequence, saved for its paths
+
+    def _do(
+        self,
+        tokens: int,
+        prepare: Callable[[StreamContext, list[int]], list[Entry]],
+        finish: Callable[[StreamContext, Callable[[int], np.ndarray]], Any] = lambda *_: None,
+        streams: int = 0,
+    ) -> Any:
+        return self._batcher.submit(Work(self._lane, tokens, streams, prepare, finish))
+
+    def begin(self) -> None:
+        self._state = self._question = None
+
+    def prefill(self, tokens: Sequence[int]) -> bytes:
+        own = self._lane.stream
+        chunks = _chunks(len(tokens), self._batcher.n_batch)
+        saved: bytes = b""
+        for number, chunk in enumerate(chunks):
+
+            def prepare(context: StreamContext, _: list[int], chunk: range = chunk) -> list[Entry]:
+                if chunk.start == 0:
+                    context.clear(own)
+                return [(tokens[i], i, own, False) for i in chunk]
+
+            def save(context: StreamContext, _: Callable[[int], np.ndarray]) -> bytes:
+                return context.save(own)
+
+            last = number == len(chunks) - 1
+            saved = self._do(len(chunk), prepare, save if last else lambda *_: None)
+        return saved
+
+    def use_state(self, saved: bytes) -> None:
+        self._state = saved
+
+    def question(self, suffix: Sequence[int]) -> np.ndarray:
+        own, state = self._lane.stream, self._state
+        if state is None:
+            raise EngineError("a question before its state")
+        self._question = None
+        start = [0]
+        chunks = _chunks(len(suffix), self._batcher.n_batch)
+        row: np.ndarray | None = None
+        for chunk in chunks:
+
+            def prepare(context: StreamContext, _: list[int], chunk: range = chunk) -> list[Entry]:
+                if chunk.start == 0:
+                    context.restore(own, state)
+                    start[0] = context.length(own)
+                last = len(suffix) - 1
+                return [(suffix[i], start[0] + i, own, i == last) for i in chunk]
+
+            def copy_last(
+                _: StreamContext, logits_at: Callable[[int], np.ndarray], chunk: range = chunk
+            ) -> Any:
+                return logits_at(len(chunk) - 1).copy() if chunk.stop == len(suffix) else None
+
+            row = self._do(len(chunk), prepare, copy_last)
+        self._question_length = start[0] + len(suffix)
+        if row is None:
+            raise EngineError("an empty question suffix")
+        return row
+
+    def paths(
+        self, nodes: Sequence[Node], n_paths: int, read: Callable[[int, np.ndarray], Read]
+    ) -> list[Read]:
+        """Each path on a stream of its own, all its tokens; a node shared by several paths is
+        read on the first (the same bits on each: the same tokens after the same cells)."""
+        through: list[list[int]] = [[] for _ in range(n_paths)]
+        for index, node in enumerate(nodes):
+            for path in node.paths:
+                through[path].append(index)
+        results: dict[int, Read] = {}
+        n_batch, start = self._batcher.n_batch, self._question_length
+        group: list[int] = []
+        groups: list[list[int]] = []
+        for path in range(n_paths):
+            size = sum(len(through[p]) for p in group) + len(through[path])
+            if group and (size > n_batch or len(group) == self._batcher.lendable):
+                groups.append(group)
+                group = []
+            group.append(path)
+        groups.append(group)
+        for group in groups:
+            if len(through[group[0]]) > n_batch:  # one long path: chunks on the lane's stream
+                self._long_path(nodes, through[group[0]], read, results)
+                continue
+            wanted = [
+                (path, depth, index) for path in group for depth, index in enumerate(through[path])
+            ]
+
+            def prepare(
+                context: StreamContext, streams: list[int], group: list[int] = group
+            ) -> list[Entry]:
+                saved = self._saved_question(context)
+                entries: list[Entry] = []
+                for path, stream in zip(group, streams, strict=True):
+                    context.restore(stream, saved)
+                    entries += [
+                        (nodes[index].token, start + depth, stream, nodes[index].paths[0] == path)
+                        for depth, index in enumerate(through[path])
+                    ]
+                return entries
+
+            def finish(
+                _: StreamContext,
+                logits_at: Callable[[int], np.ndarray],
+                wanted: list[tuple[int, int, int]] = wanted,
+            ) -> None:
+                for k, (path, _depth, index) in enumerate(wanted):
+                    if nodes[index].paths[0] == path:
+                        results[index] = read(index, logits_at(k))
+
+            self._do(len(wanted), prepare, finish, streams=len(group))
+        return [results[index] for index in range(len(nodes))]
+
+    def _long_path(
+        self,
+        nodes: Sequence[Node],
+        path: list[int],
+        read: Callable[[int, np.ndarray], Read],
+        results: dict[int, Any],
+    ) -> None:
+        """A path longer than a batch, in n_batch chunks on the lane's own stream, restored from
+        the saved question first (so another long path of the question finds the same)."""
+        own, start = self._lane.stream, self._question_length
+        for chunk in _chunks(len(path), self._batcher.n_batch):
+
+            def prepare(context: StreamContext, _: list[int], chunk: range = chunk) -> list[Entry]:
+                if chunk.start == 0:
+                    context.restore(own, self._saved_question(context))
+                return [(nodes[path[i]].token, start + i, own, True) for i in chunk]
+
+            def finish(
+                _: StreamContext, logits_at: Callable[[int], np.ndarray], chunk: range = chunk
+            ) -> None:
+                for k, i in enumerate(chunk):
+                    results[path[i]] = read(path[i], logits_at(k))
+
+            self._do(len(chunk), prepare, finish)
+
+    def _saved_question(self, context: StreamContext) -> bytes:
+        """The lane's stream as the question left it, saved once per question (model thread)."""
+        if self._question is None:
+            self._question = context.save(self._lane.stream)
+        return self._question
+
+    def end_question(self) -> None:
+        self._question = None
+
+    def end(self) -> None:
+        self._state = self._question = None
