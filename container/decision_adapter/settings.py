@@ -122,17 +122,18 @@ class Settings(BaseModel):
         "chat takes the decisions' one slot",
     )
     # Decision requests scored at once (docs/scoring.md, "Requests at once"): above 1 their
-    # model steps share batches, each request in KV streams of its own of a second context
-    # (bit-identical alone or beside others), two streams per request of n_ctx cells each.
+    # model steps share batches, each request in KV streams of its own of a second context, two
+    # streams per request of n_ctx cells each. Opt-in: llama.cpp's CPU kernels round a row by
+    # how many rows share its matrix product, so a shared batch moves logits in the last digits.
     max_scoring_requests: int = from_env(
         "DECISION_MAX_SCORING_REQUESTS",
         default=1,
         ge=1,
         le=64,
         description="decision requests scored at once, their model steps sharing batches in a "
-        "second context (each request in KV streams of its own: bit-identical alone or beside "
-        "others; two streams of `DECISION_N_CTX` cells each); `1`: one at a time in the "
-        "model's own context",
+        "second context (two KV streams of `DECISION_N_CTX` cells per request). Not "
+        "bit-identical to one at a time: every answer's `model.decision_batching` says "
+        "`shared`; `1`: one at a time in the model's own context, the same bits on every run",
     )
     max_queue: int = from_env(
         "DECISION_MAX_QUEUE",

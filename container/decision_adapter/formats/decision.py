@@ -201,7 +201,10 @@ class DecisionResult(BaseModel):
     )
     model: dict[str, Any] = Field(
         description="The served model: GGUF file, bytes, SHA-256, quantization, context, "
-        "threads, GPU layers, llama-cpp-python version, the packaging manifest's identity."
+        "threads, GPU layers, llama-cpp-python version, the packaging manifest's identity, and "
+        "`decision_batching`: `alone` (one request at a time, the same bits on every run) or "
+        "`shared` (`DECISION_MAX_SCORING_REQUESTS` above 1: batches shared with other "
+        "requests, whose logits can move in the last digits)."
     )
     timing: dict[str, Any] = Field(
         description="The decision's state group's milliseconds per stage (`prepare_ms`, "

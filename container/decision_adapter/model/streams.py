@@ -1,6 +1,8 @@
 """A llama.cpp context on the engine's model for work decoded together: one KV stream per
-sequence (`kv_unified` off), so each stream's logits have the same bits whatever other streams
-share its batches (measured: tests/adapter/model/test_batch_exactness.py). Chat streams
+sequence (`kv_unified` off), so no sequence reads another's cells and a token of each chat
+stream per batch reads the same bits alone or beside others (measured:
+tests/adapter/model/test_batch_exactness.py). Longer, unequal pieces of work in one batch are
+not bit-identical: tests/adapter/service/test_scoring_batching.py. Chat streams
 (chat_batching.py) and batched decisions (scoring_batching.py) each have one.
 
 A sequence cannot be copied into another stream cheaply (llama.cpp copies the whole stream,
@@ -27,7 +29,12 @@ class StreamContext:
     """`n_streams` sequences, each in a KV stream of its own of `n_ctx_per_stream` cells."""
 
     def __init__(
-        self, engine: Engine, n_streams: int, n_ctx_per_stream: int, *, swa_full: bool = False
+        self,
+        engine: Engine,
+        n_streams: int,
+        n_ctx_per_stream: int,
+        *,
+        swa_full: bool = False,
     ) -> None:
         config = engine.config
         params = llama_cpp.llama_context_default_params()
@@ -42,6 +49,12 @@ class StreamContext:
         # Decisions keep every cell: a window's cells are reused in an order that follows how
         # llama.cpp splits the batches, which other streams' work changes.
         params.swa_full = swa_full
+        # Flash attention off: its CPU kernel divides a stream's cells between threads by the
+        # length of the longest stream in the batch, so a short stream's logits moved with a long
+        # neighbour (tests/adapter/service/test_scoring_batching.py failed 3 runs in 3 with it on,
+        # passed 3 in 3 off). Without it a stream's attention is the same sums whatever shares
+        # the batch: the cells past its own are masked to exact zeros.
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.n_threads = config.n_threads
         params.n_threads_batch = config.n_threads
         params.no_perf = True

@@ -77,6 +77,9 @@ def model_identity(
         "gpu_layers": settings.n_gpu_layers,
         "gpu_offload_supported": engine.gpu_offload,
         "prompt_mode": prompt_mode,
+        # Batched decisions are not bit-identical to one at a time (docs/scoring.md, "Requests
+        # at once"): every answer says which way it was scored.
+        "decision_batching": "shared" if settings.max_scoring_requests > 1 else "alone",
         "manifest": None
         if manifest is None
         else {

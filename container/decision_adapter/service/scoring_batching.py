@@ -1,5 +1,4 @@
-"""Decisions admitted together share the model's forward passes, and each answer keeps the bits
-it has alone.
+"""Decisions admitted together share the model's forward passes (DECISION_MAX_SCORING_REQUESTS).
 
 Each admitted request scores (score.score) on a thread of its own through a `LaneDecoder`:
 every model step it takes becomes a `Work` that waits for the next round. A round, one job on
@@ -7,9 +6,12 @@ the model thread, takes the waiting works in arrival order while their tokens fi
 and streams are free to lend, prepares them (restores saved sequences), decodes them as one
 batch and hands each its logits. A request's state and questions live in the KV stream it
 holds while it runs (its lane); the paths after a question are restored from the question into
-streams lent for one round. Every sequence is a KV stream of its own (streams.py), whose logits
-have the same bits whatever else shares the batch: tests/adapter/service/test_scoring_batching.py
-proves it over the model matrix under concurrent load.
+streams lent for one round. Every sequence is a KV stream of its own (streams.py), so no request
+reads another's cells, but the bits are not those of one at a time: llama.cpp's CPU matrix
+products round a row by the rows beside it (repacked weights in blocks of 4 rows, another kernel
+from 8 rows), and a stream's tokens are split between micro-batches by its neighbours' counts
+(tests/adapter/service/test_scoring_batching.py measures both). Hence opt-in, and marked in
+every answer (`model.decision_batching`).
 
 A request whose client left, or whose deadline passed, is dropped at the next round (its thread
 ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted.
@@ -103,12 +105,15 @@ class ScoringBatcher:
 
         def work() -> None:
             try:
-                done.set_result(function(LaneDecoder(self, lane)))
-            except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
-                done.set_exception(self._runner.failure(error))
-            finally:
-                with self._lock:
-                    self._free_lanes.append(lane.stream)
+                result, error = function(LaneDecoder(self, lane)), None
+            except BaseException as failure:  # noqa: BLE001 - handed to the awaiting task
+                result, error = None, self._runner.failure(failure)
+            with self._lock:  # the lane is free before the slot (done's callbacks free it)
+                self._free_lanes.append(lane.stream)
+            if error is None:
+                done.set_result(result)  # type: ignore[arg-type]
+            else:
+                done.set_exception(error)
 
         threading.Thread(target=work, name="scoring", daemon=True).start()
         try:
