@@ -65,12 +65,25 @@ class Limits:
                 f"per client: at least {least}"
             )
 
+    def reaching(self, clients: int) -> Limits:
+        """These limits, their levels extended to at least `clients` (an endpoint that admits
+        that many decisions at once is measured at that concurrency), each level keeping its
+        share of requests."""
+        if clients <= self.max_clients:
+            return self
+        per_level = max(self.max_requests // len(self.levels()), clients)
+        return Limits(clients, per_level * len(_levels(clients)), self.max_seconds)
+
     def levels(self) -> list[int]:
         """1, 2, 4, ... up to max_clients (which ends the list)."""
-        levels = [1]
-        while levels[-1] * 2 < self.max_clients:
-            levels.append(levels[-1] * 2)
-        return levels + ([self.max_clients] if self.max_clients > 1 else [])
+        return _levels(self.max_clients)
+
+
+def _levels(max_clients: int) -> list[int]:
+    levels = [1]
+    while levels[-1] * 2 < max_clients:
+        levels.append(levels[-1] * 2)
+    return levels + ([max_clients] if max_clients > 1 else [])
 
 
 def placement(sagemaker: Client, endpoint: str) -> Placement:
@@ -113,10 +126,7 @@ def server_flags(sagemaker: Client, endpoint_config: str) -> dict[str, str] | No
 
 def served_model(answer: bytes) -> str:
     """The model spec the answering adapter serves, from its decision answer."""
-    try:
-        manifest = json.loads(answer)["result"]["model"].get("manifest") or {}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise CannotMeasure(f"not a decision answer: {answer[:200]!r}") from None
+    manifest = _served(answer).get("manifest") or {}
     if not manifest.get("spec"):
         raise CannotMeasure(
             "the answer names no packaged model (model.manifest.spec): the endpoint does not "
@@ -124,6 +134,24 @@ def served_model(answer: bytes) -> str:
         )
     spec: str = manifest["spec"]
     return spec
+
+
+def decisions_at_once(answer: bytes) -> int:
+    """How many decision requests the answering adapter scores at once, sharing batches
+    (DECISION_MAX_SCORING_REQUESTS; 1 for an adapter that predates it)."""
+    at_once = _served(answer).get("decisions_at_once", 1)
+    return at_once if isinstance(at_once, int) and at_once >= 1 else 1
+
+
+def _served(answer: bytes) -> dict[str, Any]:
+    """The `model` object of a decision answer."""
+    try:
+        model = json.loads(answer)["result"]["model"]
+        model.get("manifest")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise CannotMeasure(f"not a decision answer: {answer[:200]!r}") from None
+    served: dict[str, Any] = model
+    return served
 
 
 class MeasuredBodies:
@@ -208,7 +236,10 @@ def measure(
     backoff = Backoff()
     # One decision first: a cold instance's first answer is no measure, and it names the model.
     first = bodies.next()
-    model = served_model(call_with_retries(lambda: send(first), backoff, sleep=sleep, rng=rng))
+    answered = call_with_retries(lambda: send(first), backoff, sleep=sleep, rng=rng)
+    model, at_once = served_model(answered), decisions_at_once(answered)
+    # A batching adapter is measured up to the concurrency it admits, where its rate peaks.
+    limits = limits.reaching(at_once)
     measured = _measure_levels(
         lambda: bodies.answered(send(bodies.next())),
         limits.levels(),
@@ -237,6 +268,7 @@ def measure(
         "source": _source(endpoint),
         "workload": "bench/workloads.py load_decision, each state numbered, closed loop",
         "latency": "the adapter's timing.total_ms",
+        "decisions_at_once": at_once,
         "requests": bodies.as_dict(),
         **{key: value for key, value in result.items() if key not in ("measured", "source")},
     }

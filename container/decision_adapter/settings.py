@@ -123,17 +123,16 @@ class Settings(BaseModel):
     )
     # Decision requests scored at once (docs/scoring.md, "Requests at once"): above 1 their
     # model steps share batches, each request in KV streams of its own of a second context, two
-    # streams per request of n_ctx cells each. Opt-in: llama.cpp's CPU kernels round a row by
-    # how many rows share its matrix product, so a shared batch moves logits in the last digits.
+    # streams per request of n_ctx cells each, every answer bit-identical to alone.
     max_scoring_requests: int = from_env(
         "DECISION_MAX_SCORING_REQUESTS",
         default=1,
         ge=1,
         le=64,
         description="decision requests scored at once, their model steps sharing batches in a "
-        "second context (two KV streams of `DECISION_N_CTX` cells per request). Not "
-        "bit-identical to one at a time: every answer's `model.decision_batching` says "
-        "`shared`; `1`: one at a time in the model's own context, the same bits on every run",
+        "second context (two KV streams of `DECISION_N_CTX` cells per request; each answer "
+        "bit-identical to the same request alone); `1`, and always for a hybrid-memory model: "
+        "one at a time in the model's own context",
     )
     max_queue: int = from_env(
         "DECISION_MAX_QUEUE",

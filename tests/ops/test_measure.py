@@ -30,11 +30,18 @@ INVOKE = {
 }
 
 
-def answer(spec: str | None = "gemma3-270m", cache: str = "miss", total_ms: float = 250.0) -> dict:
+def answer(
+    spec: str | None = "gemma3-270m",
+    cache: str = "miss",
+    total_ms: float = 250.0,
+    at_once: int | None = None,
+) -> dict:
     """A decision answer as the adapter writes it, its model's manifest naming `spec`, timed
-    by the adapter at `total_ms`."""
+    by the adapter at `total_ms`; `at_once`: the decisions it admits together, if it says."""
     manifest = {"spec": spec, "manifest_version": 1} if spec else None
     model = {"name": "Gemma-3-270M-Q4_K_M", "gguf_sha256": "ab" * 32, "manifest": manifest}
+    if at_once is not None:
+        model["decisions_at_once"] = at_once
     timing = {"state_cache": cache, "total_ms": total_ms}
     return {
         "result": {
@@ -190,6 +197,36 @@ def test_measure_writes_to_output_when_given(clients, measurements, tmp_path, ca
     assert json.loads(output.read_text())["instance_type"] == "ml.c7i.xlarge"
     assert "(1 instance," in json.loads(output.read_text())["source"]
     assert not measurements.exists()
+
+
+def test_an_adapter_that_scores_decisions_together_is_measured_up_to_its_bound(
+    clients, measurements
+):
+    """DECISION_MAX_SCORING_REQUESTS=2 behind the endpoint: asked for one client, ops measure
+    goes on to 2 (its rate peaks where it batches), each level keeping a request per client."""
+    (_, sagemaker), (_, runtime) = clients
+    placed(sagemaker, serving=ADAPTER)
+    for _ in range(5):  # a warm-up, then 1 client x 2 requests and 2 clients x 1
+        runtime.add_response(
+            "invoke_endpoint", {"Body": streaming(answer(at_once=2))}, expected_params=INVOKE
+        )
+    placed(sagemaker)
+    assert run(["--max-clients", "1", "--max-requests", "1"], clients, []) == 0
+    measured = json.loads((measurements / "gemma3-270m" / "ml.c6i.2xlarge.json").read_text())
+    assert measured["decisions_at_once"] == 2
+    assert [level["clients"] for level in measured["levels"]] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("limits", "clients", "reached"),
+    [
+        (Limits(8, 400), 4, Limits(8, 400)),
+        (Limits(8, 400), 16, Limits(16, 500)),
+        (Limits(1, 1), 64, Limits(64, 448)),
+    ],
+)
+def test_limits_reaching_a_concurrency_keep_each_levels_share(limits, clients, reached):
+    assert limits.reaching(clients) == reached
 
 
 def test_measure_refuses_more_than_one_instance(clients, measurements, capsys):

@@ -202,9 +202,9 @@ class DecisionResult(BaseModel):
     model: dict[str, Any] = Field(
         description="The served model: GGUF file, bytes, SHA-256, quantization, context, "
         "threads, GPU layers, llama-cpp-python version, the packaging manifest's identity, and "
-        "`decision_batching`: `alone` (one request at a time, the same bits on every run) or "
-        "`shared` (`DECISION_MAX_SCORING_REQUESTS` above 1: batches shared with other "
-        "requests, whose logits can move in the last digits)."
+        "`decision_batching`: `alone` (one request at a time) or `shared` "
+        "(`DECISION_MAX_SCORING_REQUESTS` above 1: batches shared with other requests, the "
+        "same bits as alone), and `decisions_at_once`, how many it admits together."
     )
     timing: dict[str, Any] = Field(
         description="The decision's state group's milliseconds per stage (`prepare_ms`, "

@@ -1,9 +1,9 @@
 """A llama.cpp context on the engine's model for work decoded together: one KV stream per
-sequence (`kv_unified` off), so no sequence reads another's cells and a token of each chat
-stream per batch reads the same bits alone or beside others (measured:
-tests/adapter/model/test_batch_exactness.py). Longer, unequal pieces of work in one batch are
-not bit-identical: tests/adapter/service/test_scoring_batching.py. Chat streams
-(chat_batching.py) and batched decisions (scoring_batching.py) each have one.
+sequence (`kv_unified` off), so no sequence reads another's cells (measured:
+tests/adapter/model/test_batch_exactness.py). Same bits alone and together also need the same
+kernels for each row: pieces of equal width (scoring_batching.py pads them; a chat round is one
+token per stream). Chat streams (chat_batching.py) and batched decisions (scoring_batching.py)
+each have one.
 
 A sequence cannot be copied into another stream cheaply (llama.cpp copies the whole stream,
 every cell, 21 ms for 8,192 cells of Gemma 3 270M), so a branch is a saved sequence restored
@@ -80,6 +80,10 @@ class StreamContext:
 
     def clear(self, stream: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, stream, -1, -1)
+
+    def cut(self, stream: int, position: int) -> None:
+        """Drop the stream's cells from `position` on (attention memories only)."""
+        llama_cpp.llama_memory_seq_rm(self.memory, stream, position, -1)
 
     def length(self, stream: int) -> int:
         """Tokens the stream holds (its last position + 1)."""

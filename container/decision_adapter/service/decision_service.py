@@ -127,7 +127,8 @@ class DecisionService:
         # Batched decisions: admitted apart from chat, their rounds on the same model thread.
         self.scoring_runner: ModelRunner | None = None
         self.scoring_batcher: ScoringBatcher | None = None
-        if settings.max_scoring_requests > 1:
+        # A hybrid model's recurrent state cannot drop a round's padding (scoring_batching.py).
+        if settings.max_scoring_requests > 1 and self.engine.memory_kind != "hybrid":
             lanes = settings.max_scoring_requests
             self.scoring_runner = ModelRunner(
                 max_queue=settings.max_queue,
@@ -157,6 +158,8 @@ class DecisionService:
             settings,
             prompt_mode=self.renderer.mode,
             calibration=calibration,
+            decision_batching="alone" if self.scoring_batcher is None else "shared",
+            decisions_at_once=1 if self.scoring_batcher is None else settings.max_scoring_requests,
         )
 
     def close(self) -> None:

@@ -58,6 +58,8 @@ def model_identity(
     *,
     prompt_mode: str,
     calibration: Calibration,
+    decision_batching: str = "alone",
+    decisions_at_once: int = 1,
 ) -> ModelIdentity:
     manifest = model_file.manifest
     name = manifest.model.name if manifest is not None else model_file.path.stem
@@ -77,9 +79,10 @@ def model_identity(
         "gpu_layers": settings.n_gpu_layers,
         "gpu_offload_supported": engine.gpu_offload,
         "prompt_mode": prompt_mode,
-        # Batched decisions are not bit-identical to one at a time (docs/scoring.md, "Requests
-        # at once"): every answer says which way it was scored.
-        "decision_batching": "shared" if settings.max_scoring_requests > 1 else "alone",
+        # How decisions meet the model (docs/scoring.md, "Requests at once"); either way an
+        # answer has the bits of the same request alone.
+        "decision_batching": decision_batching,
+        "decisions_at_once": decisions_at_once,
         "manifest": None
         if manifest is None
         else {

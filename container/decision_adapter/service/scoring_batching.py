@@ -6,12 +6,16 @@ the model thread, takes the waiting works in arrival order while their tokens fi
 and streams are free to lend, prepares them (restores saved sequences), decodes them as one
 batch and hands each its logits. A request's state and questions live in the KV stream it
 holds while it runs (its lane); the paths after a question are restored from the question into
-streams lent for one round. Every sequence is a KV stream of its own (streams.py), so no request
-reads another's cells, but the bits are not those of one at a time: llama.cpp's CPU matrix
-products round a row by the rows beside it (repacked weights in blocks of 4 rows, another kernel
-from 8 rows), and a stream's tokens are split between micro-batches by its neighbours' counts
-(tests/adapter/service/test_scoring_batching.py measures both). Hence opt-in, and marked in
-every answer (`model.decision_batching`).
+streams lent for one round.
+
+Exact: each answer has the bits of the same request alone. Every sequence is a KV stream of its
+own (streams.py), so no request reads another's cells; and a round shows each row what it shows
+it alone. llama.cpp's CPU matrix products round a row by the rows beside it (repacked weights
+in blocks of 4 rows, tinyBLAS from 8 rows) and split a stream's tokens between micro-batches by
+its neighbours' counts (tests/adapter/service/test_scoring_batching.py measures both), so every
+piece of work is padded to a width shared by its round, and asks for logits in multiples of 8
+(`Work`), alone as together. The padding is cut once decoded, which a recurrent memory cannot
+do: a hybrid model is scored one request at a time.
 
 A request whose client left, or whose deadline passed, is dropped at the next round (its thread
 ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted.
@@ -54,18 +58,45 @@ class Lane:
     left: threading.Event = field(default_factory=threading.Event)
 
 
+# The fewest rows a stream or a batch's logits take: llama.cpp's CPU matrix products change
+# kernel below 8 rows (tinyBLAS) and leave a last partial block of 4 to another (repacked
+# weights), so 8 and multiples of 8 keep every row on the same kernel, alone or beside others.
+ROW_QUANTUM = 8
+
+
+def padded_width(tokens: int) -> int:
+    """The tokens a stream's piece of a work is padded to: 8, 16, 32 or 64, then a multiple of
+    64. Pieces of one width share a batch; a piece is never split between micro-batches."""
+    if tokens <= 64:
+        return max(ROW_QUANTUM, 1 << max(tokens - 1, 0).bit_length())
+    return -(-tokens // 64) * 64
+
+
 @dataclass
 class Work:
     """One model step of one lane, done in one round: `prepare` (on the model thread, with the
-    streams lent to it) returns its batch entries; `finish` reads their logits (by entry index)
-    before the next decode replaces them."""
+    streams lent to it) returns its batch entries, each stream's together and in position order;
+    `finish` reads their logits (by entry index) before the next decode replaces them.
+
+    Every piece (a stream's tokens) is padded to the work's `width` with tokens after its own,
+    removed once decoded, and the logits asked for to a multiple of ROW_QUANTUM: the batch a
+    work shares then shows each of its rows what it shows them alone (the same kernels, no
+    piece split), so each row has the same bits."""
 
     lane: Lane
-    tokens: int  # batch entries it decodes
+    lengths: tuple[int, ...]  # tokens per stream it decodes, in entry order
     streams: int  # streams it borrows for the round
     prepare: Callable[[StreamContext, list[int]], list[Entry]]
     finish: Callable[[StreamContext, Callable[[int], np.ndarray]], Any]
     outcome: Future[Any] = field(default_factory=Future)
+
+    @property
+    def width(self) -> int:
+        return padded_width(max(self.lengths, default=0))
+
+    @property
+    def rows(self) -> int:
+        return len(self.lengths) * self.width
 
 
 class ScoringBatcher:
@@ -85,6 +116,11 @@ class ScoringBatcher:
     @property
     def n_batch(self) -> int:
         return self._context.n_batch
+
+    @property
+    def chunk(self) -> int:
+        """The most tokens of one stream a work decodes: padded, they fit a batch."""
+        return max(t for t in range(1, self.n_batch + 1) if padded_width(t) <= self.n_batch)
 
     @property
     def lendable(self) -> int:
@@ -152,16 +188,21 @@ class ScoringBatcher:
         taken: list[tuple[Work, list[int]]] = []
         deferred: deque[Work] = deque()
         room, lendable = context.n_batch, list(self._lendable)
+        width: int | None = None  # the round's: the first live work's
         now = time.perf_counter()
         for work in waiting:
             if work.lane.left.is_set():
                 work.outcome.set_exception(LeftEarly("the client left"))
             elif now > work.lane.until:
                 work.outcome.set_exception(
-                    DeadlinePassed(f"the deadline passed before a batch of {work.tokens} tokens")
+                    DeadlinePassed(f"the deadline passed before a batch of {work.rows} tokens")
                 )
-            elif work.tokens <= room and work.streams <= len(lendable):
-                room -= work.tokens
+            elif (
+                work.width == (width := width or work.width)
+                and work.rows <= room
+                and work.streams <= len(lendable)
+            ):
+                room -= work.rows
                 taken.append((work, [lendable.pop() for _ in range(work.streams)]))
             else:
                 deferred.append(work)
@@ -182,26 +223,32 @@ class ScoringBatcher:
     def _decode(self, taken: list[tuple[Work, list[int]]]) -> None:
         context = self._context
         entries: list[Entry] = []
-        ready: list[tuple[Work, int]] = []
+        ready: list[tuple[Work, list[int]]] = []  # each work's entries' batch indexes
+        padding: list[tuple[int, int]] = []  # (stream, first padded position)
         for work, streams in taken:
             try:
                 own = work.prepare(context, streams)
             except Exception as error:  # noqa: BLE001 - this request's failure alone
                 work.outcome.set_exception(error)
                 continue
-            ready.append((work, len(entries)))
-            entries.extend(own)
+            ready.append((work, _padded(own, work.width, entries, padding)))
         try:
             if entries:
-                context.decode(entries)
+                context.decode(sorted(entries, key=lambda entry: entry[2]))
         except Exception as error:  # noqa: BLE001 - the batch failed (interrupted): all fail
             for work, _ in ready:
                 work.outcome.set_exception(error)
             return
-        for work, offset in ready:
+        finally:
+            for stream, position in padding:
+                context.cut(stream, position)
+        # Sorted by stream (a micro-batch takes a run of consecutive streams), stably.
+        order = sorted(range(len(entries)), key=lambda index: entries[index][2])
+        at = {index: rank for rank, index in enumerate(order)}
+        for work, indexes in ready:
 
-            def logits_at(k: int, offset: int = offset) -> np.ndarray:
-                return context.logits(offset + k)
+            def logits_at(k: int, indexes: list[int] = indexes) -> np.ndarray:
+                return context.logits(at[indexes[k]])
 
             try:
                 result = work.finish(context, logits_at)
@@ -209,6 +256,39 @@ class ScoringBatcher:
                 work.outcome.set_exception(error)
             else:
                 work.outcome.set_result(result)
+
+
+def _padded(
+    own: list[Entry], width: int, entries: list[Entry], padding: list[tuple[int, int]]
+) -> list[int]:
+    """Append a work's entries to `entries`, each stream's padded to `width` tokens with copies
+    of its last token at the positions after it, and logits asked of padding (then of its own
+    last tokens) up to a multiple of ROW_QUANTUM; the indexes of its own entries. The padding's
+    (stream, first position) go to `padding`, to be cut once decoded."""
+    pieces: list[list[Entry]] = []
+    for entry in own:
+        if pieces and pieces[-1][-1][2] == entry[2]:
+            pieces[-1].append(entry)
+        else:
+            pieces.append([entry])
+    wanted = sum(entry[3] for entry in own)
+    extra = -(-max(wanted, 1) // ROW_QUANTUM) * ROW_QUANTUM - wanted
+    indexes: list[int] = []
+    added: list[int] = []  # indexes of padding entries, then of own entries asked for nothing
+    for piece in pieces:
+        token, last, stream, _ = piece[-1]
+        for entry in piece:
+            indexes.append(len(entries))
+            entries.append(entry)
+        padding.append((stream, last + 1))
+        for step in range(width - len(piece)):
+            added.append(len(entries))
+            entries.append((token, last + 1 + step, stream, False))
+    added += [index for index in reversed(indexes) if not entries[index][3]]
+    for index in added[:extra]:
+        token, position, stream, _ = entries[index]
+        entries[index] = (token, position, stream, True)
+    return indexes
 
 
 def _chunks(count: int, size: int) -> list[range]:
@@ -228,19 +308,20 @@ class LaneDecoder:
 
     def _do(
         self,
-        tokens: int,
+        lengths: Sequence[int],
         prepare: Callable[[StreamContext, list[int]], list[Entry]],
         finish: Callable[[StreamContext, Callable[[int], np.ndarray]], Any] = lambda *_: None,
         streams: int = 0,
     ) -> Any:
-        return self._batcher.submit(Work(self._lane, tokens, streams, prepare, finish))
+        work = Work(self._lane, tuple(n for n in lengths if n), streams, prepare, finish)
+        return self._batcher.submit(work)
 
     def begin(self) -> None:
         self._state = self._question = None
 
     def prefill(self, tokens: Sequence[int]) -> bytes:
         own = self._lane.stream
-        chunks = _chunks(len(tokens), self._batcher.n_batch)
+        chunks = _chunks(len(tokens), self._batcher.chunk)
         saved: bytes = b""
         for number, chunk in enumerate(chunks):
 
@@ -253,7 +334,7 @@ class LaneDecoder:
                 return context.save(own)
 
             last = number == len(chunks) - 1
-            saved = self._do(len(chunk), prepare, save if last else lambda *_: None)
+            saved = self._do([len(chunk)], prepare, save if last else lambda *_: None)
         return saved
 
     def use_state(self, saved: bytes) -> None:
@@ -265,7 +346,7 @@ class LaneDecoder:
             raise EngineError("a question before its state")
         self._question = None
         start = [0]
-        chunks = _chunks(len(suffix), self._batcher.n_batch)
+        chunks = _chunks(len(suffix), self._batcher.chunk)
         row: np.ndarray | None = None
         for chunk in chunks:
 
@@ -281,7 +362,7 @@ class LaneDecoder:
             ) -> Any:
                 return logits_at(len(chunk) - 1).copy() if chunk.stop == len(suffix) else None
 
-            row = self._do(len(chunk), prepare, copy_last)
+            row = self._do([len(chunk)], prepare, copy_last)
         self._question_length = start[0] + len(suffix)
         if row is None:
             raise EngineError("an empty question suffix")
@@ -297,18 +378,20 @@ class LaneDecoder:
             for path in node.paths:
                 through[path].append(index)
         results: dict[int, Read] = {}
-        n_batch, start = self._batcher.n_batch, self._question_length
+        n_batch, chunk, start = self._batcher.n_batch, self._batcher.chunk, self._question_length
         group: list[int] = []
         groups: list[list[int]] = []
+        longest = 0
         for path in range(n_paths):
-            size = sum(len(through[p]) for p in group) + len(through[path])
-            if group and (size > n_batch or len(group) == self._batcher.lendable):
+            longest = max(longest, len(through[path]))
+            rows = (len(group) + 1) * padded_width(longest)
+            if group and (rows > n_batch or len(group) == self._batcher.lendable):
                 groups.append(group)
-                group = []
+                group, longest = [], len(through[path])
             group.append(path)
         groups.append(group)
         for group in groups:
-            if len(through[group[0]]) > n_batch:  # one long path: chunks on the lane's stream
+            if len(through[group[0]]) > chunk:  # one long path: chunks on the lane's stream
                 self._long_path(nodes, through[group[0]], read, results)
                 continue
             wanted = [
@@ -337,7 +420,7 @@ class LaneDecoder:
                     if nodes[index].paths[0] == path:
                         results[index] = read(index, logits_at(k))
 
-            self._do(len(wanted), prepare, finish, streams=len(group))
+            self._do([len(through[path]) for path in group], prepare, finish, streams=len(group))
         return [results[index] for index in range(len(nodes))]
 
     def _long_path(
@@ -350,7 +433,7 @@ class LaneDecoder:
         """A path longer than a batch, in n_batch chunks on the lane's own stream, restored from
         the saved question first (so another long path of the question finds the same)."""
         own, start = self._lane.stream, self._question_length
-        for chunk in _chunks(len(path), self._batcher.n_batch):
+        for chunk in _chunks(len(path), self._batcher.chunk):
 
             def prepare(context: StreamContext, _: list[int], chunk: range = chunk) -> list[Entry]:
                 if chunk.start == 0:
@@ -363,7 +446,7 @@ class LaneDecoder:
                 for k, i in enumerate(chunk):
                     results[path[i]] = read(path[i], logits_at(k))
 
-            self._do(len(chunk), prepare, finish)
+            self._do([len(chunk)], prepare, finish)
 
     def _saved_question(self, context: StreamContext) -> bytes:
         """The lane's stream as the question left it, saved once per question (model thread)."""
