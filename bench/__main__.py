@@ -239,12 +239,16 @@ def run(plan: Plan, budget: Budget, build: Build, gguf: Path) -> dict:
         }
         seconds = load_seconds(plan, budget)
         runs = []
-        for queue in plan.queues:
-            log(budget, f"(d) concurrency, DECISION_MAX_QUEUE={queue}, {seconds:.1f}s per level")
+        settings = [(queue, 1) for queue in plan.queues]
+        settings += [(max(plan.queues), lanes) for lanes in plan.batched]
+        for queue, lanes in settings:
+            label = experiments.run_label(queue, lanes)
+            log(budget, f"(d) concurrency, {label}, {seconds:.1f}s per level")
             env = {
                 **adapter_env,
                 "DECISION_MAX_QUEUE": str(queue),
                 "DECISION_ADMISSION_WAIT_S": str(QUEUED_ADMISSION_WAIT_S),
+                "DECISION_MAX_SCORING_REQUESTS": str(lanes),
             }
             with running_adapter(tmp_dir, **env) as loaded:
                 runs.append(
@@ -254,6 +258,7 @@ def run(plan: Plan, budget: Budget, build: Build, gguf: Path) -> dict:
                         seconds,
                         queue,
                         QUEUED_ADMISSION_WAIT_S if queue else 0.0,
+                        lanes,
                     )
                 )
     result["concurrency"] = {
@@ -270,8 +275,9 @@ def run(plan: Plan, budget: Budget, build: Build, gguf: Path) -> dict:
 def load_seconds(plan: Plan, budget: Budget) -> float:
     """Seconds per concurrency level: the plan's, or less if the budget is short (an adapter
     start per queue setting and the charts still need time)."""
-    levels = len(plan.clients) * len(plan.queues)
-    fits = (budget.remaining() - 15 * len(plan.queues) - 15) / levels - 2
+    runs = len(plan.queues) + len(plan.batched)
+    levels = len(plan.clients) * runs
+    fits = (budget.remaining() - 15 * runs - 15) / levels - 2
     return round(max(2.0, min(plan.load_seconds, fits)), 1)
 
 

@@ -238,7 +238,7 @@ def concurrency(result: dict[str, Any], path: Path) -> Path:
     for (line, marker), run in zip(styles, runs, strict=False):
         rows = run["rows"]
         clients = [r["clients"] for r in rows]
-        label = f"DECISION_MAX_QUEUE={run['max_queue']}"
+        label = run.get("label") or f"DECISION_MAX_QUEUE={run['max_queue']}"
         axes[0].plot(
             clients,
             [r["throughput_rps"] for r in rows],
@@ -254,7 +254,7 @@ def concurrency(result: dict[str, Any], path: Path) -> Path:
                 linestyle=line,
                 marker=marker,
                 color=colour,
-                label=f"{key[:3]}, queue {run['max_queue']}",
+                label=f"{key[:3]}, {label.replace('DECISION_', '')}",
             )
         axes[2].plot(
             clients,

@@ -50,6 +50,8 @@ class Plan:
     clients: tuple[int, ...] = (1, 2, 4, 8, 16)
     load_seconds: float = 10.0
     queues: tuple[int, ...] = (0, 16)
+    # DECISION_MAX_SCORING_REQUESTS of the batched runs (queue 16): decisions sharing batches.
+    batched: tuple[int, ...] = (8,)
     chat_items: int | None = None  # None: every labelled example
     follow_up_repeats: int = 3
     # side by side with llama-server (bench.side_by_side)
@@ -257,8 +259,21 @@ def prompt_length(
 
 
 # --- (d) ------------------------------------------------------------------------------------
+def run_label(max_queue: int, max_scoring_requests: int = 1) -> str:
+    """A (d) run's settings as its charts and report name it."""
+    queue = f"DECISION_MAX_QUEUE={max_queue}"
+    if max_scoring_requests == 1:
+        return queue
+    return f"DECISION_MAX_SCORING_REQUESTS={max_scoring_requests}, {queue}"
+
+
 def concurrency_run(
-    url: str, plan: Plan, seconds: float, max_queue: int, admission_wait_s: float
+    url: str,
+    plan: Plan,
+    seconds: float,
+    max_queue: int,
+    admission_wait_s: float,
+    max_scoring_requests: int = 1,
 ) -> dict[str, Any]:
     body = load_decision()
     with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
@@ -267,7 +282,9 @@ def concurrency_run(
             caller.seconds(url, body)  # a fresh adapter: warm it before the first level
     rows = [run_load(url, body, clients, seconds).as_dict() for clients in plan.clients]
     return {
+        "label": run_label(max_queue, max_scoring_requests),
         "max_queue": max_queue,
+        "max_scoring_requests": max_scoring_requests,
         "admission_wait_s": admission_wait_s,
         "seconds_per_level": seconds,
         "rows": rows,

@@ -83,7 +83,8 @@ def markdown(result: dict, link_prefix: str = "../bench/results/") -> str:
     for run in (result.get("concurrency") or {}).get("runs", []):
         lines.append(
             # The seconds per level: a run short of budget measures less than the plan's 10 s.
-            f"| (d) DECISION_MAX_QUEUE={run['max_queue']}, {run['seconds_per_level']:g} s per "
+            f"| (d) {run.get('label') or 'DECISION_MAX_QUEUE=' + str(run['max_queue'])}, "
+            f"{run['seconds_per_level']:g} s per "
             "level, clients: decisions/s, p95, 503s | "
             + ", ".join(
                 f"{r['clients']}: {r['throughput_rps']:.1f}/s, "

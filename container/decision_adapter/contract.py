@@ -5,7 +5,7 @@ the model's identity. No llama.cpp here: the wire formats import this module, ne
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -36,6 +36,11 @@ MAX_REQUEST_ITEMS = 1024
 # caller bounds several calls at once (a JSON Lines body's time bound): scoring stops there too,
 # between batches, not only the coroutine awaiting it. None: each call's own deadline alone.
 WORK_DEADLINE: ContextVar[float | None] = ContextVar("work_deadline", default=None)
+# Whether the client of the request being answered has gone (the HTTP layer's check), for model
+# work that can stop early: a batched decision's remaining rounds. None: never asked.
+CLIENT_GONE: ContextVar[Callable[[], Awaitable[bool]] | None] = ContextVar(
+    "client_gone", default=None
+)
 
 
 @dataclass(frozen=True)

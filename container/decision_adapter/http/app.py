@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..contract import ModelService
+from ..contract import CLIENT_GONE, ModelService
 from ..errors import (
     Busy,
     ChatTemplateError,
@@ -136,6 +136,7 @@ async def _answer(wire_format: WireFormat, request: Request, body: Any) -> Respo
     else:  # validating a large body, and building its errors, is CPU work: off the loop
         parsed = await off_loop(wire_format.parse, body)
     call = Call(log=request.scope["state"]["log_fields"], is_disconnected=request.is_disconnected)
+    CLIENT_GONE.set(request.is_disconnected)  # this request's task and what it starts
     reply = await wire_format.answer(parsed, _service(request), call)
     if isinstance(reply, EventStream):
         return StreamingResponse(reply.events, media_type=reply.media_type)
@@ -209,6 +210,7 @@ async def _answer_lines(request: Request, forced: str | None) -> Response:
         shapes=INVOCATION_FORMATS,
     )
     log = request.scope["state"]["log_fields"]
+    CLIENT_GONE.set(request.is_disconnected)
     answers = await jsonlines.answer(
         lines,
         _service(request),

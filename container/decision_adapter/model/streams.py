@@ -83,7 +83,8 @@ class StreamContext:
 
     def cut(self, stream: int, position: int) -> None:
         """Drop the stream's cells from `position` on (attention memories only)."""
-        llama_cpp.llama_memory_seq_rm(self.memory, stream, position, -1)
+        if not llama_cpp.llama_memory_seq_rm(self.memory, stream, position, -1):
+            raise EngineError(f"llama.cpp could not cut stream {stream} back to {position} cells")
 
     def length(self, stream: int) -> int:
         """Tokens the stream holds (its last position + 1)."""

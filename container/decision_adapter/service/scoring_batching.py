@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..errors import EngineError
+from ..contract import CLIENT_GONE
+from ..errors import EngineError, RequestError
 from ..model.engine import DeadlinePassed
 from ..model.prefix_tree import Node
 from ..model.streams import StreamContext
@@ -43,6 +44,8 @@ from .admission import ModelRunner
 T = TypeVar("T")
 Read = TypeVar("Read")
 Entry = tuple[int, int, int, bool]  # token, position, stream, wants logits
+# How often a request waiting for its rounds asks whether its client is still there.
+CLIENT_CHECK_S = 0.1
 
 
 class LeftEarly(EngineError):
@@ -152,8 +155,17 @@ class ScoringBatcher:
                 done.set_exception(error)
 
         threading.Thread(target=work, name="scoring", daemon=True).start()
+        finished = asyncio.wrap_future(done)
+        gone = CLIENT_GONE.get()
         try:
-            return await asyncio.wrap_future(done), waited_ms
+            while not (await asyncio.wait({finished}, timeout=CLIENT_CHECK_S))[0]:
+                if gone is not None and await gone():
+                    raise RequestError(
+                        400,
+                        "the client disconnected before its decisions were scored",
+                        error_type="client_disconnected",
+                    )
+            return finished.result(), waited_ms
         finally:
             lane.left.set()  # a no-op once done; else the client left: stop at the next round
 

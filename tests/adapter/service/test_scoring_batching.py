@@ -137,7 +137,7 @@ def test_requests_scored_together_read_the_same_answers_as_alone_in_fewer_batche
 def test_a_path_longer_than_a_batch_reads_the_same_answers_alone_and_together(matrix):
     """n_batch 32: the options' paths outgrow a batch and go in chunks on the lane's stream."""
     engine = Engine(
-        matrix[SERVED[0].name],
+        matrix[BATCHED[0].name],
         EngineConfig(n_ctx=4096, n_batch=32, n_threads=MODEL_THREADS, n_gpu_layers=0, n_seq_max=8),
     )
     batcher, runner = _batched(engine, lanes=2)
@@ -232,7 +232,9 @@ SLOW = decision("ab " * 3000, "Is it?", ("yes", "no"), readout="letters")
 @pytest.fixture(scope="module")
 def batching(tmp_path_factory):
     with running_adapter(
-        tmp_path_factory.mktemp("scoring"), DECISION_MAX_SCORING_REQUESTS=str(LANES)
+        tmp_path_factory.mktemp("scoring"),
+        DECISION_MAX_SCORING_REQUESTS=str(LANES),
+        DECISION_MAX_QUEUE="8",
     ) as adapter:
         yield adapter
 
