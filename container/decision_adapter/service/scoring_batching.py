@@ -10,12 +10,12 @@ streams lent for one round.
 
 Exact: each answer has the bits of the same request alone. Every sequence is a KV stream of its
 own (streams.py), so no request reads another's cells; and a round shows each row what it shows
-it alone. llama.cpp's CPU matrix products round a row by the rows beside it (repacked weights
-in blocks of 4 rows, tinyBLAS from 8 rows) and split a stream's tokens between micro-batches by
-its neighbours' counts (tests/adapter/service/test_scoring_batching.py measures both), so every
-piece of work is padded to a width shared by its round, and asks for logits in multiples of 8
-(`Work`), alone as together. The padding is cut once decoded, which a recurrent memory cannot
-do: a hybrid model is scored one request at a time.
+it alone. llama.cpp's CPU matrix products round a row by the rows beside it and split a stream's
+tokens between micro-batches by its neighbours' counts (tests/adapter/service/
+test_scoring_batching.py measures both), so every piece of work is padded to a multiple of 8
+tokens and asks for logits in whole blocks of 8 (`Work`), alone as together. The padding is cut
+once decoded, which a recurrent memory cannot do: a hybrid model is scored one request at a
+time.
 
 A request whose client left, or whose deadline passed, is dropped at the next round (its thread
 ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted.
@@ -61,18 +61,17 @@ class Lane:
     left: threading.Event = field(default_factory=threading.Event)
 
 
-# The fewest rows a stream or a batch's logits take: llama.cpp's CPU matrix products change
-# kernel below 8 rows (tinyBLAS) and leave a last partial block of 4 to another (repacked
-# weights), so 8 and multiples of 8 keep every row on the same kernel, alone or beside others.
-ROW_QUANTUM = 8
+# The rows a piece of work comes in: llama.cpp's CPU matrix products round a row by the rows
+# beside it (a 1-row kernel, 4-row blocks of repacked weights, tinyBLAS from 2 rows) and split a
+# stream's tokens between micro-batches by its neighbours' counts, so a piece is padded to a
+# multiple of 8 tokens and asks for logits in whole blocks of 8: every split then falls on a
+# block, and each row meets the kernels it meets alone (test_scoring_batching.py).
+ROW_BLOCK = 8
 
 
 def padded_width(tokens: int) -> int:
-    """The tokens a stream's piece of a work is padded to: 8, 16, 32 or 64, then a multiple of
-    64. Pieces of one width share a batch; a piece is never split between micro-batches."""
-    if tokens <= 64:
-        return max(ROW_QUANTUM, 1 << max(tokens - 1, 0).bit_length())
-    return -(-tokens // 64) * 64
+    """The tokens a stream's piece of a work is padded to."""
+    return max(ROW_BLOCK, -(-tokens // ROW_BLOCK) * ROW_BLOCK)
 
 
 @dataclass
@@ -81,10 +80,9 @@ class Work:
     streams lent to it) returns its batch entries, each stream's together and in position order;
     `finish` reads their logits (by entry index) before the next decode replaces them.
 
-    Every piece (a stream's tokens) is padded to the work's `width` with tokens after its own,
-    removed once decoded, and the logits asked for to a multiple of ROW_QUANTUM: the batch a
-    work shares then shows each of its rows what it shows them alone (the same kernels, no
-    piece split), so each row has the same bits."""
+    Each piece (a stream's tokens) is padded to a multiple of ROW_BLOCK with tokens after its
+    own, cut once decoded, and asks for logits in whole blocks of ROW_BLOCK rows: alone or
+    beside any other work, each of its rows then has the same bits."""
 
     lane: Lane
     lengths: tuple[int, ...]  # tokens per stream it decodes, in entry order
@@ -94,12 +92,8 @@ class Work:
     outcome: Future[Any] = field(default_factory=Future)
 
     @property
-    def width(self) -> int:
-        return padded_width(max(self.lengths, default=0))
-
-    @property
     def rows(self) -> int:
-        return len(self.lengths) * self.width
+        return sum(map(padded_width, self.lengths))
 
 
 class ScoringBatcher:
@@ -123,7 +117,7 @@ class ScoringBatcher:
     @property
     def chunk(self) -> int:
         """The most tokens of one stream a work decodes: padded, they fit a batch."""
-        return max(t for t in range(1, self.n_batch + 1) if padded_width(t) <= self.n_batch)
+        return self.n_batch // ROW_BLOCK * ROW_BLOCK
 
     @property
     def lendable(self) -> int:
@@ -200,7 +194,6 @@ class ScoringBatcher:
         taken: list[tuple[Work, list[int]]] = []
         deferred: deque[Work] = deque()
         room, lendable = context.n_batch, list(self._lendable)
-        width: int | None = None  # the round's: the first live work's
         now = time.perf_counter()
         for work in waiting:
             if work.lane.left.is_set():
@@ -209,11 +202,7 @@ class ScoringBatcher:
                 work.outcome.set_exception(
                     DeadlinePassed(f"the deadline passed before a batch of {work.rows} tokens")
                 )
-            elif (
-                work.width == (width := width or work.width)
-                and work.rows <= room
-                and work.streams <= len(lendable)
-            ):
+            elif work.rows <= room and work.streams <= len(lendable):
                 room -= work.rows
                 taken.append((work, [lendable.pop() for _ in range(work.streams)]))
             else:
@@ -243,7 +232,7 @@ class ScoringBatcher:
             except Exception as error:  # noqa: BLE001 - this request's failure alone
                 work.outcome.set_exception(error)
                 continue
-            ready.append((work, _padded(own, work.width, entries, padding)))
+            ready.append((work, _padded(own, entries, padding)))
         try:
             if entries:
                 context.decode(sorted(entries, key=lambda entry: entry[2]))
@@ -270,12 +259,10 @@ class ScoringBatcher:
                 work.outcome.set_result(result)
 
 
-def _padded(
-    own: list[Entry], width: int, entries: list[Entry], padding: list[tuple[int, int]]
-) -> list[int]:
-    """Append a work's entries to `entries`, each stream's padded to `width` tokens with copies
-    of its last token at the positions after it, and logits asked of padding (then of its own
-    last tokens) up to a multiple of ROW_QUANTUM; the indexes of its own entries. The padding's
+def _padded(own: list[Entry], entries: list[Entry], padding: list[tuple[int, int]]) -> list[int]:
+    """Append a work's entries to `entries`, each stream's piece padded to a multiple of
+    ROW_BLOCK with copies of its last token at the positions after it, and logits asked of
+    every row of a block that has a row asking; the indexes of its own entries. The padding's
     (stream, first position) go to `padding`, to be cut once decoded."""
     pieces: list[list[Entry]] = []
     for entry in own:
@@ -283,23 +270,23 @@ def _padded(
             pieces[-1].append(entry)
         else:
             pieces.append([entry])
-    wanted = sum(entry[3] for entry in own)
-    extra = -(-max(wanted, 1) // ROW_QUANTUM) * ROW_QUANTUM - wanted
     indexes: list[int] = []
-    added: list[int] = []  # indexes of padding entries, then of own entries asked for nothing
     for piece in pieces:
         token, last, stream, _ = piece[-1]
-        for entry in piece:
-            indexes.append(len(entries))
-            entries.append(entry)
         padding.append((stream, last + 1))
-        for step in range(width - len(piece)):
-            added.append(len(entries))
-            entries.append((token, last + 1 + step, stream, False))
-    added += [index for index in reversed(indexes) if not entries[index][3]]
-    for index in added[:extra]:
-        token, position, stream, _ = entries[index]
-        entries[index] = (token, position, stream, True)
+        extra = [
+            (token, last + 1 + step, stream, False)
+            for step in range(padded_width(len(piece)) - len(piece))
+        ]
+        rows = piece + extra
+        for block in range(0, len(rows), ROW_BLOCK):
+            asks = any(row[3] for row in rows[block : block + ROW_BLOCK])
+            for offset, (token_, position, stream_, _) in enumerate(
+                rows[block : block + ROW_BLOCK]
+            ):
+                if block + offset < len(piece):
+                    indexes.append(len(entries))
+                entries.append((token_, position, stream_, asks))
     return indexes
 
 
@@ -393,13 +380,12 @@ class LaneDecoder:
         n_batch, chunk, start = self._batcher.n_batch, self._batcher.chunk, self._question_length
         group: list[int] = []
         groups: list[list[int]] = []
-        longest = 0
+        rows = 0
         for path in range(n_paths):
-            longest = max(longest, len(through[path]))
-            rows = (len(group) + 1) * padded_width(longest)
+            rows += padded_width(len(through[path]))
             if group and (rows > n_batch or len(group) == self._batcher.lendable):
                 groups.append(group)
-                group, longest = [], len(through[path])
+                group, rows = [], padded_width(len(through[path]))
             group.append(path)
         groups.append(group)
         for group in groups:
