@@ -57,6 +57,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import multiprocessing
 import os
 import platform
 import shlex
@@ -283,12 +284,77 @@ def unpack(kit: Path, work: Path) -> Path:
     return top
 
 
-def cuda_compiler() -> str | None:
+def cuda_toolkit() -> tuple[Path, str | None]:
+    """The CUDA toolkit's folder and its nvcc (CUDA_HOME, CUDA_PATH, /usr/local/cuda, else the
+    nvcc on PATH: a wrapper script there would hide the toolkit's folder)."""
+    for candidate in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if candidate and (Path(candidate) / "bin" / "nvcc").is_file():
+            return Path(candidate), str(Path(candidate) / "bin" / "nvcc")
     found = shutil.which("nvcc")
-    if found:
-        return found
-    default = Path("/usr/local/cuda/bin/nvcc")
-    return str(default) if default.is_file() else None
+    return (
+        (Path(found).resolve().parent.parent, found) if found else (Path("/usr/local/cuda"), None)
+    )
+
+
+def site_roots() -> list[Path]:
+    """Where this Python's packages live (NVIDIA's CUDA wheels install under nvidia/)."""
+    import site
+
+    roots = [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
+    return [Path(r) for r in dict.fromkeys(roots) if r and Path(r).is_dir()]
+
+
+def first(patterns: list[str], roots: list[Path]) -> Path | None:
+    for root in roots:
+        for pattern in patterns:
+            found = sorted(root.glob(pattern))
+            if found:
+                return found[0]
+    return None
+
+
+DRIVER_DIRS = (
+    "/usr/local/nvidia/lib64",
+    "/usr/local/nvidia/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib/wsl/lib",
+)
+
+
+def cuda_hints(
+    toolkit: Path, roots: list[Path], driver_dirs: tuple[str, ...] = DRIVER_DIRS
+) -> tuple[list[str], list[str]]:
+    """CMake flags for what CMake's FindCUDAToolkit would miss on an image whose toolkit holds
+    nvcc and the runtime but not cuBLAS (a toolkit assembled from NVIDIA's pip wheels, as on
+    this workplace's machines): cuBLAS from the pip wheels beside PyTorch (nvidia/cu13/ or
+    nvidia/cublas/, whose libraries carry only versioned names find_library does not look for),
+    and the driver's libcuda where no unversioned one or stub is on CMake's paths (without it,
+    no VMM pool). Returns the flags and the library folders to put on LD_LIBRARY_PATH."""
+    flags: list[str] = []
+    library_dirs: list[str] = []
+    lib_names = ("lib64", "lib")
+    if not (toolkit / "include" / "cublas_v2.h").is_file():
+        header = first(["nvidia/*/include/cublas_v2.h"], roots)
+        cublas = first(["nvidia/*/lib/libcublas.so*"], roots)
+        cublas_lt = first(["nvidia/*/lib/libcublasLt.so*"], roots)
+        if header and cublas and cublas_lt:
+            flags += [
+                f"-DCUDA_cublas_LIBRARY={cublas}",
+                f"-DCUDA_cublasLt_LIBRARY={cublas_lt}",
+                f"-DCMAKE_CUDA_FLAGS=-I{header.parent}",
+            ]
+            library_dirs.append(str(cublas.parent))
+    toolkit_driver = [
+        toolkit / lib / sub / "libcuda.so" for lib in lib_names for sub in ("", "stubs")
+    ]
+    if not any(p.exists() for p in toolkit_driver):
+        driver = first(["libcuda.so", "libcuda.so.1"], [Path(d) for d in driver_dirs])
+        if driver is not None:
+            flags.append(f"-DCUDA_cuda_driver_LIBRARY={driver}")
+        else:
+            flags.append("-DGGML_CUDA_NO_VMM=ON")
+    return flags, library_dirs
 
 
 def build(source: Path, build_dir: Path, flags: list[str], jobs: int, log_path: Path) -> dict:
@@ -321,18 +387,19 @@ def build(source: Path, build_dir: Path, flags: list[str], jobs: int, log_path: 
     return info
 
 
-def use_llama_cpp(package_root: Path, lib_dir: Path) -> dict[str, str]:
+def use_llama_cpp(package_root: Path, lib_dir: Path, library_dirs: list[str]) -> dict[str, str]:
     """Make this process and the adapters import the kit's `llama_cpp` bound to `lib_dir`;
-    returns the variables the adapters get."""
+    returns the variables the adapters get. `library_dirs` (CUDA's runtime and cuBLAS) go on
+    LD_LIBRARY_PATH too, should the build's RUNPATH miss one."""
     os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
     sys.path.insert(0, str(package_root))
     path = [str(REPO / "container"), str(REPO), str(package_root)]
     if os.environ.get("PYTHONPATH"):
         path.append(os.environ["PYTHONPATH"])
     env = {"LLAMA_CPP_LIB_PATH": str(lib_dir), "PYTHONPATH": os.pathsep.join(path)}
-    cuda_lib = Path("/usr/local/cuda/lib64")
-    if cuda_lib.is_dir():  # cuBLAS, should libggml-cuda's RUNPATH miss it
-        ld = [str(cuda_lib), os.environ.get("LD_LIBRARY_PATH", "")]
+    existing = [d for d in library_dirs if Path(d).is_dir()]
+    if existing:
+        ld = [*existing, os.environ.get("LD_LIBRARY_PATH", "")]
         os.environ["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, ld))
     return env
 
@@ -378,6 +445,38 @@ def check_answers(adapter_urls: dict[str, str], server_url: str | None, tokens: 
     return seen
 
 
+def client_shares(clients: int, processes: int) -> list[int]:
+    """The clients spread over load processes, as evenly as can be (none left empty)."""
+    count = max(1, min(clients, processes))
+    return [clients // count + (1 if i < clients % count else 0) for i in range(count)]
+
+
+def merge_loads(clients: int, results: list[Any]) -> dict[str, Any]:
+    """One level's bench.concurrency.LoadResult from its processes' (their windows start
+    within milliseconds of each other): answers pooled, the longest window."""
+    from bench.concurrency import LoadResult
+
+    merged = LoadResult(clients, max(r.elapsed_s for r in results))
+    for result in results:
+        merged.answered += result.answered
+        merged.refused += result.refused
+        merged.errors += result.errors
+    return merged.as_dict() | {"client_processes": len(results)}
+
+
+def load(
+    pool: Any, processes: int, url: str, body: dict, clients: int, seconds: float
+) -> dict[str, Any]:
+    """Closed-loop load (bench.concurrency.run_load) from several processes at once: at a
+    thousand decisions/s one Python process sending them would measure itself."""
+    from bench.concurrency import run_load
+
+    shares = client_shares(clients, processes if pool is not None else 1)
+    if len(shares) == 1:
+        return merge_loads(clients, [run_load(url, body, clients, seconds)])
+    return merge_loads(clients, pool.starmap(run_load, [(url, body, n, seconds) for n in shares]))
+
+
 def measure(
     report: Report,
     urls: dict[str, str],
@@ -386,15 +485,14 @@ def measure(
     deadline: float,
     started: float,
     copy_logs,
+    pool: Any,
 ) -> None:
-    from bench.concurrency import run_load
-
     runs = [name for name in (BATCHED, SERVER, ONE_AT_A_TIME) if name in urls]
     top = max(args.levels)
     if args.warmup_seconds > 0:
         for name in runs:
             log(started, f"warm-up: {name} at {top} clients for {args.warmup_seconds}s")
-            run_load(urls[name], bodies[name], top, args.warmup_seconds)
+            load(pool, args.client_processes, urls[name], bodies[name], top, args.warmup_seconds)
     rows: list[dict[str, Any]] = []
     skipped: list[int] = []
     for index, clients in enumerate(args.levels):
@@ -412,7 +510,7 @@ def measure(
         measured = {}
         for name in runs:
             log(started, f"{name}: {clients} clients for {seconds}s")
-            result = run_load(urls[name], bodies[name], clients, seconds).as_dict()
+            result = load(pool, args.client_processes, urls[name], bodies[name], clients, seconds)
             measured[name] = result
             log(
                 started,
@@ -479,11 +577,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
     parser.add_argument("--cpu-smoke", action="store_true", help="here, no GPU: see docstring")
     parser.add_argument("--prebuilt", type=Path, help="a build's bin/ (skips the build)")
+    parser.add_argument("--build", action="store_true", help="with --cpu-smoke: build (CPU)")
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)))
     parser.add_argument("--seconds", type=float, default=6.0, help="per level and server")
     parser.add_argument("--warmup-seconds", type=float, default=2.0)
     parser.add_argument("--deadline-s", type=float, default=560.0, help="from start, all in")
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--client-processes", type=int, default=4, help="load generators")
     parser.add_argument("--n-batch", type=int, default=2048)
     parser.add_argument("--slot-ctx", type=int, default=1024, help="context per request/slot")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -495,12 +595,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     deadline = started + args.deadline_s
     if args.cpu_smoke:
-        args.prebuilt = args.prebuilt or CPU_SMOKE_SERVER
+        if not args.build:
+            args.prebuilt = args.prebuilt or CPU_SMOKE_SERVER
         if args.levels == ",".join(map(str, LEVELS)):
             args.levels = "1,2"
         args.seconds = min(args.seconds, 1.0)
         args.warmup_seconds = min(args.warmup_seconds, 1.0)
         args.threads = min(args.threads, 2)
+        args.client_processes = min(args.client_processes, 2)
         args.n_batch = min(args.n_batch, 512)
     args.levels = [int(level) for level in str(args.levels).split(",")]
     adapter_env = parse_env(shlex.split(os.environ.get("ADAPTER_ENV", "")) + args.adapter_env)
@@ -544,14 +646,20 @@ def main(argv: list[str] | None = None) -> int:
         package_root = unpack(args.kit, args.work)
         source = package_root / "vendor" / "llama.cpp"
         report.update(stage="unpacked")
+        library_dirs: list[str] = []
         if args.prebuilt:
             lib_dir = args.prebuilt
             report.update(build={"prebuilt": str(lib_dir)})
         else:
             cuda = not args.cpu_smoke
             flags = cmake_flags(cuda)
-            if cuda and (nvcc := cuda_compiler()):
-                flags.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+            if cuda:
+                toolkit, nvcc = cuda_toolkit()
+                if nvcc:
+                    flags.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+                hints, library_dirs = cuda_hints(toolkit, site_roots())
+                flags += hints
+                library_dirs += [str(toolkit / "lib64"), str(toolkit / "lib")]
             log(started, f"building llama + llama-server ({args.jobs} jobs)")
             report.update(stage="building")
             began = time.monotonic()
@@ -563,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
             lib_dir = args.work / "build" / "bin"
             report.update(build=info)
             log(started, f"built in {info['total_s']}s")
-        adapter_env_paths = use_llama_cpp(package_root, lib_dir)
+        adapter_env_paths = use_llama_cpp(package_root, lib_dir, library_dirs)
 
         log(started, "writing the random-weight model")
         report.update(stage="model")
@@ -619,19 +727,22 @@ def main(argv: list[str] | None = None) -> int:
             adapter_urls = {k: v for k, v in urls.items() if k != SERVER}
             report.update(answers=check_answers(adapter_urls, urls[SERVER], tokens))
             copy_logs()
-            report.update(stage="measuring")
-            measure(
-                report,
-                {
-                    k: v + ("/completion" if k == SERVER else "/invocations")
-                    for k, v in urls.items()
-                },
-                bodies,
-                args,
-                deadline,
-                started,
-                copy_logs,
-            )
+            report.update(stage="measuring", client_processes=args.client_processes)
+            processes = multiprocessing.get_context("spawn")
+            with processes.Pool(args.client_processes) as pool:
+                measure(
+                    report,
+                    {
+                        k: v + ("/completion" if k == SERVER else "/invocations")
+                        for k, v in urls.items()
+                    },
+                    bodies,
+                    args,
+                    deadline,
+                    started,
+                    copy_logs,
+                    pool,
+                )
         report.update(stage="done")
     except BaseException as error:
         report.update(error=f"{type(error).__name__}: {error}"[-4000:])
