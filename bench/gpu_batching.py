@@ -38,16 +38,18 @@ it measured. `--cpu-smoke` runs the same path here: the kit's source and llama_c
 tiny model, no GPU, the already built CPU llama-server's libraries (--prebuilt), levels 1 and 2
 for a second each.
 
-The device command (one call, at most 2,000 characters; the tree and `.gpukit` carried):
+The device command (one call, well under 2,000 characters; `carry: [".gpukit"]`, `timeout_s:
+600`), on one line:
 
-    set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile \
-      --no-cache-dir --upgrade --target /tmp/site .gpukit/whl/*.whl \
-      && export PYTHONPATH=/tmp/site || exit; nvidia-smi -L; \
-    PYTHONUNBUFFERED=1 timeout -s INT 575 python3 -m bench.gpu_batching --out "$OUT" \
-      --deadline-s 560 2>&1 | tee "$OUT/log.txt"
+    set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile
+    --no-cache-dir --upgrade --target /tmp/site .gpukit/whl/*.whl && export
+    PYTHONPATH=/tmp/site || exit; nvidia-smi -L; PYTHONUNBUFFERED=1 timeout 560 python3 -m
+    bench.gpu_batching --out "$OUT" --deadline-s 540 2>&1 | tee "$OUT/log.txt"
 
-(run with `carry: [".gpukit"]`, `timeout_s: 600`; `ADAPTER_ENV="K=V K=V"` or `--adapter-env
-K=V` adds adapter settings to every adapter run.)
+`ADAPTER_ENV="K=V K=V"` before `timeout` (or `--adapter-env K=V`) adds adapter settings to
+every adapter run; `--no-one-at-a-time`, `--levels`, `--seconds`, `--n-batch`, `--threads`
+and `--client-processes` change the plan. Files back under $OUT: gpu-batching.json, log.txt,
+build-log-tail.txt and one log tail per server (6 of the 8 allowed).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -68,6 +71,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +90,7 @@ KIT = REPO / ".gpukit"
 SOURCE_ARCHIVE = "llama-src.tar.xz"
 VOCAB = Path("models") / "ggml-vocab-llama-bpe.gguf"
 REPORT = "gpu-batching.json"
+GGUF = "random-llama.gguf"
 LEVELS = (64, 1, 2, 4, 8, 16, 32)
 SLOTS = 64
 TARGET_RATIO = 1.2  # llama-server decisions/s over the batched adapter's, at most, at 64
@@ -380,11 +385,65 @@ def build(source: Path, build_dir: Path, flags: list[str], jobs: int, log_path: 
             out.write(f"$ {shlex.join(command)}\n")
             out.flush()
             began = time.monotonic()
-            finished = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
+            process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            RUNNING.append(process)
+            try:
+                returncode = process.wait()
+            finally:
+                RUNNING.remove(process)
             info[f"{step}_s"] = round(time.monotonic() - began, 1)
-            if finished.returncode != 0:
-                raise RuntimeError(f"{step} failed (exit {finished.returncode}); see {log_path}")
+            if returncode != 0:
+                raise RuntimeError(f"{step} failed (exit {returncode}); see {log_path}")
     return info
+
+
+RUNNING: list[subprocess.Popen] = []  # the build's step under way, stopped on an interrupt
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM to a build step's process group (ninja then stops the compilers it started, each
+    in a group of its own), SIGKILL after 5 s."""
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def timed_build(source: Path, build_dir: Path, flags: list[str], jobs: int, log: Path) -> dict:
+    began = time.monotonic()
+    info = build(source, build_dir, flags, jobs, log)
+    info["total_s"] = round(time.monotonic() - began, 1)
+    return info
+
+
+def sass_targets(library: Path) -> list[str] | None:
+    """The GPU architectures a library holds machine code for (cuobjdump), e.g. ['sm_90']."""
+    if not library.is_file() or not shutil.which("cuobjdump"):
+        return None
+    listing = subprocess.run(
+        ["cuobjdump", "--list-elf", str(library)], capture_output=True, text=True, check=False
+    ).stdout
+    return sorted(set(re.findall(r"sm_\d+a?", listing)))
+
+
+def make_model(args: argparse.Namespace, source: Path) -> dict[str, Any]:
+    from bench.random_gguf import LLAMA3_TEMPLATE, write_model
+
+    shape = TINY if args.cpu_smoke else Shape()
+    if args.layers:
+        shape = dataclasses.replace(shape, layers=args.layers)
+    return write_model(
+        args.work / GGUF,
+        source / VOCAB,
+        shape,
+        chat_template=LLAMA3_TEMPLATE if args.chat_template else None,
+        llama_cpp_source=source,
+    )
 
 
 def use_llama_cpp(package_root: Path, lib_dir: Path, library_dirs: list[str]) -> dict[str, str]:
@@ -581,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)))
     parser.add_argument("--seconds", type=float, default=6.0, help="per level and server")
     parser.add_argument("--warmup-seconds", type=float, default=2.0)
-    parser.add_argument("--deadline-s", type=float, default=560.0, help="from start, all in")
+    parser.add_argument("--deadline-s", type=float, default=540.0, help="from start, all in")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--client-processes", type=int, default=4, help="load generators")
     parser.add_argument("--n-batch", type=int, default=2048)
@@ -647,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         source = package_root / "vendor" / "llama.cpp"
         report.update(stage="unpacked")
         library_dirs: list[str] = []
+        building = None
         if args.prebuilt:
             lib_dir = args.prebuilt
             report.update(build={"prebuilt": str(lib_dir)})
@@ -662,34 +722,26 @@ def main(argv: list[str] | None = None) -> int:
                 library_dirs += [str(toolkit / "lib64"), str(toolkit / "lib")]
             log(started, f"building llama + llama-server ({args.jobs} jobs)")
             report.update(stage="building")
-            began = time.monotonic()
-            try:
-                info = build(source, args.work / "build", flags, args.jobs, build_log)
-            finally:
-                copy_logs()
-            info["total_s"] = round(time.monotonic() - began, 1)
-            lib_dir = args.work / "build" / "bin"
-            report.update(build=info)
-            log(started, f"built in {info['total_s']}s")
-        adapter_env_paths = use_llama_cpp(package_root, lib_dir, library_dirs)
-
+            building = ThreadPoolExecutor(1).submit(
+                timed_build, source, args.work / "build", flags, args.jobs, build_log
+            )
+        # The model is written while the build runs: one core of Python against ninja's.
         log(started, "writing the random-weight model")
-        report.update(stage="model")
-        from bench.random_gguf import LLAMA3_TEMPLATE, write_model
-
-        shape = TINY if args.cpu_smoke else Shape()
-        if args.layers:
-            shape = dataclasses.replace(shape, layers=args.layers)
-        gguf = args.work / "random-llama.gguf"
-        model = write_model(
-            gguf,
-            source / VOCAB,
-            shape,
-            chat_template=LLAMA3_TEMPLATE if args.chat_template else None,
-            llama_cpp_source=source,
-        )
+        model = make_model(args, source)
         report.update(model=model)
         log(started, f"model: {model['parameters'] / 1e9:.3f} B parameters in {model['seconds']}s")
+        if building is not None:
+            try:
+                info = building.result()
+            finally:
+                copy_logs()
+            lib_dir = args.work / "build" / "bin"
+            info["cuda_sass"] = sass_targets(lib_dir / "libggml-cuda.so")
+            report.update(build=info)
+            log(started, f"built in {info['total_s']}s")
+        report.update(stage="model written")
+        adapter_env_paths = use_llama_cpp(package_root, lib_dir, library_dirs)
+        gguf = args.work / GGUF
 
         import llama_cpp
 
@@ -751,6 +803,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return 1
     finally:
+        for process in list(RUNNING):  # an interrupted build: ninja stops its compilers
+            stop_group(process)
         report.update(elapsed_s=round(time.monotonic() - started, 1))
         copy_logs()
         log(started, f"report: {report.path}")
