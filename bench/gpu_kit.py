@@ -262,9 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"llama_cpp_python": version, "sdist": str(sdist)}
     print(f"trimming {sdist.name} ...", flush=True)
     report["source"] = trim(sdist, args.out / SOURCE_ARCHIVE)
-    if not args.skip_wheels:
-        versions = wheel_versions()
-        report["wheels"] = download_wheels(args.out / WHEELS, versions)
+    if args.skip_wheels:
+        report["wheels"] = sorted(p.name for p in (args.out / WHEELS).glob("*.whl"))
+    else:
+        report["wheels"] = download_wheels(args.out / WHEELS, wheel_versions())
     if args.check:
         report["configure"] = check_configure(args.out / SOURCE_ARCHIVE)
     kit = folder_bytes(args.out)
