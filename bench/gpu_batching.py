@@ -328,14 +328,19 @@ DRIVER_DIRS = (
 
 
 def cuda_hints(
-    toolkit: Path, roots: list[Path], driver_dirs: tuple[str, ...] = DRIVER_DIRS
+    toolkit: Path,
+    roots: list[Path],
+    headers: Path,
+    driver_dirs: tuple[str, ...] = DRIVER_DIRS,
 ) -> tuple[list[str], list[str]]:
     """CMake flags for what CMake's FindCUDAToolkit would miss on an image whose toolkit holds
     nvcc and the runtime but not cuBLAS (a toolkit assembled from NVIDIA's pip wheels, as on
     this workplace's machines): cuBLAS from the pip wheels beside PyTorch (nvidia/cu13/ or
     nvidia/cublas/, whose libraries carry only versioned names find_library does not look for),
     and the driver's libcuda where no unversioned one or stub is on CMake's paths (without it,
-    no VMM pool). Returns the flags and the library folders to put on LD_LIBRARY_PATH."""
+    no VMM pool). The wheels' include folder holds other CUDA headers too, perhaps of another
+    minor version than nvcc's: only its cuBLAS headers are linked into `headers`, the folder
+    the build is told about. Returns the flags and the library folders for LD_LIBRARY_PATH."""
     flags: list[str] = []
     library_dirs: list[str] = []
     lib_names = ("lib64", "lib")
@@ -344,10 +349,15 @@ def cuda_hints(
         cublas = first(["nvidia/*/lib/libcublas.so*"], roots)
         cublas_lt = first(["nvidia/*/lib/libcublasLt.so*"], roots)
         if header and cublas and cublas_lt:
+            headers.mkdir(parents=True, exist_ok=True)
+            for found in header.parent.glob("cublas*.h"):
+                link = headers / found.name
+                if not link.exists():
+                    link.symlink_to(found)
             flags += [
                 f"-DCUDA_cublas_LIBRARY={cublas}",
                 f"-DCUDA_cublasLt_LIBRARY={cublas_lt}",
-                f"-DCMAKE_CUDA_FLAGS=-I{header.parent}",
+                f"-DCMAKE_CUDA_FLAGS=-I{headers}",
             ]
             library_dirs.append(str(cublas.parent))
     toolkit_driver = [
@@ -702,6 +712,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         log(started, f"machine: {report.data['machine']}")
+        if (args.kit / "kit.json").is_file():
+            report.update(kit=json.loads((args.kit / "kit.json").read_text()))
         package_root = unpack(args.kit, args.work)
         source = package_root / "vendor" / "llama.cpp"
         report.update(stage="unpacked")
@@ -717,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
                 toolkit, nvcc = cuda_toolkit()
                 if nvcc:
                     flags.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
-                hints, library_dirs = cuda_hints(toolkit, site_roots())
+                hints, library_dirs = cuda_hints(toolkit, site_roots(), args.work / "cublas")
                 flags += hints
                 library_dirs += [str(toolkit / "lib64"), str(toolkit / "lib")]
             log(started, f"building llama + llama-server ({args.jobs} jobs)")

@@ -83,31 +83,36 @@ def test_cublas_comes_from_the_pip_wheels_when_the_toolkit_lacks_it(tmp_path):
     _touch(toolkit / "lib" / "stubs" / "libcuda.so")
     site = tmp_path / "site"
     header = _touch(site / "nvidia" / "cu13" / "include" / "cublas_v2.h")
+    _touch(site / "nvidia" / "cu13" / "include" / "cuda_runtime.h")  # another wheel's
     cublas = _touch(site / "nvidia" / "cu13" / "lib" / "libcublas.so.13")
     cublas_lt = _touch(site / "nvidia" / "cu13" / "lib" / "libcublasLt.so.13")
-    flags, dirs = gb.cuda_hints(toolkit, [site], driver_dirs=())
+    headers = tmp_path / "work" / "cublas"
+    flags, dirs = gb.cuda_hints(toolkit, [site], headers, driver_dirs=())
     assert flags == [
         f"-DCUDA_cublas_LIBRARY={cublas}",
         f"-DCUDA_cublasLt_LIBRARY={cublas_lt}",
-        f"-DCMAKE_CUDA_FLAGS=-I{header.parent}",
+        f"-DCMAKE_CUDA_FLAGS=-I{headers}",
     ]
     assert dirs == [str(cublas.parent)]
+    # only cuBLAS's own headers: the toolkit's runtime headers stay nvcc's
+    assert [p.name for p in headers.iterdir()] == ["cublas_v2.h"]
+    assert (headers / "cublas_v2.h").resolve() == header
 
 
 def test_a_complete_toolkit_needs_no_hints(tmp_path):
     toolkit = tmp_path / "cuda"
     _touch(toolkit / "include" / "cublas_v2.h")
     _touch(toolkit / "lib64" / "stubs" / "libcuda.so")
-    assert gb.cuda_hints(toolkit, [tmp_path], driver_dirs=()) == ([], [])
+    assert gb.cuda_hints(toolkit, [tmp_path], tmp_path / "h", driver_dirs=()) == ([], [])
 
 
 def test_the_driver_library_is_named_or_vmm_left_out(tmp_path):
     toolkit = tmp_path / "cuda"
     _touch(toolkit / "include" / "cublas_v2.h")
     driver = _touch(tmp_path / "driver" / "libcuda.so.1")
-    flags, _ = gb.cuda_hints(toolkit, [], driver_dirs=(str(driver.parent),))
+    flags, _ = gb.cuda_hints(toolkit, [], tmp_path / "h", driver_dirs=(str(driver.parent),))
     assert flags == [f"-DCUDA_cuda_driver_LIBRARY={driver}"]
-    flags, _ = gb.cuda_hints(toolkit, [], driver_dirs=(str(tmp_path / "none"),))
+    flags, _ = gb.cuda_hints(toolkit, [], tmp_path / "h", driver_dirs=(str(tmp_path / "none"),))
     assert flags == ["-DGGML_CUDA_NO_VMM=ON"]
 
 
