@@ -19,18 +19,21 @@ It runs on the device machine (one H200, 16 cores, nvcc, no package registry) fr
    the CPU recipe of container/llama_build.py (the machine's x86 features less AMX), and for
    CUDA: `CMAKE_CUDA_ARCHITECTURES=90`, FlashAttention kernels for an F16 KV cache only
    (`GGML_CUDA_FA_QUANTS=f16-f16`, the cache type both servers use), no fatbin compression and
-   no NCCL: each shortens the build without changing a kernel this run uses.
+   no NCCL: each shortens the build without changing a kernel this run uses. Where the
+   toolkit lacks cuBLAS (one assembled from NVIDIA's pip wheels), it comes from the wheels
+   beside PyTorch (cuda_hints).
 2. A random-weight llama GGUF shaped like Llama 3.2 1B with Llama 3's real vocabulary
-   (bench.random_gguf), written with the kit's gguf-py.
+   (bench.random_gguf), written with the kit's gguf-py while the build runs.
 3. The servers, all at once on the one GPU (each holds its own copy of the model), every layer
    offloaded: the adapter (`python -m decision_adapter serve`, as `make run`) with
    DECISION_N_GPU_LAYERS=-1, its state cache off, a queue of 256 and a 60 s admission wait (64
    clients wait, not 503); llama-server with `-ngl 99 -np 64 -cb -c 64 x <per-request
    context>`. Same threads, batch size and per-request context on both.
-4. Closed-loop load (bench.concurrency.run_load) at each level, each server in turn, after one
-   unmeasured warm-up at the highest level. 64 clients are measured first (the target), then
-   the rest upward. Each level's seconds shrink to fit the time left (--deadline-s); the
-   one-at-a-time adapter is dropped first when time runs short.
+4. Closed-loop load (bench.concurrency.run_load, from 4 processes whose answers are pooled)
+   at each level, each server in turn, after one unmeasured warm-up at the highest level. 64
+   clients are measured first (the target), then the rest upward. Each level's seconds shrink
+   to fit the time left (--deadline-s); the one-at-a-time adapter is dropped first when time
+   runs short.
 
 `$OUT/gpu-batching.json` is rewritten after every step and level, and the servers' and the
 build's log tails are copied beside it, so a run stopped by its time limit still returns what
