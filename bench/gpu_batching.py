@@ -663,6 +663,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chat-template", action="store_true", help="Llama 3's template")
     parser.add_argument("--no-one-at-a-time", action="store_true")
     parser.add_argument("--adapter-env", action="append", default=[], metavar="K=V")
+    parser.add_argument(
+        "--cmake-arg",
+        action="append",
+        default=[],
+        help="an extra CMake flag, e.g. -DGGML_CUDA_FA=OFF",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     deadline = started + args.deadline_s
@@ -735,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
                 hints, library_dirs = cuda_hints(toolkit, site_roots(), args.work / "cublas")
                 flags += hints
                 library_dirs += [str(toolkit / "lib64"), str(toolkit / "lib")]
+            flags += args.cmake_arg
             log(started, f"building llama + llama-server ({args.jobs} jobs)")
             report.update(stage="building")
             building = ThreadPoolExecutor(1).submit(
