@@ -667,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cmake-arg",
         action="append",
         default=[],
-        help="an extra CMake flag, e.g. -DGGML_CUDA_FA=OFF",
+        help="an extra CMake flag: --cmake-arg=-DGGML_CUDA_FA=OFF",
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
