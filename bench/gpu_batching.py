@@ -614,6 +614,9 @@ def servers(
     logs: dict[str, Path] = {}
     settings = server_arguments(args.threads, args.n_batch, args.slot_ctx, not args.cpu_smoke)
     with contextlib.ExitStack() as stack:
+        log(started, f"starting llama-server: {shlex.join(settings.arguments())}")
+        server = stack.enter_context(running_llama_server(binary, gguf, settings, work))
+        urls[SERVER], logs[SERVER] = server.url, server.log_path
         runs = [BATCHED] if args.no_one_at_a_time else [BATCHED, ONE_AT_A_TIME]
         environments = {}
         for name in runs:
@@ -629,17 +632,33 @@ def servers(
             }
             environments[name] = {k: v for k, v in env.items() if k.startswith("DECISION_")}
             log(started, f"starting {name}")
-            adapter = stack.enter_context(running_adapter(work, ready_timeout=300, **env))
+            try:
+                adapter = stack.enter_context(running_adapter(work, ready_timeout=300, **env))
+            except Exception as error:  # noqa: BLE001 - recorded; llama-server is still measured
+                log(started, f"{name} did not start: {error!r}"[:2000])
+                report.data.setdefault("adapter_failures", {})[name] = repr(error)[-4000:]
+                continue
             urls[name], logs[name] = adapter.url, adapter.log_path
-        log(started, f"starting llama-server: {shlex.join(settings.arguments())}")
-        server = stack.enter_context(running_llama_server(binary, gguf, settings, work))
-        urls[SERVER], logs[SERVER] = server.url, server.log_path
         report.update(
             adapter_environments=environments,
             llama_server_arguments=settings.arguments(),
             gpu_memory_after_start=gpu_memory_used(),
         )
         yield urls | {f"{k}_log": str(v) for k, v in logs.items()}
+
+
+TOKENS_PROBE = """
+import json, sys
+from pathlib import Path
+import llama_cpp
+from bench.decision_concurrency import decision_tokens
+tokens = decision_tokens(Path(sys.argv[1]))
+print(json.dumps({"tokens": tokens, "llama_cpp": {
+    "package": str(Path(llama_cpp.__file__).parent),
+    "version": llama_cpp.__version__,
+    "system_info": llama_cpp.llama_print_system_info().decode(errors="replace"),
+}}))
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -765,20 +784,27 @@ def main(argv: list[str] | None = None) -> int:
         adapter_env_paths = use_llama_cpp(package_root, lib_dir, library_dirs)
         gguf = args.work / GGUF
 
-        import llama_cpp
-
-        from bench.decision_concurrency import decision_tokens
         from bench.llama_server import completion_body
         from bench.workloads import load_decision
 
-        tokens = decision_tokens(gguf)
+        # In a process of its own, the GPU hidden: llama.cpp crashed this one on the device
+        # (a segmentation fault after the CUDA build; faulthandler's trace goes to the report).
+        probe = subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-c", TOKENS_PROBE, str(gguf)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+            timeout=120,
+        )
+        if probe.returncode != 0:
+            report.update(tokens_probe_stderr=probe.stderr[-4000:])
+            raise RuntimeError(
+                f"the token probe failed ({probe.returncode}): {probe.stderr[-500:]}"
+            )
+        probed = json.loads(probe.stdout.strip().splitlines()[-1])
+        tokens = probed["tokens"]
         report.update(
-            llama_cpp={
-                "package": str(Path(llama_cpp.__file__).parent),
-                "version": llama_cpp.__version__,
-                "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
-                "system_info": llama_cpp.llama_print_system_info().decode(errors="replace"),
-            },
+            llama_cpp=probed["llama_cpp"],
             prompt_tokens=len(tokens),
             request={
                 "adapter": load_decision(),
