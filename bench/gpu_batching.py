@@ -793,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-X", "faulthandler", "-c", TOKENS_PROBE, str(gguf)],
             capture_output=True,
             text=True,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+            env={**os.environ, **adapter_env_paths, "CUDA_VISIBLE_DEVICES": ""},
             timeout=120,
         )
         if probe.returncode != 0:
