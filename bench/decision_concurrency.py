@@ -22,13 +22,13 @@ from pathlib import Path
 from bench.concurrency import run_load
 from bench.llama_server import ServerSettings, completion_body, running_llama_server
 from bench.llama_server_build import ensure_llama_server
+from bench.report import DECISION_CONCURRENCY_SUFFIX
 from bench.workloads import THREADS, load_decision, machine_name, prompt_tokens
 from launcher import running_adapter
 
 LEVELS = (1, 2, 4, 8, 16)
 SLOTS = (4, 8)
 RESULTS = Path(__file__).parent / "results"
-SUFFIX = "-decision-concurrency.json"
 # As make bench: the state cache off, so every decision decodes its whole prompt, as
 # llama-server does with its prompt cache off.
 ADAPTER_ENV = {
@@ -113,7 +113,7 @@ def main() -> None:
                 print(f"llama_server -np {slots}", json.dumps(run), flush=True)
     result["load_average_after"] = os.getloadavg()
     today = datetime.date.today().isoformat()
-    output = RESULTS / f"{today}-{machine_name()}{SUFFIX}"
+    output = RESULTS / f"{today}-{machine_name()}{DECISION_CONCURRENCY_SUFFIX}"
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {output}")
 

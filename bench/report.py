@@ -15,11 +15,15 @@ READOUT_COST_SUFFIX = "-readout-cost.json"
 CHAT_VERSUS_SUFFIX = "-chat-versus.json"  # bench.chat_versus: the chat rows alone
 CHAT_CONCURRENCY_SUFFIX = "-chat-concurrency.json"  # bench.chat_concurrency
 BATCH_EXACTNESS_SUFFIX = "-batch-exactness.json"  # bench.batch_exactness
+DECISION_CONCURRENCY_SUFFIX = "-decision-concurrency.json"  # bench.decision_concurrency
+GPU_BATCHING_SUFFIX = "-gpu-batching.json"  # bench.gpu_batching, on the device machine
 OTHER_SUFFIXES = (
     READOUT_COST_SUFFIX,
     CHAT_VERSUS_SUFFIX,
     CHAT_CONCURRENCY_SUFFIX,
     BATCH_EXACTNESS_SUFFIX,
+    DECISION_CONCURRENCY_SUFFIX,
+    GPU_BATCHING_SUFFIX,
 )
 
 
