@@ -241,11 +241,11 @@ def copy_tail(source: Path, target: Path) -> None:
 
 
 # --- machine, build, model ----------------------------------------------------------------
-def gpu_line() -> str | None:
-    query = "name,driver_version,memory.total,clocks.max.sm,compute_cap"
+def nvidia_smi(query: str) -> str | None:
+    """nvidia-smi's CSV answer to `query` (e.g. `--query-gpu=name`), or None without one."""
     try:
         finished = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            ["nvidia-smi", query, "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=30,
@@ -254,20 +254,14 @@ def gpu_line() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return finished.stdout.strip() or None
+
+
+def gpu_line() -> str | None:
+    return nvidia_smi("--query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap")
 
 
 def gpu_memory_used() -> str | None:
-    try:
-        finished = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return finished.stdout.strip() or None
+    return nvidia_smi("--query-compute-apps=pid,used_memory")
 
 
 def machine() -> dict[str, Any]:

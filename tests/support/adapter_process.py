@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -57,3 +58,20 @@ def post_in_flight(adapter: Adapter, path: str, body: dict) -> Future[httpx.Resp
 def slow_decision(state_line: str, repeats: int, options=("data", "infra")) -> dict:
     """A decision on `state_line` repeated: a long state, whose prefill holds the model."""
     return decision(state_line * repeats, "Which team?", options, id="slow")
+
+
+def post_together(url: str, bodies: list[dict]) -> list[httpx.Response]:
+    """All bodies at once, each on its own connection and thread, released together."""
+    replies: list = [None] * len(bodies)
+    start = threading.Barrier(len(bodies))
+
+    def send(index: int) -> None:
+        start.wait()
+        replies[index] = httpx.post(url, json=bodies[index], timeout=120)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return replies

@@ -237,6 +237,26 @@ def user_text_tokenizer(
     return UserTextTokenizer(tokenize, specials if exact else None, longest)
 
 
+def saved_sequence(ctx: llama_cpp.llama_context_p, seq_id: int) -> bytes:
+    """A sequence of a context as llama.cpp saves it (its KV cells, or recurrent state)."""
+    size = llama_cpp.llama_state_seq_get_size(ctx, seq_id)
+    buffer = (ctypes.c_uint8 * size)()
+    written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, seq_id)
+    return ctypes.string_at(buffer, written)
+
+
+def restore_saved_sequence(ctx: llama_cpp.llama_context_p, seq_id: int, state: bytes) -> None:
+    buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+    if llama_cpp.llama_state_seq_set_data(ctx, buffer, len(state), seq_id) == 0:
+        raise EngineError(f"llama.cpp could not restore a saved state into sequence {seq_id}")
+
+
+def sequence_length(memory: llama_cpp.llama_memory_t, seq_id: int) -> int:
+    """Tokens a sequence holds (its last position + 1)."""
+    last: int = llama_cpp.llama_memory_seq_pos_max(memory, seq_id)  # llama_cpp returns Any
+    return last + 1
+
+
 class Engine:
     """Owns the model and its context; decodes token sequences and returns logits."""
 
@@ -396,19 +416,13 @@ class Engine:
 
     def save_sequence(self, seq_id: int) -> bytes:
         """The sequence's whole memory (KV cells, or recurrent state for hybrid models)."""
-        size = llama_cpp.llama_state_seq_get_size(self.ctx, seq_id)
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, seq_id)
-        return ctypes.string_at(buffer, written)
+        return saved_sequence(self.ctx, seq_id)
 
     def restore_sequence(self, seq_id: int, state: bytes) -> None:
-        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if llama_cpp.llama_state_seq_set_data(self.ctx, buffer, len(state), seq_id) == 0:
-            raise EngineError(f"llama.cpp could not restore a saved state into sequence {seq_id}")
+        restore_saved_sequence(self.ctx, seq_id, state)
 
     def sequence_length(self, seq_id: int) -> int:
-        last: int = llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)  # Any, as above
-        return last + 1
+        return sequence_length(self.memory, seq_id)
 
     def _decode(self, entries: list[tuple[int, int, Sequence[int], bool]]) -> None:
         """Decode (token, position, sequences, wants_logits) entries as exactly one batch."""

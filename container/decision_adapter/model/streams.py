@@ -22,7 +22,7 @@ import llama_cpp
 import numpy as np
 
 from ..errors import EngineError
-from .engine import Engine
+from .engine import Engine, restore_saved_sequence, saved_sequence, sequence_length
 
 
 class StreamContext:
@@ -87,23 +87,15 @@ class StreamContext:
             raise EngineError(f"llama.cpp could not cut stream {stream} back to {position} cells")
 
     def length(self, stream: int) -> int:
-        """Tokens the stream holds (its last position + 1)."""
-        last: int = llama_cpp.llama_memory_seq_pos_max(self.memory, stream)  # Any, as ctypes'
-        return last + 1
+        return sequence_length(self.memory, stream)
 
     def save(self, stream: int) -> bytes:
-        """The stream's sequence as llama.cpp saves it (Engine.save_sequence)."""
-        size = llama_cpp.llama_state_seq_get_size(self.ctx, stream)
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, stream)
-        return ctypes.string_at(buffer, written)
+        return saved_sequence(self.ctx, stream)
 
     def restore(self, stream: int, state: bytes) -> None:
         """`state` (from `save`) into a stream, cleared first: its cells from the first on."""
         self.clear(stream)
-        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if llama_cpp.llama_state_seq_set_data(self.ctx, buffer, len(state), stream) == 0:
-            raise EngineError(f"llama.cpp could not restore a saved state into stream {stream}")
+        restore_saved_sequence(self.ctx, stream, state)
 
     def decode(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
         """One batch of (token, position, stream, wants_logits); entry k's logits, if it wants

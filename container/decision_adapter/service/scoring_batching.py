@@ -233,9 +233,11 @@ class ScoringBatcher:
                 work.outcome.set_exception(error)
                 continue
             ready.append((work, _padded(own, entries, padding)))
+        # By stream (a micro-batch takes a run of consecutive streams), stably.
+        order = sorted(range(len(entries)), key=lambda index: entries[index][2])
         try:
             if entries:
-                context.decode(sorted(entries, key=lambda entry: entry[2]))
+                context.decode([entries[index] for index in order])
         except Exception as error:  # noqa: BLE001 - the batch failed (interrupted): all fail
             for work, _ in ready:
                 work.outcome.set_exception(error)
@@ -243,8 +245,6 @@ class ScoringBatcher:
         finally:
             for stream, position in padding:
                 context.cut(stream, position)
-        # Sorted by stream (a micro-batch takes a run of consecutive streams), stably.
-        order = sorted(range(len(entries)), key=lambda index: entries[index][2])
         at = {index: rank for rank, index in enumerate(order)}
         for work, indexes in ready:
 

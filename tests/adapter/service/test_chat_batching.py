@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from launcher import running_adapter, wait_until
-from tests.support.adapter_process import LONG_CHAT
+from tests.support.adapter_process import LONG_CHAT, post_together
 from tests.support.bodies import decision
 
 # Asserts on admission counts while streams run: make test's serial part.
@@ -53,29 +53,12 @@ def answer(reply: dict) -> tuple:
     return choice["message"]["content"], choice["finish_reason"], choice.get("logprobs")
 
 
-def post_together(url: str, bodies: list[dict]) -> list[dict]:
-    """All bodies at once, each on its own connection, released together."""
-    replies: list = [None] * len(bodies)
-    start = threading.Barrier(len(bodies))
-
-    def send(index: int) -> None:
-        start.wait()
-        replies[index] = httpx.post(url, json=bodies[index], timeout=120).json()
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return replies
-
-
 def test_streams_beside_each_other_read_the_same_bits_as_alone_in_fewer_batches(batching):
     url = batching.url + "/v1/chat/completions"
     before = batching.stats()["engine"]["decode_calls"]
     alone = [answer(httpx.post(url, json=body, timeout=120).json()) for body in BODIES]
     between = batching.stats()["engine"]["decode_calls"]
-    together = [answer(reply) for reply in post_together(url, BODIES)]
+    together = [answer(reply.json()) for reply in post_together(url, BODIES)]
     after = batching.stats()["engine"]["decode_calls"]
     assert together == alone
     assert all(text for text, _, _ in alone)
@@ -137,7 +120,7 @@ def test_the_chat_deadline_ends_a_batched_stream_with_length(tmp_path):
         tmp_path, DECISION_MAX_CHAT_STREAMS="2", DECISION_CHAT_DEADLINE_S="1"
     ) as adapter:
         url = adapter.url + "/v1/chat/completions"
-        replies = post_together(url, [LONG_CHAT, LONG_CHAT])
+        replies = [reply.json() for reply in post_together(url, [LONG_CHAT, LONG_CHAT])]
     for reply in replies:
         (choice,) = reply["choices"]
         assert choice["finish_reason"] == "length"

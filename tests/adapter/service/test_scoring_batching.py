@@ -44,6 +44,7 @@ from tests.adapter.model.test_model_matrix import (
     _with,
 )
 from tests.conftest import MODEL_THREADS
+from tests.support.adapter_process import post_together
 from tests.support.bodies import decision
 from tests.support.model_matrix import SERVED, ensure_matrix
 
@@ -239,22 +240,6 @@ def batching(tmp_path_factory):
         yield adapter
 
 
-def _post_together(url: str, bodies: list[dict]) -> list[httpx.Response]:
-    replies: list = [None] * len(bodies)
-    start = threading.Barrier(len(bodies))
-
-    def send(index: int) -> None:
-        start.wait()
-        replies[index] = httpx.post(url, json=bodies[index], timeout=120)
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return replies
-
-
 def _in_flight(adapter, count: int) -> None:
     wait_until(
         lambda: adapter.stats()["scoring_admission"]["in_flight"] == count,
@@ -266,7 +251,7 @@ def _in_flight(adapter, count: int) -> None:
 def test_clients_at_once_get_the_bits_they_get_alone(batching):
     url = batching.url + "/invocations"
     alone = [httpx.post(url, json=body, timeout=120).json()["result"] for body in BODIES]
-    together = [reply.json()["result"] for reply in _post_together(url, BODIES + BODIES)]
+    together = [reply.json()["result"] for reply in post_together(url, BODIES + BODIES)]
     for index, result in enumerate(together):
         expected = alone[index % len(BODIES)]
         assert result["probabilities"] == expected["probabilities"]
@@ -284,7 +269,7 @@ def test_clients_of_one_shape_share_each_batch(batching):
     httpx.post(url, json=body, timeout=120)
     one = batching.stats()["engine"]["decode_calls"] - before
     before = batching.stats()["engine"]["decode_calls"]
-    _post_together(url, [body] * LANES)
+    post_together(url, [body] * LANES)
     assert batching.stats()["engine"]["decode_calls"] - before < LANES * one
 
 
@@ -332,7 +317,7 @@ def test_the_deadline_stops_each_batched_decision_with_a_retryable_503(tmp_path)
         tmp_path, DECISION_MAX_SCORING_REQUESTS="2", DECISION_SCORING_DEADLINE_S="0.5"
     ) as adapter:
         url = adapter.url + "/invocations"
-        for reply in _post_together(url, [SLOW, SLOW]):
+        for reply in post_together(url, [SLOW, SLOW]):
             assert reply.status_code == 503, reply.text
             assert "DECISION_SCORING_DEADLINE_S" in reply.json()["error"]
         assert httpx.post(url, json=BODIES[0], timeout=60).status_code == 200
