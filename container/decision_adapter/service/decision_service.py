@@ -138,11 +138,11 @@ class DecisionService:
                 max_in_flight=lanes,
                 model_thread=self.runner.model_thread,
             )
-            # Each lane's own stream, and as many to lend for its paths.
+            # A call of a round lends a stream to each piece: a state, a question or a path.
             streams = StreamContext(
                 self.engine, 2 * lanes, settings.request_token_limit, swa_full=True
             )
-            self.scoring_batcher = ScoringBatcher(streams, self.scoring_runner, lanes)
+            self.scoring_batcher = ScoringBatcher(streams, self.scoring_runner)
         # Rendering and tokenizing run on threads of their own, two at a time, never on the
         # event loop (100 KB of newlines cost llama.cpp seconds before UserTextTokenizer) nor on
         # the model thread (a request over its budget must not hold the model). llama.cpp's

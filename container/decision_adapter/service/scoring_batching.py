@@ -2,20 +2,25 @@
 
 Each admitted request scores (score.score) on a thread of its own through a `LaneDecoder`:
 every model step it takes becomes a `Work` that waits for the next round. A round, one job on
-the model thread, takes the waiting works in arrival order while their tokens fit one batch
-and streams are free to lend, prepares them (restores saved sequences), decodes them as one
-batch and hands each its logits. A request's state and questions live in the KV stream it
-holds while it runs (its lane); the paths after a question are restored from the question into
-streams lent for one round.
+the model thread, takes the waiting works in arrival order while their tokens fit one batch,
+and decodes their pieces (a stream's tokens each: a state chunk, a question suffix, an option
+path) in calls of equal width. No stream belongs to a request: every piece starts from a saved
+sequence (its state, its question) or from nothing, restored into whichever stream its call
+gives it, and a piece that is continued later (a long state's next chunk) is saved again.
 
-Exact: each answer has the bits of the same request alone. Every sequence is a KV stream of its
-own (streams.py), so no request reads another's cells; and a round shows each row what it shows
-it alone. llama.cpp's CPU matrix products round a row by the rows beside it and split a stream's
-tokens between micro-batches by its neighbours' counts (tests/adapter/service/
-test_scoring_batching.py measures both), so every piece of work is padded to a multiple of 8
-tokens and asks for logits in whole blocks of 8 (`Work`), alone as together. The padding is cut
-once decoded, which a recurrent memory cannot do: a hybrid model is scored one request at a
-time.
+Why calls of equal width: llama.cpp splits a batch of several KV streams into micro-batches of
+as many tokens from each of a run of consecutive streams, so pieces of mixed widths, or on
+streams apart, split into many small micro-batches. A call of k pieces of width w on streams
+0..k-1, k*w within a batch, is one micro-batch, the weights read once for all of them.
+
+Exact: each answer has the bits of the same request alone. Every piece is a KV stream of its
+own (streams.py), so no request reads another's cells; and every call shows each row what it
+shows it alone. llama.cpp's CPU matrix products round a row by the rows beside it (a 1-row
+kernel, 4-row blocks of repacked weights, tinyBLAS from 2 rows; measured in
+tests/adapter/service/test_scoring_batching.py), so every piece is padded to a multiple of 8
+tokens and every call asks for logits in a multiple of 8 rows: the rows it reads, then rows
+nobody reads, alone as together. The padding is cut once decoded, which a recurrent memory
+cannot do: a hybrid model is scored one request at a time.
 
 A request whose client left, or whose deadline passed, is dropped at the next round (its thread
 ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted.
@@ -30,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any, TypeVar
 
 import numpy as np
@@ -44,8 +50,14 @@ from .admission import ModelRunner
 T = TypeVar("T")
 Read = TypeVar("Read")
 Entry = tuple[int, int, int, bool]  # token, position, stream, wants logits
+Logits = Callable[[int], np.ndarray]  # a piece's row k (k: an index into its tokens)
 # How often a request waiting for its rounds asks whether its client is still there.
 CLIENT_CHECK_S = 0.1
+# The longest a round waits for the lanes still between two steps (reading their last logits):
+# a round with every lane's next step shares the most calls.
+GATHER_S = 0.005
+# The rows every piece and every call's logits come in (see the module).
+ROW_BLOCK = 8
 
 
 class LeftEarly(EngineError):
@@ -54,60 +66,63 @@ class LeftEarly(EngineError):
 
 @dataclass
 class Lane:
-    """One admitted request's place in the batches."""
+    """One admitted request's place in the rounds."""
 
-    stream: int  # its own KV stream: the state, then each question after it
-    until: float  # time.perf_counter(): no batch of its work starts after it
+    until: float  # time.perf_counter(): no round of its work starts after it
     left: threading.Event = field(default_factory=threading.Event)
 
 
-# The rows a piece of work comes in: llama.cpp's CPU matrix products round a row by the rows
-# beside it (a 1-row kernel, 4-row blocks of repacked weights, tinyBLAS from 2 rows) and split a
-# stream's tokens between micro-batches by its neighbours' counts, so a piece is padded to a
-# multiple of 8 tokens and asks for logits in whole blocks of 8: every split then falls on a
-# block, and each row meets the kernels it meets alone (test_scoring_batching.py).
-ROW_BLOCK = 8
-
-
 def padded_width(tokens: int) -> int:
-    """The tokens a stream's piece of a work is padded to."""
+    """The tokens a piece is padded to."""
     return max(ROW_BLOCK, -(-tokens // ROW_BLOCK) * ROW_BLOCK)
+
+
+def _nothing(*_: Any) -> None:
+    return None
+
+
+@dataclass
+class Piece:
+    """One stream's tokens in a call. `load` readies the stream it is given (clears it, or
+    restores a saved sequence) and returns the position of the first token; `done` runs right
+    after the call, before the stream is lent again (reads the rows in `asks`, saves the
+    stream)."""
+
+    tokens: Sequence[int]
+    asks: Sequence[int]  # the indexes of the tokens whose logits it reads
+    load: Callable[[StreamContext, int], int]
+    done: Callable[[StreamContext, int, Logits], None] = _nothing
+
+    @property
+    def width(self) -> int:
+        return padded_width(len(self.tokens)) if self.tokens else 0
 
 
 @dataclass
 class Work:
-    """One model step of one lane, done in one round: `prepare` (on the model thread, with the
-    streams lent to it) returns its batch entries, each stream's together and in position order;
-    `finish` reads their logits (by entry index) before the next decode replaces them.
-
-    Each piece (a stream's tokens) is padded to a multiple of ROW_BLOCK with tokens after its
-    own, cut once decoded, and asks for logits in whole blocks of ROW_BLOCK rows: alone or
-    beside any other work, each of its rows then has the same bits."""
+    """One model step of one lane, its pieces decoded in one round; its outcome is `result()`
+    once they all are."""
 
     lane: Lane
-    lengths: tuple[int, ...]  # tokens per stream it decodes, in entry order
-    streams: int  # streams it borrows for the round
-    prepare: Callable[[StreamContext, list[int]], list[Entry]]
-    finish: Callable[[StreamContext, Callable[[int], np.ndarray]], Any]
+    pieces: list[Piece]
+    result: Callable[[], Any] = _nothing
     outcome: Future[Any] = field(default_factory=Future)
 
     @property
     def rows(self) -> int:
-        return sum(map(padded_width, self.lengths))
+        return sum(piece.width for piece in self.pieces)
 
 
 class ScoringBatcher:
     """Rounds of batched decision work on the model thread (see the module)."""
 
-    def __init__(self, context: StreamContext, runner: ModelRunner, lanes: int) -> None:
-        if context.n_streams <= lanes:
-            raise ValueError("the context needs streams to lend beside the lanes' own")
+    def __init__(self, context: StreamContext, runner: ModelRunner) -> None:
         self._context = context
         self._runner = runner
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)  # a work was queued or a lane ended
         self._waiting: deque[Work] = deque()
-        self._free_lanes = list(range(lanes))
-        self._lendable = list(range(lanes, context.n_streams))
+        self._lanes = 0  # lanes whose thread runs
         self._scheduled = False  # a round is queued or running on the model thread
 
     @property
@@ -115,13 +130,14 @@ class ScoringBatcher:
         return self._context.n_batch
 
     @property
-    def chunk(self) -> int:
-        """The most tokens of one stream a work decodes: padded, they fit a batch."""
-        return self.n_batch // ROW_BLOCK * ROW_BLOCK
+    def queued_steps(self) -> int:
+        """Works waiting for a round."""
+        return len(self._waiting)
 
     @property
-    def lendable(self) -> int:
-        return len(self._lendable)
+    def chunk(self) -> int:
+        """The most tokens of one piece: padded, they fit a batch."""
+        return self.n_batch // ROW_BLOCK * ROW_BLOCK
 
     # --- the event loop's side ---------------------------------------------------------
     async def run(self, function: Callable[[LaneDecoder], T], until: float) -> tuple[T, float]:
@@ -132,8 +148,7 @@ class ScoringBatcher:
         done: Future[T] = Future()
         done.set_running_or_notify_cancel()  # a caller that leaves cannot cancel the thread's work
         await self._runner.admit_job(done)
-        with self._lock:
-            lane = Lane(self._free_lanes.pop(), until)
+        lane = Lane(until)
         waited_ms = (time.perf_counter() - arrived) * 1000
 
         def work() -> None:
@@ -141,13 +156,16 @@ class ScoringBatcher:
                 result, error = function(LaneDecoder(self, lane)), None
             except BaseException as failure:  # noqa: BLE001 - handed to the awaiting task
                 result, error = None, self._runner.failure(failure)
-            with self._lock:  # the lane is free before the slot (done's callbacks free it)
-                self._free_lanes.append(lane.stream)
+            with self._ready:
+                self._lanes -= 1
+                self._ready.notify()
             if error is None:
                 done.set_result(result)  # type: ignore[arg-type]
             else:
                 done.set_exception(error)
 
+        with self._lock:
+            self._lanes += 1
         threading.Thread(target=work, name="scoring", daemon=True).start()
         finished = asyncio.wrap_future(done)
         gone = CLIENT_GONE.get()
@@ -170,8 +188,9 @@ class ScoringBatcher:
     # --- a lane's thread ---------------------------------------------------------------
     def submit(self, work: Work) -> Any:
         """Queue `work` for the next round and wait for its result (on the lane's thread)."""
-        with self._lock:
+        with self._ready:
             self._waiting.append(work)
+            self._ready.notify()
             if not self._scheduled:
                 self._scheduled = True
                 self._submit_round()
@@ -188,12 +207,12 @@ class ScoringBatcher:
 
     # --- the model thread's side -------------------------------------------------------
     def _round(self) -> None:
-        context = self._context
-        with self._lock:
+        with self._ready:
+            self._ready.wait_for(lambda: len(self._waiting) >= self._lanes, timeout=GATHER_S)
             waiting, self._waiting = self._waiting, deque()
-        taken: list[tuple[Work, list[int]]] = []
+        taken: list[Work] = []
         deferred: deque[Work] = deque()
-        room, lendable = context.n_batch, list(self._lendable)
+        room = self.n_batch
         now = time.perf_counter()
         for work in waiting:
             if work.lane.left.is_set():
@@ -202,17 +221,14 @@ class ScoringBatcher:
                 work.outcome.set_exception(
                     DeadlinePassed(f"the deadline passed before a batch of {work.rows} tokens")
                 )
-            elif work.rows <= room and work.streams <= len(lendable):
+            elif work.rows <= room:  # a work alone fits a batch (LaneDecoder)
                 room -= work.rows
-                taken.append((work, [lendable.pop() for _ in range(work.streams)]))
+                taken.append(work)
             else:
                 deferred.append(work)
         try:
             self._decode(taken)
         finally:
-            for _, streams in taken:
-                for stream in streams:
-                    context.clear(stream)
             with self._lock:
                 deferred.extend(self._waiting)
                 self._waiting = deferred
@@ -221,78 +237,98 @@ class ScoringBatcher:
                 else:
                     self._scheduled = False
 
-    def _decode(self, taken: list[tuple[Work, list[int]]]) -> None:
+    def _decode(self, taken: list[Work]) -> None:
+        """The taken works' pieces in calls of equal width, then each work's result."""
+        pieces = sorted(
+            ((work, piece) for work in taken for piece in work.pieces),
+            key=lambda pair: pair[1].width,
+        )
+        for width, alike in groupby(pieces, key=lambda pair: pair[1].width):
+            each = min(self._context.n_streams, self.n_batch // max(width, 1))
+            same = list(alike)
+            for start in range(0, len(same), each):
+                try:
+                    self._call(same[start : start + each])
+                except Exception as error:  # noqa: BLE001 - the batch failed (interrupted): all fail
+                    for work in taken:
+                        if not work.outcome.done():
+                            work.outcome.set_exception(error)
+                    return
+        for work in taken:
+            if work.outcome.done():  # one of its pieces failed
+                continue
+            try:
+                work.outcome.set_result(work.result())
+            except Exception as error:  # noqa: BLE001 - this request's failure alone
+                work.outcome.set_exception(error)
+
+    def _call(self, pieces: list[tuple[Work, Piece]]) -> None:
+        """One llama_decode: piece k on stream k, padded to its width; logits asked of a
+        multiple of ROW_BLOCK rows."""
         context = self._context
         entries: list[Entry] = []
-        ready: list[tuple[Work, list[int]]] = []  # each work's entries' batch indexes
-        padding: list[tuple[int, int]] = []  # (stream, first padded position)
-        for work, streams in taken:
+        placed: list[tuple[Work, Piece, int, int]] = []  # (work, piece, stream, position)
+        for work, piece in pieces:
+            if work.outcome.done():  # failed in an earlier call of this round
+                continue
+            stream = len(placed)
             try:
-                own = work.prepare(context, streams)
+                start = piece.load(context, stream)
             except Exception as error:  # noqa: BLE001 - this request's failure alone
                 work.outcome.set_exception(error)
                 continue
-            ready.append((work, _padded(own, entries, padding)))
-        # By stream (a micro-batch takes a run of consecutive streams), stably.
-        order = sorted(range(len(entries)), key=lambda index: entries[index][2])
-        try:
-            if entries:
-                context.decode([entries[index] for index in order])
-        except Exception as error:  # noqa: BLE001 - the batch failed (interrupted): all fail
-            for work, _ in ready:
-                work.outcome.set_exception(error)
-            return
-        finally:
-            for stream, position in padding:
-                context.cut(stream, position)
-        at = {index: rank for rank, index in enumerate(order)}
-        for work, indexes in ready:
-
-            def logits_at(k: int, indexes: list[int] = indexes) -> np.ndarray:
-                return context.logits(at[indexes[k]])
-
+            placed.append((work, piece, stream, start))
+            padding = [piece.tokens[-1]] * (piece.width - len(piece.tokens))
+            asks = set(piece.asks)
+            entries += [
+                (token, start + i, stream, i in asks)
+                for i, token in enumerate([*piece.tokens, *padding])
+            ]
+        unread = -sum(len(piece.asks) for _, piece, _, _ in placed) % ROW_BLOCK
+        for index in reversed(range(len(entries))):  # the last rows nobody reads
+            if not unread:
+                break
+            if not entries[index][3]:
+                entries[index] = (*entries[index][:3], True)
+                unread -= 1
+        if entries:
             try:
-                result = work.finish(context, logits_at)
+                context.decode(entries)
+            finally:
+                for _, piece, stream, start in placed:
+                    context.cut(stream, start + len(piece.tokens))
+        first = 0  # each piece's first row in the batch
+        for work, piece, stream, _ in placed:
+
+            def logits(k: int, first: int = first) -> np.ndarray:
+                return context.logits(first + k)
+
+            first += piece.width
+            try:
+                piece.done(context, stream, logits)
             except Exception as error:  # noqa: BLE001 - this request's failure alone
-                work.outcome.set_exception(error)
-            else:
-                work.outcome.set_result(result)
-
-
-def _padded(own: list[Entry], entries: list[Entry], padding: list[tuple[int, int]]) -> list[int]:
-    """Append a work's entries to `entries`, each stream's piece padded to a multiple of
-    ROW_BLOCK with copies of its last token at the positions after it, and logits asked of
-    every row of a block that has a row asking; the indexes of its own entries. The padding's
-    (stream, first position) go to `padding`, to be cut once decoded."""
-    pieces: list[list[Entry]] = []
-    for entry in own:
-        if pieces and pieces[-1][-1][2] == entry[2]:
-            pieces[-1].append(entry)
-        else:
-            pieces.append([entry])
-    indexes: list[int] = []
-    for piece in pieces:
-        token, last, stream, _ = piece[-1]
-        padding.append((stream, last + 1))
-        extra = [
-            (token, last + 1 + step, stream, False)
-            for step in range(padded_width(len(piece)) - len(piece))
-        ]
-        rows = piece + extra
-        for block in range(0, len(rows), ROW_BLOCK):
-            asks = any(row[3] for row in rows[block : block + ROW_BLOCK])
-            for offset, (token_, position, stream_, _) in enumerate(
-                rows[block : block + ROW_BLOCK]
-            ):
-                if block + offset < len(piece):
-                    indexes.append(len(entries))
-                entries.append((token_, position, stream_, asks))
-    return indexes
+                if not work.outcome.done():
+                    work.outcome.set_exception(error)
 
 
 def _chunks(count: int, size: int) -> list[range]:
     """0..count in consecutive ranges of `size` (one empty range for nothing)."""
     return [range(start, min(start + size, count)) for start in range(0, count, size)] or [range(0)]
+
+
+def _clear(context: StreamContext, stream: int) -> int:
+    context.clear(stream)
+    return 0
+
+
+def _restoring(saved: Callable[[], bytes]) -> Callable[[StreamContext, int], int]:
+    """A piece's `load` that restores a saved sequence: its first token follows it."""
+
+    def load(context: StreamContext, stream: int) -> int:
+        context.restore(stream, saved())
+        return context.length(stream)
+
+    return load
 
 
 class LaneDecoder:
@@ -302,155 +338,130 @@ class LaneDecoder:
         self._batcher = batcher
         self._lane = lane
         self._state: bytes | None = None
-        self._question_length = 0  # the state's and the question's tokens
         self._question: bytes | None = None  # the question's sequence, saved for its paths
 
-    def _do(
+    def _do(self, pieces: list[Piece], result: Callable[[], Any] = _nothing) -> Any:
+        return self._batcher.submit(Work(self._lane, pieces, result))
+
+    def _in_chunks(
         self,
-        lengths: Sequence[int],
-        prepare: Callable[[StreamContext, list[int]], list[Entry]],
-        finish: Callable[[StreamContext, Callable[[int], np.ndarray]], Any] = lambda *_: None,
-        streams: int = 0,
-    ) -> Any:
-        work = Work(self._lane, tuple(n for n in lengths if n), streams, prepare, finish)
-        return self._batcher.submit(work)
+        tokens: Sequence[int],
+        first: Callable[[StreamContext, int], int],
+        asks: Callable[[range], Sequence[int]],
+        read: Callable[[range, Logits], None],
+        keep: bool,
+    ) -> bytes:
+        """`tokens` on one sequence in pieces of at most a chunk, one round each: the first
+        loaded by `first`, each after it restored from the one before (saved after it);
+        `read(chunk, logits)` after each. The sequence saved at the end if `keep`."""
+        chunks = _chunks(len(tokens), self._batcher.chunk)
+        saved = [b""]
+        for number, chunk in enumerate(chunks):
+            last = number == len(chunks) - 1
+
+            def done(
+                context: StreamContext,
+                stream: int,
+                logits: Logits,
+                chunk: range = chunk,
+                save: bool = keep or not last,
+            ) -> None:
+                read(chunk, logits)
+                if save:
+                    saved[0] = context.save(stream)
+
+            load = first if number == 0 else _restoring(lambda: saved[0])
+            self._do([Piece([tokens[i] for i in chunk], asks(chunk), load, done)])
+        return saved[0]
 
     def begin(self) -> None:
         self._state = self._question = None
 
     def prefill(self, tokens: Sequence[int]) -> bytes:
-        own = self._lane.stream
-        chunks = _chunks(len(tokens), self._batcher.chunk)
-        saved: bytes = b""
-        for number, chunk in enumerate(chunks):
-
-            def prepare(context: StreamContext, _: list[int], chunk: range = chunk) -> list[Entry]:
-                if chunk.start == 0:
-                    context.clear(own)
-                return [(tokens[i], i, own, False) for i in chunk]
-
-            def save(context: StreamContext, _: Callable[[int], np.ndarray]) -> bytes:
-                return context.save(own)
-
-            last = number == len(chunks) - 1
-            saved = self._do([len(chunk)], prepare, save if last else lambda *_: None)
-        return saved
+        return self._in_chunks(tokens, _clear, lambda _: (), _nothing, keep=True)
 
     def use_state(self, saved: bytes) -> None:
         self._state = saved
 
     def question(self, suffix: Sequence[int]) -> np.ndarray:
-        own, state = self._lane.stream, self._state
+        state = self._state
         if state is None:
             raise EngineError("a question before its state")
-        self._question = None
-        start = [0]
-        chunks = _chunks(len(suffix), self._batcher.chunk)
-        row: np.ndarray | None = None
-        for chunk in chunks:
-
-            def prepare(context: StreamContext, _: list[int], chunk: range = chunk) -> list[Entry]:
-                if chunk.start == 0:
-                    context.restore(own, state)
-                    start[0] = context.length(own)
-                last = len(suffix) - 1
-                return [(suffix[i], start[0] + i, own, i == last) for i in chunk]
-
-            def copy_last(
-                _: StreamContext, logits_at: Callable[[int], np.ndarray], chunk: range = chunk
-            ) -> Any:
-                return logits_at(len(chunk) - 1).copy() if chunk.stop == len(suffix) else None
-
-            row = self._do([len(chunk)], prepare, copy_last)
-        self._question_length = start[0] + len(suffix)
-        if row is None:
+        if not suffix:
             raise EngineError("an empty question suffix")
-        return row
+        last = len(suffix) - 1
+        row: list[np.ndarray] = []
+
+        def asks(chunk: range) -> Sequence[int]:
+            return [last - chunk.start] if last in chunk else ()
+
+        def read(chunk: range, logits: Logits) -> None:
+            if last in chunk:
+                row.append(logits(last - chunk.start).copy())
+
+        # Saved for the question's paths (its stream is lent again after the call).
+        self._question = self._in_chunks(suffix, _restoring(lambda: state), asks, read, True)
+        return row[0]
 
     def paths(
         self, nodes: Sequence[Node], n_paths: int, read: Callable[[int, np.ndarray], Read]
     ) -> list[Read]:
-        """Each path on a stream of its own, all its tokens; a node shared by several paths is
-        read on the first (the same bits on each: the same tokens after the same cells)."""
+        """Each path a piece of its own, all its tokens after the saved question; a node shared
+        by several paths is read on the first (the same bits on each: the same tokens after the
+        same cells). As many paths a round as fit a batch; a path longer than a batch in
+        chunks, one a round."""
+        question = self._question
+        if question is None:
+            raise EngineError("paths before their question")
+        results: dict[int, Read] = {}
         through: list[list[int]] = [[] for _ in range(n_paths)]
         for index, node in enumerate(nodes):
             for path in node.paths:
                 through[path].append(index)
-        results: dict[int, Read] = {}
-        n_batch, chunk, start = self._batcher.n_batch, self._batcher.chunk, self._question_length
-        group: list[int] = []
-        groups: list[list[int]] = []
-        rows = 0
+
+        def own(path: int) -> list[int]:
+            """The depths of the nodes read on `path`."""
+            return [d for d, i in enumerate(through[path]) if nodes[i].paths[0] == path]
+
+        def reading(path: int) -> Callable[[range, Logits], None]:
+            """Reads the nodes of `path` in `chunk` of its tokens."""
+
+            def read_chunk(chunk: range, logits: Logits) -> None:
+                for depth in own(path):
+                    if depth in chunk:
+                        index = through[path][depth]
+                        results[index] = read(index, logits(depth - chunk.start))
+
+            return read_chunk
+
+        n_batch, rows = self._batcher.n_batch, 0
+        group: list[Piece] = []
         for path in range(n_paths):
-            rows += padded_width(len(through[path]))
-            if group and (rows > n_batch or len(group) == self._batcher.lendable):
-                groups.append(group)
-                group, rows = [], padded_width(len(through[path]))
-            group.append(path)
-        groups.append(group)
-        for group in groups:
-            if len(through[group[0]]) > chunk:  # one long path: chunks on the lane's stream
-                self._long_path(nodes, through[group[0]], read, results)
+            tokens = [nodes[index].token for index in through[path]]
+            if len(tokens) > self._batcher.chunk:
+                self._in_chunks(
+                    tokens,
+                    _restoring(lambda: question),
+                    lambda chunk, path=path: [d - chunk.start for d in own(path) if d in chunk],
+                    reading(path),
+                    keep=False,
+                )
                 continue
-            wanted = [
-                (path, depth, index) for path in group for depth, index in enumerate(through[path])
-            ]
 
-            def prepare(
-                context: StreamContext, streams: list[int], group: list[int] = group
-            ) -> list[Entry]:
-                saved = self._saved_question(context)
-                entries: list[Entry] = []
-                for path, stream in zip(group, streams, strict=True):
-                    context.restore(stream, saved)
-                    entries += [
-                        (nodes[index].token, start + depth, stream, nodes[index].paths[0] == path)
-                        for depth, index in enumerate(through[path])
-                    ]
-                return entries
-
-            def finish(
-                _: StreamContext,
-                logits_at: Callable[[int], np.ndarray],
-                wanted: list[tuple[int, int, int]] = wanted,
+            def done(
+                _: StreamContext, __: int, logits: Logits, path: int = path, n: int = len(tokens)
             ) -> None:
-                for k, (path, _depth, index) in enumerate(wanted):
-                    if nodes[index].paths[0] == path:
-                        results[index] = read(index, logits_at(k))
+                reading(path)(range(n), logits)
 
-            self._do([len(through[path]) for path in group], prepare, finish, streams=len(group))
+            piece = Piece(tokens, own(path), _restoring(lambda: question), done)
+            if group and rows + piece.width > n_batch:
+                self._do(group)
+                group, rows = [], 0
+            group.append(piece)
+            rows += piece.width
+        if group:
+            self._do(group)
         return [results[index] for index in range(len(nodes))]
-
-    def _long_path(
-        self,
-        nodes: Sequence[Node],
-        path: list[int],
-        read: Callable[[int, np.ndarray], Read],
-        results: dict[int, Any],
-    ) -> None:
-        """A path longer than a batch, in n_batch chunks on the lane's own stream, restored from
-        the saved question first (so another long path of the question finds the same)."""
-        own, start = self._lane.stream, self._question_length
-        for chunk in _chunks(len(path), self._batcher.chunk):
-
-            def prepare(context: StreamContext, _: list[int], chunk: range = chunk) -> list[Entry]:
-                if chunk.start == 0:
-                    context.restore(own, self._saved_question(context))
-                return [(nodes[path[i]].token, start + i, own, True) for i in chunk]
-
-            def finish(
-                _: StreamContext, logits_at: Callable[[int], np.ndarray], chunk: range = chunk
-            ) -> None:
-                for k, i in enumerate(chunk):
-                    results[path[i]] = read(path[i], logits_at(k))
-
-            self._do([len(chunk)], prepare, finish)
-
-    def _saved_question(self, context: StreamContext) -> bytes:
-        """The lane's stream as the question left it, saved once per question (model thread)."""
-        if self._question is None:
-            self._question = context.save(self._lane.stream)
-        return self._question
 
     def end_question(self) -> None:
         self._question = None
