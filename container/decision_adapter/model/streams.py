@@ -35,6 +35,7 @@ class StreamContext:
         n_ctx_per_stream: int,
         *,
         swa_full: bool = False,
+        flash_attention: bool | None = False,
     ) -> None:
         config = engine.config
         params = llama_cpp.llama_context_default_params()
@@ -49,12 +50,16 @@ class StreamContext:
         # Decisions keep every cell: a window's cells are reused in an order that follows how
         # llama.cpp splits the batches, which other streams' work changes.
         params.swa_full = swa_full
-        # Flash attention off: its CPU kernel divides a stream's cells between threads by the
-        # length of the longest stream in the batch, so a short stream's logits moved with a long
-        # neighbour (tests/adapter/service/test_scoring_batching.py failed 3 runs in 3 with it on,
-        # passed 3 in 3 off). Without it a stream's attention is the same sums whatever shares
-        # the batch: the cells past its own are masked to exact zeros.
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # Flash attention's CPU kernel picks its way by the tokens each stream has in the micro-
+        # batch: one token of one stream divides the cells between threads, 64 or more go in
+        # tiles. A chat step (one token per stream) would take the first way alone and not beside
+        # others, so chat streams go without it; batched decisions, in calls of equal width
+        # (scoring_batching.py), meet the same way alone as together. None: llama.cpp's choice.
+        params.flash_attn_type = {
+            None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }[flash_attention]
         params.n_threads = config.n_threads
         params.n_threads_batch = config.n_threads
         params.no_perf = True

@@ -140,7 +140,11 @@ class DecisionService:
             )
             # A call of a round lends a stream to each piece: a state, a question or a path.
             streams = StreamContext(
-                self.engine, 2 * lanes, settings.request_token_limit, swa_full=True
+                self.engine,
+                2 * lanes,
+                settings.request_token_limit,
+                swa_full=True,
+                flash_attention=self.engine.config.flash_attention,  # as the engine's own context
             )
             self.scoring_batcher = ScoringBatcher(streams, self.scoring_runner)
         # Rendering and tokenizing run on threads of their own, two at a time, never on the

@@ -75,7 +75,7 @@ def _requests(renderer: PromptRenderer) -> list:
 
 def _batched(engine: Engine, lanes: int = LANES) -> tuple[ScoringBatcher, ModelRunner]:
     runner = ModelRunner(max_queue=64, wait_s=60, retry_after_s=1, max_in_flight=lanes)
-    context = StreamContext(engine, 2 * lanes, 4096, swa_full=True)
+    context = StreamContext(engine, 2 * lanes, 4096, swa_full=True, flash_attention=True)
     return ScoringBatcher(context, runner), runner
 
 
