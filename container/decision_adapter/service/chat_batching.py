@@ -1,12 +1,19 @@
-"""Chat streams admitted together share the model's forward passes: each generated token of
-every stream in one batch, each stream its own KV stream and sampler (streams.StreamContext),
-so a stream's text has the same bits alone and beside others.
+"""Chat streams admitted together take turns on the model thread, a token each per round, each
+stream its own KV stream and sampler (streams.StreamContext), so a stream's text has the same
+bits alone and beside others.
 
 One job on the model thread is one round: the streams that arrived are prefilled, each prompt
-its own batches (time to first token as alone, plus at most one round of the others); then one
-batch holds the next token of every running stream. Rounds follow each other while any stream
-runs, queued behind whatever else the model thread has (decisions run between two rounds). A
-stream whose reader left is dropped at the next round.
+its own batches (time to first token as alone, plus at most one round of the others); then
+every running stream decodes its next token. Rounds follow each other while any stream runs,
+queued behind whatever else the model thread has (decisions run between two rounds). A stream
+whose reader left is dropped at the next round.
+
+Each stream's token is a batch of its own. In one micro-batch the streams' rows would share a
+read of the weights, but a row's bits follow the rows beside it: on the bundled model a stream's
+logits move beside three others (repacked weights multiply four rows at a time, one alone), on
+F16 weights beside one (tinyBLAS from two rows); test_chat_batching.py measures it. A token is
+one row, so padding it to a block as scoring_batching.py does would cost a stream alone several
+times its time per token.
 """
 
 from __future__ import annotations
@@ -163,13 +170,10 @@ class ChatBatcher:
                 self._start(job)
             for job in [job for job in self._running if job.left.is_set()]:
                 self._end(job, None)
-            if self._running:
-                self._context.step(
-                    [(job.slot, cast(int, job.token), job.position) for job in self._running]
-                )
-                for index, job in enumerate(list(self._running)):
-                    job.position += 1
-                    self._sample(job, index)
+            for job in list(self._running):
+                self._context.step([(job.slot, cast(int, job.token), job.position)])
+                job.position += 1
+                self._sample(job, 0)
         except Exception as error:  # the decode failed (interrupted at shutdown): all end
             for job in [*arrived, *self._running]:
                 self._end(job, error)

@@ -423,6 +423,10 @@ class LaneDecoder:
             """The depths of the nodes read on `path`."""
             return [d for d, i in enumerate(through[path]) if nodes[i].paths[0] == path]
 
+        def asking(path: int) -> Callable[[range], Sequence[int]]:
+            """The rows of `chunk` of `path`'s tokens whose logits it reads."""
+            return lambda chunk: [depth - chunk.start for depth in own(path) if depth in chunk]
+
         def reading(path: int) -> Callable[[range, Logits], None]:
             """Reads the nodes of `path` in `chunk` of its tokens."""
 
@@ -442,7 +446,7 @@ class LaneDecoder:
                 self._in_chunks(
                     tokens,
                     _restoring(lambda: question),
-                    lambda chunk, path=path: [d - chunk.start for d in own(path) if d in chunk],
+                    asking(path),
                     reading(path),
                     keep=False,
                 )
