@@ -107,8 +107,8 @@ class Settings(BaseModel):
         description="sequences in the context: the state, the question being read, and its "
         "label branches",
     )
-    # Chat streams generating at once (docs/scoring.md, "Requests at once"): above 1 they share
-    # each token's batch, each in a KV stream of its own of a second context (bit-identical
+    # Chat streams generating at once (docs/scoring.md, "Requests at once"): above 1 they take
+    # turns a token each, each in a KV stream of its own of a second context (bit-identical
     # alone or beside others), beside the one decision at a time. 1: chat takes the decisions'
     # one slot and context. Either way one model operation per slot; up to max_queue more may
     # wait admission_wait_s each.
@@ -117,7 +117,7 @@ class Settings(BaseModel):
         default=1,
         ge=1,
         le=64,
-        description="chat streams generating at once, sharing each token's batch in a second "
+        description="chat streams generating at once, taking turns a token each in a second "
         "context (each in a KV stream of its own: bit-identical alone or beside others); `1`: "
         "chat takes the decisions' one slot",
     )
