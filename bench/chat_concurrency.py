@@ -1,9 +1,11 @@
 """Chat streams at once: aggregate generated tokens/s at 1, 2, 4 and 8 closed-loop clients, and
-one stream's time to first token, for the adapter batching its streams
-(DECISION_MAX_CHAT_STREAMS=8), the adapter one stream at a time (1, the default, with a queue
-of 16 and a wait of 60 s, so clients wait instead of getting 503s) and llama-server with as
-many slots (`--parallel N`, continuous batching) over the very prompt tokens the adapter
-renders, greedy, the same max_tokens. `python -m bench.chat_concurrency` writes
+one stream's time to first token, for the adapter's streams taking turns a token each
+(DECISION_MAX_CHAT_STREAMS=8), the same streams sharing each round's batch
+(DECISION_CHAT_SHARED_BATCHES=true), the adapter one stream at a time (1, the default, with a
+queue of 16 and a wait of 60 s, so clients wait instead of getting 503s) and llama-server with
+as many slots (`--parallel N`, continuous batching) over the very prompt tokens the adapter
+renders, greedy, the same max_tokens. `model_rounds`: the model alone, a token of each of 1-8
+streams in one micro-batch. `python -m bench.chat_concurrency` writes
 bench/results/<date>-<machine>-chat-concurrency.json.
 """
 
@@ -61,7 +63,9 @@ async def _closed_loop(post, clients: int, seconds: float) -> dict:
 
 def measure(url: str, body: dict, count, seconds: float, levels=LEVELS) -> list[dict]:
     async def run() -> list[dict]:
-        limits = httpx.Limits(max_connections=max(LEVELS), max_keepalive_connections=max(LEVELS))
+        # A connection per request: llama-server's HTTP server closes a kept-alive connection
+        # after some requests, and a POST sent on it then fails ("Server disconnected").
+        limits = httpx.Limits(max_connections=max(LEVELS), max_keepalive_connections=0)
         async with httpx.AsyncClient(limits=limits, timeout=300) as client:
 
             async def post() -> int:
@@ -145,8 +149,10 @@ def main() -> None:
     theirs_count = lambda reply: reply["timings"]["predicted_n"]  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         caller = Caller(client)
+        streams = {"DECISION_MAX_CHAT_STREAMS": str(max(LEVELS))}
         for name, env in (
-            ("adapter_batched", {"DECISION_MAX_CHAT_STREAMS": str(max(LEVELS))}),
+            ("adapter_turns", streams),
+            ("adapter_shared", {**streams, "DECISION_CHAT_SHARED_BATCHES": "true"}),
             (
                 "adapter_one_at_a_time",
                 {"DECISION_MAX_QUEUE": "16", "DECISION_ADMISSION_WAIT_S": "60"},

@@ -121,6 +121,16 @@ class Settings(BaseModel):
         "context (each in a KV stream of its own: bit-identical alone or beside others); `1`: "
         "chat takes the decisions' one slot",
     )
+    # Chat streams in one micro-batch (docs/scoring.md, "Requests at once"): their weights read
+    # once for all, a token's logits moving in their last bits with the streams beside it.
+    chat_shared_batches: bool = from_env(
+        "DECISION_CHAT_SHARED_BATCHES",
+        default=False,
+        description="with `DECISION_MAX_CHAT_STREAMS` above 1: the running streams' next tokens "
+        "in one micro-batch, the weights read once for all of them, where a token's logits then "
+        "move in their last bits with the streams beside it (answers say so in "
+        "`system_fingerprint`); `false`: the streams take turns, each bit-identical to alone",
+    )
     # Decision requests scored at once (docs/scoring.md, "Requests at once"): above 1 their
     # model steps share batches, each request in KV streams of its own of a second context, two
     # streams per request of n_ctx cells each, every answer bit-identical to alone.

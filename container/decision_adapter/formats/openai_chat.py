@@ -296,12 +296,21 @@ def encode_logprobs(tokens: Sequence[SampledToken] | None) -> dict[str, Any] | N
     }
 
 
-def encode_completion(*, cid: str, model: str, result: Generated) -> dict[str, Any]:
+def system_fingerprint(info: dict[str, Any]) -> str:
+    """OpenAI's mark of the backend a seed's answer depends on: the GGUF's hash and how chat
+    streams meet the model (`shared`: a token's last bits follow the streams beside it)."""
+    return f"fp_{str(info.get('gguf_sha256', ''))[:12]}_{info.get('chat_batching', 'alone')}"
+
+
+def encode_completion(
+    *, cid: str, model: str, fingerprint: str, result: Generated
+) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
+        "system_fingerprint": fingerprint,
         "choices": [
             {
                 "index": 0,
@@ -318,6 +327,7 @@ def encode_chunk(
     *,
     cid: str,
     model: str,
+    fingerprint: str,
     delta: dict[str, Any],
     finish_reason: str | None = None,
     usage: dict[str, int] | None = None,
@@ -334,6 +344,7 @@ def encode_chunk(
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
+        "system_fingerprint": fingerprint,
         "choices": [choice],
     }
     if usage is not None:
@@ -367,7 +378,15 @@ class ChatFormat(WireFormat):
         call.log.update(kind="chat")
         if request.stream:
             return EventStream(
-                self._stream(first, events, cid, model, call, with_logprobs=request.logprobs)
+                self._stream(
+                    first,
+                    events,
+                    cid,
+                    model,
+                    system_fingerprint(service.identity.info),
+                    call,
+                    with_logprobs=request.logprobs,
+                )
             )
         try:
             event = first
@@ -380,7 +399,12 @@ class ChatFormat(WireFormat):
         call.log.update(
             prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens
         )
-        return encode_completion(cid=cid, model=model, result=event)
+        return encode_completion(
+            cid=cid,
+            model=model,
+            fingerprint=system_fingerprint(service.identity.info),
+            result=event,
+        )
 
     async def _stream(
         self,
@@ -388,12 +412,15 @@ class ChatFormat(WireFormat):
         events: AsyncGenerator[TextDelta | Generated, None],
         cid: str,
         model: str,
+        fingerprint: str,
         call: Call,
         *,
         with_logprobs: bool,
     ) -> AsyncIterator[str]:
         def chunk(delta: dict[str, Any], **fields: Any) -> str:
-            return sse(encode_chunk(cid=cid, model=model, delta=delta, **fields))
+            return sse(
+                encode_chunk(cid=cid, model=model, fingerprint=fingerprint, delta=delta, **fields)
+            )
 
         def logprobs(tokens: Sequence[SampledToken]) -> Sequence[SampledToken] | None:
             return tokens if with_logprobs else None

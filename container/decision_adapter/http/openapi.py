@@ -100,6 +100,12 @@ CHUNK = {
         "object": {"const": "chat.completion.chunk"},
         "created": {"type": "integer"},
         "model": {"type": "string"},
+        "system_fingerprint": {
+            "type": "string",
+            "description": "the GGUF's hash and how chat streams meet the model: `alone`, "
+            "`turns` (the same bits as alone) or `shared` (a token's last bits follow the "
+            "streams beside it)",
+        },
         "choices": {
             "type": "array",
             "items": {

@@ -13,7 +13,9 @@ read of the weights, but a row's bits follow the rows beside it: on the bundled 
 logits move beside three others (repacked weights multiply four rows at a time, one alone), on
 F16 weights beside one (tinyBLAS from two rows); test_chat_batching.py measures it. A token is
 one row, so padding it to a block as scoring_batching.py does would cost a stream alone several
-times its time per token.
+times its time per token. `shared` (DECISION_CHAT_SHARED_BATCHES) trades that exactness for the
+shared reads: every running stream's token in one batch, on consecutive KV streams (each stream
+takes the lowest free one), which llama.cpp decodes as one micro-batch.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class ChatStream:
 class ChatBatcher:
     """Runs admitted chat streams in rounds on the model thread (see the module)."""
 
-    def __init__(self, context: StreamContext, runner: ModelRunner) -> None:
+    def __init__(self, context: StreamContext, runner: ModelRunner, *, shared: bool) -> None:
+        self.mode = "shared" if shared else "turns"
         self._context = context
         self._runner = runner
         self._lock = threading.Lock()
@@ -170,10 +173,15 @@ class ChatBatcher:
                 self._start(job)
             for job in [job for job in self._running if job.left.is_set()]:
                 self._end(job, None)
-            for job in list(self._running):
-                self._context.step([(job.slot, cast(int, job.token), job.position)])
-                job.position += 1
-                self._sample(job, 0)
+            self._running.sort(key=lambda job: job.slot)
+            batches = [self._running] if self.mode == "shared" else [[j] for j in self._running]
+            for batch in [list(batch) for batch in batches if batch]:
+                self._context.step(
+                    [(job.slot, cast(int, job.token), job.position) for job in batch]
+                )
+                for index, job in enumerate(batch):
+                    job.position += 1
+                    self._sample(job, index)
         except Exception as error:  # the decode failed (interrupted at shutdown): all end
             for job in [*arrived, *self._running]:
                 self._end(job, error)
@@ -188,7 +196,8 @@ class ChatBatcher:
         if job.left.is_set():
             self._end(job, None)
             return
-        job.slot = self._free.pop()
+        job.slot = min(self._free)  # shared: the running streams stay side by side
+        self._free.remove(job.slot)
         self._running.append(job)
         index = self._context.prefill(job.slot, job.prompt)
         job.position = len(job.prompt)

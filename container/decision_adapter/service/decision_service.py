@@ -123,6 +123,7 @@ class DecisionService:
             self.chat_batcher = ChatBatcher(
                 StreamContext(self.engine, settings.max_chat_streams, settings.request_token_limit),
                 self.chat_runner,
+                shared=settings.chat_shared_batches,
             )
         # Batched decisions: admitted apart from chat, their rounds on the same model thread.
         self.scoring_runner: ModelRunner | None = None
@@ -164,6 +165,7 @@ class DecisionService:
             calibration=calibration,
             decision_batching="alone" if self.scoring_batcher is None else "shared",
             decisions_at_once=1 if self.scoring_batcher is None else settings.max_scoring_requests,
+            chat_batching="alone" if self.chat_batcher is None else self.chat_batcher.mode,
         )
 
     def close(self) -> None:
@@ -441,7 +443,7 @@ class DecisionService:
 
         if self.chat_batcher is None:
             events = self.runner.stream(produce)
-        else:  # the stream shares each token's batch with the others running
+        else:  # the stream takes its turns (or shares its batches) with the others running
             events = self.chat_batcher.stream(
                 tokens,
                 sampling=sampling,

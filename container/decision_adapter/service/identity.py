@@ -60,6 +60,7 @@ def model_identity(
     calibration: Calibration,
     decision_batching: str = "alone",
     decisions_at_once: int = 1,
+    chat_batching: str = "alone",
 ) -> ModelIdentity:
     manifest = model_file.manifest
     name = manifest.model.name if manifest is not None else model_file.path.stem
@@ -83,6 +84,10 @@ def model_identity(
         # answer has the bits of the same request alone.
         "decision_batching": decision_batching,
         "decisions_at_once": decisions_at_once,
+        # How chat streams meet the model: `alone` (in the decisions' context), `turns` (a
+        # context of their own, a token each in turn) or `shared` (one micro-batch: the last
+        # bits of a token's logits follow the streams beside it).
+        "chat_batching": chat_batching,
         "manifest": None
         if manifest is None
         else {

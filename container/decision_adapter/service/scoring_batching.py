@@ -53,8 +53,9 @@ Entry = tuple[int, int, int, bool]  # token, position, stream, wants logits
 Logits = Callable[[int], np.ndarray]  # a piece's row k (k: an index into its tokens)
 # How often a request waiting for its rounds asks whether its client is still there.
 CLIENT_CHECK_S = 0.1
-# The longest a round waits for the lanes still between two steps (reading their last logits):
-# a round with every lane's next step shares the most calls.
+# The longest a round waits for the admitted requests still between two steps (reading their
+# last logits, or their thread starting): a round with every request's next step shares the
+# most calls.
 GATHER_S = 0.005
 # The rows every piece and every call's logits come in (see the module).
 ROW_BLOCK = 8
@@ -122,7 +123,7 @@ class ScoringBatcher:
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)  # a work was queued or a lane ended
         self._waiting: deque[Work] = deque()
-        self._lanes = 0  # lanes whose thread runs
+        self._lanes = 0  # admitted requests whose thread has not ended
         self._scheduled = False  # a round is queued or running on the model thread
 
     @property
@@ -208,7 +209,11 @@ class ScoringBatcher:
     # --- the model thread's side -------------------------------------------------------
     def _round(self) -> None:
         with self._ready:
-            self._ready.wait_for(lambda: len(self._waiting) >= self._lanes, timeout=GATHER_S)
+            # The runner's count also holds a request admitted in a slot just handed over.
+            self._ready.wait_for(
+                lambda: len(self._waiting) >= max(self._lanes, self._runner.in_flight),
+                timeout=GATHER_S,
+            )
             waiting, self._waiting = self._waiting, deque()
         taken: list[Work] = []
         deferred: deque[Work] = deque()

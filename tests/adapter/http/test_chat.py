@@ -34,6 +34,9 @@ def test_chat_completion(client):
         completion.usage.total_tokens
         == completion.usage.prompt_tokens + completion.usage.completion_tokens
     )
+    # The GGUF's hash and how chat meets the model: the decisions' context, one at a time.
+    assert completion.system_fingerprint.startswith("fp_")
+    assert completion.system_fingerprint.endswith("_alone")
 
 
 def test_max_tokens_ends_with_length(client):
@@ -151,7 +154,9 @@ def test_invocations_streams_server_sent_events(adapter):
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
-    assert json.loads(lines[0][6:])["object"] == "chat.completion.chunk"
+    first = json.loads(lines[0][6:])
+    assert first["object"] == "chat.completion.chunk"
+    assert first["system_fingerprint"].endswith("_alone")
 
 
 @pytest.mark.parametrize(

@@ -60,11 +60,30 @@ def answer(reply: dict) -> tuple:
 
 def test_streams_beside_each_other_read_the_same_bits_as_alone(batching):
     url = batching.url + "/v1/chat/completions"
-    alone = [answer(httpx.post(url, json=body, timeout=120).json()) for body in BODIES]
-    together = [answer(reply.json()) for reply in post_together(url, BODIES)]
-    assert together == alone
-    assert all(text for text, _, _ in alone)
-    assert alone[0][2] is not None and alone[1][1] in ("stop", "length")
+    alone = [httpx.post(url, json=body, timeout=120).json() for body in BODIES]
+    together = [reply.json() for reply in post_together(url, BODIES)]
+    assert [answer(reply) for reply in together] == [answer(reply) for reply in alone]
+    assert all(text for text, _, _ in map(answer, alone))
+    assert answer(alone[0])[2] is not None and answer(alone[1])[1] in ("stop", "length")
+    assert all(reply["system_fingerprint"].endswith("_turns") for reply in alone + together)
+
+
+def test_shared_batches_decode_the_streams_tokens_together_and_say_so(tmp_path):
+    """DECISION_CHAT_SHARED_BATCHES: each round's tokens in one batch, so streams at once take
+    fewer batches than one after another; the answers' fingerprint says `shared`."""
+    greedy = [chat(prompt, temperature=0) for prompt in PROMPTS]
+    with running_adapter(
+        tmp_path, DECISION_MAX_CHAT_STREAMS=str(STREAMS), DECISION_CHAT_SHARED_BATCHES="true"
+    ) as adapter:
+        url = adapter.url + "/v1/chat/completions"
+        before = adapter.stats()["engine"]["decode_calls"]
+        alone = [httpx.post(url, json=body, timeout=120).json() for body in greedy]
+        between = adapter.stats()["engine"]["decode_calls"]
+        together = [reply.json() for reply in post_together(url, greedy)]
+        after = adapter.stats()["engine"]["decode_calls"]
+    assert all(text for text, _, _ in map(answer, alone + together))
+    assert all(reply["system_fingerprint"].endswith("_shared") for reply in alone + together)
+    assert after - between < (between - before) * 0.8, (between - before, after - between)
 
 
 def test_a_tokens_row_beside_three_others_in_one_micro_batch_has_other_bits():
