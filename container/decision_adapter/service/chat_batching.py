@@ -1,6 +1,6 @@
-"""Chat streams admitted together take turns on the model thread, a token each per round, each
-stream its own KV stream and sampler (streams.StreamContext), so a stream's text has the same
-bits alone and beside others.
+"""Chat streams admitted together take turns on the model thread, a token each per round (or
+share each round's batch: `shared`, below), each stream its own KV stream and sampler
+(streams.StreamContext), so a stream's text has the same bits alone and beside others.
 
 One job on the model thread is one round: the streams that arrived are prefilled, each prompt
 its own batches (time to first token as alone, plus at most one round of the others); then
@@ -173,9 +173,9 @@ class ChatBatcher:
                 self._start(job)
             for job in [job for job in self._running if job.left.is_set()]:
                 self._end(job, None)
-            self._running.sort(key=lambda job: job.slot)
-            batches = [self._running] if self.mode == "shared" else [[j] for j in self._running]
-            for batch in [list(batch) for batch in batches if batch]:
+            running = sorted(self._running, key=lambda job: job.slot)
+            batches = [running] if self.mode == "shared" else [[job] for job in running]
+            for batch in filter(None, batches):
                 self._context.step(
                     [(job.slot, cast(int, job.token), job.position) for job in batch]
                 )
