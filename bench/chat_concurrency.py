@@ -87,7 +87,7 @@ def round_costs(gguf: Path, prompt: list[int], repeats: int = 12) -> list[dict]:
 
     config = EngineConfig(n_ctx=2048, n_batch=512, n_threads=THREADS, n_gpu_layers=0, n_seq_max=4)
     engine = Engine(gguf, config)
-    context = StreamContext(engine, max(LEVELS), 1024)
+    context = StreamContext(engine, max(LEVELS), 1024, flash_attention=None)  # as the adapter
     try:
         positions = [len(prompt)] * max(LEVELS)
         for stream in range(max(LEVELS)):

@@ -51,10 +51,10 @@ class StreamContext:
         # llama.cpp splits the batches, which other streams' work changes.
         params.swa_full = swa_full
         # Flash attention's CPU kernel picks its way by the tokens each stream has in the micro-
-        # batch: one token of one stream divides the cells between threads, 64 or more go in
-        # tiles. A chat step (one token per stream) would take the first way alone and not beside
-        # others, so chat streams go without it; batched decisions, in calls of equal width
-        # (scoring_batching.py), meet the same way alone as together. None: llama.cpp's choice.
+        # batch and by the streams in it: one token of one stream divides the cells between
+        # threads, 64 or more go in tiles. Batched decisions (calls of equal width,
+        # scoring_batching.py) and chat streams taking turns (a stream a call, chat_batching.py)
+        # meet the same way alone as together. None: llama.cpp's choice.
         params.flash_attn_type = {
             None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
             True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,

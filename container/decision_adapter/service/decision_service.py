@@ -121,7 +121,12 @@ class DecisionService:
                 model_thread=self.runner.model_thread,
             )
             self.chat_batcher = ChatBatcher(
-                StreamContext(self.engine, settings.max_chat_streams, settings.request_token_limit),
+                StreamContext(
+                    self.engine,
+                    settings.max_chat_streams,
+                    settings.request_token_limit,
+                    flash_attention=self.engine.config.flash_attention,  # as the engine's own
+                ),
                 self.chat_runner,
                 shared=settings.chat_shared_batches,
             )
