@@ -283,7 +283,7 @@ class ScoringBatcher:
                 work.outcome.set_exception(error)
                 continue
             placed.append((work, piece, stream, start))
-            padding = [piece.tokens[-1]] * (piece.width - len(piece.tokens))
+            padding = [piece.tokens[-1]] * (piece.width - len(piece.tokens)) if piece.tokens else []
             asks = set(piece.asks)
             entries += [
                 (token, start + i, stream, i in asks)
