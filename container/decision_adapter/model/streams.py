@@ -1,9 +1,10 @@
 """A llama.cpp context on the engine's model for work decoded together: one KV stream per
 sequence (`kv_unified` off), so no sequence reads another's cells (measured:
 tests/adapter/model/test_batch_exactness.py). Same bits alone and together also need the same
-kernels for each row: pieces of equal width (scoring_batching.py pads them; a chat round is one
-token per stream). Chat streams (chat_batching.py) and batched decisions (scoring_batching.py)
-each have one.
+kernels for each row: llama.cpp puts a run of consecutive streams, as many tokens of each, in
+one micro-batch, so scoring_batching.py decodes pieces of equal width on streams 0..k-1, padded
+to blocks of rows, and chat_batching.py a stream's token alone (unless told to share). Chat
+streams and batched decisions each have one.
 
 A sequence cannot be copied into another stream cheaply (llama.cpp copies the whole stream,
 every cell, 21 ms for 8,192 cells of Gemma 3 270M), so a branch is a saved sequence restored
