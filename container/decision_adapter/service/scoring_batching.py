@@ -101,13 +101,12 @@ class Piece:
 
 @dataclass
 class Work:
-    """One model step of one lane, its pieces decoded in one round; its outcome is `result()`
-    once they all are."""
+    """One model step of one lane, its pieces decoded in one round (they hand their results
+    over in `done`); its outcome is set once they all are."""
 
     lane: Lane
     pieces: list[Piece]
-    result: Callable[[], Any] = _nothing
-    outcome: Future[Any] = field(default_factory=Future)
+    outcome: Future[None] = field(default_factory=Future)
 
     @property
     def rows(self) -> int:
@@ -187,15 +186,15 @@ class ScoringBatcher:
         self._context.close()
 
     # --- a lane's thread ---------------------------------------------------------------
-    def submit(self, work: Work) -> Any:
-        """Queue `work` for the next round and wait for its result (on the lane's thread)."""
+    def submit(self, work: Work) -> None:
+        """Queue `work` for the next round and wait until it is done (on the lane's thread)."""
         with self._ready:
             self._waiting.append(work)
             self._ready.notify()
             if not self._scheduled:
                 self._scheduled = True
                 self._submit_round()
-        return work.outcome.result()
+        work.outcome.result()
 
     def _submit_round(self) -> None:
         try:
@@ -260,12 +259,8 @@ class ScoringBatcher:
                             work.outcome.set_exception(error)
                     return
         for work in taken:
-            if work.outcome.done():  # one of its pieces failed
-                continue
-            try:
-                work.outcome.set_result(work.result())
-            except Exception as error:  # noqa: BLE001 - this request's failure alone
-                work.outcome.set_exception(error)
+            if not work.outcome.done():  # else one of its pieces failed
+                work.outcome.set_result(None)
 
     def _call(self, pieces: list[tuple[Work, Piece]]) -> None:
         """One llama_decode: piece k on stream k, padded to its width; logits asked of a
@@ -345,8 +340,8 @@ class LaneDecoder:
         self._state: bytes | None = None
         self._question: bytes | None = None  # the question's sequence, saved for its paths
 
-    def _do(self, pieces: list[Piece], result: Callable[[], Any] = _nothing) -> Any:
-        return self._batcher.submit(Work(self._lane, pieces, result))
+    def _do(self, pieces: list[Piece]) -> None:
+        self._batcher.submit(Work(self._lane, pieces))
 
     def _in_chunks(
         self,
