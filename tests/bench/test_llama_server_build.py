@@ -16,52 +16,36 @@ from bench.llama_server_build import (
     _step,
     cmake_flags,
     ensure_llama_server,
+    recipe_entry,
+    vendored_llama_cpp,
 )
 from bench.report import llama_server_table
 
 
-def _cached(root: Path, version: str, flags: list[str]) -> Path:
-    binary = root / f"llama-server-{version}" / "build" / "bin" / "llama-server"
-    binary.parent.mkdir(parents=True)
-    binary.write_text("#!/bin/sh\n")
-    (binary.parent.parent / "bench-cmake-flags").write_text("\n".join(flags))
-    return binary
-
-
-def test_a_cached_build_with_the_same_flags_is_reused(tmp_path):
-    binary = _cached(tmp_path, "9.9.9", cmake_flags())
-    build = ensure_llama_server(tmp_path, "9.9.9")
-    assert build.binary == binary
-    assert build.reason is None and build.built_now is False
-
-
-def test_no_cmake_is_a_reason_not_an_exception(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-venv" / "python"))
-    build = ensure_llama_server(tmp_path, "9.9.9")
-    assert build.binary is None
-    assert "cmake not found" in build.reason
-
-
-def test_other_cmake_flags_mean_a_rebuild(tmp_path, monkeypatch):
-    """Other CPU flags change the kernels: the cached binary built without them is not
-    reused."""
-    _cached(tmp_path, "9.9.9", cmake_flags([]))
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-venv" / "python"))
-    build = ensure_llama_server(tmp_path, "9.9.9", ["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON"])
-    assert build.binary is None and "cmake not found" in build.reason
-
-
-def test_the_server_is_built_with_the_recipe_of_the_installed_bindings():
-    """The recipe's flags for this machine, the same the venv's llama-cpp-python was built
-    with (its record), follow the server's own."""
-    flags = cmake_flags()
-    assert flags[: len(CMAKE_FLAGS)] == list(CMAKE_FLAGS)
-    assert flags[len(CMAKE_FLAGS) :] == llama_build.local_cmake_args()
+def test_the_server_comes_from_the_build_of_the_venvs_bindings():
+    """llama-server is built in the recipe's own cache entry, the one the venv's record names:
+    the same tree and flags as the libllama the adapter loads."""
     record = llama_build.installed_record(Path(sys.executable))
     assert record is not None, "the venv's llama-cpp-python was not installed by the recipe"
     assert record["cmake_args"] == llama_build.local_cmake_args()
+    entry = recipe_entry()
+    assert entry.directory == Path(record["cache"])
+    assert entry.server().is_relative_to(entry.build)
+    assert vendored_llama_cpp() == entry.tree
+    assert (entry.tree / "tools" / "server" / "server-decision.cpp").is_file()
+
+
+def test_a_venv_without_a_recipe_build_is_a_reason_not_an_exception(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-venv" / "bin" / "python"))
+    build = ensure_llama_server()
+    assert build.binary is None
+    assert "no build of the recipe" in build.reason
+
+
+def test_standalone_builds_take_the_recipes_cpu_flags():
+    flags = cmake_flags()
+    assert flags[: len(CMAKE_FLAGS)] == list(CMAKE_FLAGS)
+    assert flags[len(CMAKE_FLAGS) :] == llama_build.local_cmake_args()
 
 
 def test_a_failed_step_names_itself_with_its_log_tail(tmp_path):

