@@ -120,8 +120,8 @@ test-large: $(VENV)/.dev llama $(VENV)/.models-large
 
 # The suite's model matrix (docs/models.md): tiny random-weight models of the families
 # users deploy, with their real vocabularies and chat templates, built by llama.cpp once per
-# machine into ~/.cache/decision-bench/ (seconds; the first run also unpacks llama.cpp's source
-# from the llama-cpp-python sdist, as `make bench` does).
+# machine into ~/.cache/decision-bench/ (seconds), from the engine's llama.cpp tree
+# (container/llama_build.py).
 models: $(VENV)/.dev
 	$(PYTHON) -m tests.support.model_matrix
 
@@ -138,9 +138,8 @@ DOCKER ?= /usr/bin/docker
 image-test: $(VENV)/.dev
 	DOCKER=$(DOCKER) $(PYTHON) -m pytest -m image -rP tests/image/test_cpu_image.py
 
-# The benchmark (docs/benchmarks.md). Its first run also builds llama-server from the llama.cpp
-# that llama-cpp-python vendors (minutes, once) into ~/.cache/decision-bench/ for the side-by-side
-# columns; BENCH_ARGS=--no-llama-server leaves it out. Then requests at once, decisions and
+# The benchmark (docs/benchmarks.md). Its first run also builds llama-server in the engine's own
+# build folder (container/llama_build.py server: minutes, once) for the side-by-side columns; BENCH_ARGS=--no-llama-server leaves it out. Then requests at once, decisions and
 # chat, beside llama-server's slots (about ten minutes more; the bundled model only).
 BENCH_ARGS ?=
 bench: $(VENV)/.dev llama $(MODEL_PACKAGES)

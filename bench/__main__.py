@@ -10,8 +10,9 @@
     and the share of 503s.
 (e) the alternative: a one-token chat completion asking for the option letter, same model and
     prompt text, over the labelled examples: latency, accuracy and how often it names an option.
-(f) side by side with llama-server, the stock DLC's server, built once from the llama.cpp that
-    llama-cpp-python vendors (bench.llama_server_build) and started with the adapter's settings:
+(f) side by side with llama-server, built once in the engine's own build folder (the same tree
+    and flags as the adapter's libllama: bench.llama_server_build) and started with the adapter's
+    settings:
     see bench.side_by_side. If it cannot be built or started, the run says why and goes on.
 
 Writes bench/results/<date>-<machine>.json and one PNG per experiment beside it. Repetitions

@@ -10,8 +10,8 @@ the floor's prefill of a 1,024-token prompt, for:
 - `image_dispatch`: the CPU image's own libraries (runtime CPU dispatch, every variant but
   AMX's), copied out of the image `make image-test` built (--image), whichever variant they
   pick here.
-`native_no_amx` and `avx2_only` are compiled once from the llama.cpp source the installed
-llama-cpp-python vendors (libllama and its ggml libraries only) into
+`native_no_amx` and `avx2_only` are compiled once from the engine's llama.cpp tree
+(libllama and its ggml libraries only) into
 ~/.cache/decision-bench/builds/. Each build is loaded through LLAMA_CPP_LIB_PATH, by the adapter
 and the floor alike, in a child process per build; the result records which CPU backend each
 really ran (the adapter's start-up line).

@@ -1,35 +1,43 @@
 """Decisions/s on one GPU at 1-64 closed-loop clients: the adapter scoring decisions together in
 shared batches (DECISION_MAX_SCORING_REQUESTS=64), the adapter one at a time, and llama-server
 with 64 slots and continuous batching, over the very prompt tokens the adapter decodes (the
-load decision of `make bench`'s (d)), one token each, prompt caches off (issue 57 item 6;
-target: the batched adapter within 1.2x of llama-server's decisions/s at 64 clients).
+load decision of `make bench`'s (d)), one token each, prompt caches off (target: the batched
+adapter within 1.2x of llama-server's decisions/s at 64 clients). Before it measures, it
+bisects how llama-cpp-python's model load fares on the CUDA build (bench.gpu_bisect).
 
-It runs on the device machine (one H200, 16 cores, nvcc, no package registry) from the kit that
-`python -m bench.gpu_kit` assembles here (`.gpukit/`, carried with the working tree):
+It runs on the device machine (one H100 or H200, 16 cores, nvcc, no package registry) from the
+kit that `python -m bench.gpu_kit` assembles here (`.gpukit/`, carried with the working tree),
+started by `python -m bench.gpu_device` (the one device command: see there):
 
-1. Build. The kit's trimmed llama.cpp source (the pinned llama-cpp-python sdist's vendor/
-   llama.cpp) is configured once with CUDA for sm_90 and built with ninja on every core, targets
-   `llama` and `llama-server` only: ONE build serves llama-server and the adapter, whose
-   llama-cpp-python is the sdist's own pure-Python `llama_cpp` package on PYTHONPATH, pointed
-   at the built libraries by its LLAMA_CPP_LIB_PATH (it loads libllama.so from there; libggml*
-   come through libllama's RUNPATH, the build folder). Not `pip wheel` of the sdist: its
-   CMakeLists builds mtmd and no llama-server, so llama-server would need a second CUDA build of
-   the same kernels, and the build is the longest step of the run. Flags: llama-server's bench
-   flags (bench.llama_server_build: shared libraries, no curl/OpenSSL/tests/examples/web UI),
-   the CPU recipe of container/llama_build.py (the machine's x86 features less AMX), and for
-   CUDA: `CMAKE_CUDA_ARCHITECTURES=90`, FlashAttention kernels for an F16 KV cache only
-   (`GGML_CUDA_FA_QUANTS=f16-f16`, the cache type both servers use), no fatbin compression and
-   no NCCL: each shortens the build without changing a kernel this run uses. Where the
-   toolkit lacks cuBLAS (one assembled from NVIDIA's pip wheels), it comes from the wheels
-   beside PyTorch (cuda_hints).
-2. A random-weight llama GGUF shaped like Llama 3.2 1B with Llama 3's real vocabulary
-   (bench.random_gguf), written with the kit's gguf-py while the build runs.
-3. The servers, all at once on the one GPU (each holds its own copy of the model), every layer
+1. Build. The kit's source is the engine as container/llama_build.py prepares it for every
+   build: llama-cpp-python 0.3.36's package over the b11434 llama.cpp tree. Its package root
+   (the bindings' CMakeLists, which adds vendor/llama.cpp) is configured once as the GPU image
+   configures it: a release build, CUDA for sm_90, the images' CPU runtime dispatch
+   (`llama_build.image_cmake_args`: GGML_BACKEND_DL, every x86 variant, the backends' folder
+   the build's bin/) and llama-server beside libllama (`llama_build.SERVER_CMAKE_ARGS`); then
+   ninja on every core builds `llama` (which pulls in every backend module) and
+   `llama-server`, and `llama_build.prune` deletes the CPU variants that need AMX, as the
+   images do. ONE build serves llama-server and the adapter, whose llama-cpp-python is the
+   kit's own pure-Python `llama_cpp` package on PYTHONPATH, pointed at the built libraries by
+   its LLAMA_CPP_LIB_PATH. Beyond the image's flags, only what shortens the build without
+   changing a kernel this run uses: FlashAttention kernels for an F16 KV cache only
+   (`GGML_CUDA_FA_QUANTS=f16-f16`, the cache type both servers use), no fatbin compression, no
+   NCCL. `--backends linked` builds the backends into libggml instead, with the machine's own
+   CPU features less AMX (the local recipe). Where the toolkit lacks cuBLAS (one assembled
+   from NVIDIA's pip wheels), it comes from the wheels beside PyTorch (cuda_hints).
+2. Two random-weight llama GGUFs with Llama 3's real vocabulary (bench.random_gguf), written
+   with the kit's gguf-py while the build runs: the benchmark's, shaped like Llama 3.2 1B, and
+   a 2-layer one that makes a bisect case cost seconds.
+3. The bisection (bench.gpu_bisect, `$OUT/gpu-bisect.json`): about 27 ways of loading the
+   model, each in a child process, so a crash is recorded with its signal. A flip that makes
+   the adapter's way load and that an adapter setting expresses (extra buffer types off) is
+   applied to the adapters measured next, and said so in the report.
+4. The servers, all at once on the one GPU (each holds its own copy of the model), every layer
    offloaded: the adapter (`python -m decision_adapter serve`, as `make run`) with
    DECISION_N_GPU_LAYERS=-1, its state cache off, a queue of 256 and a 60 s admission wait (64
    clients wait, not 503); llama-server with `-ngl 99 -np 64 -cb -c 64 x <per-request
    context>`. Same threads, batch size and per-request context on both.
-4. Closed-loop load (bench.concurrency.run_load, from 4 processes whose answers are pooled)
+5. Closed-loop load (bench.concurrency.run_load, from 4 processes whose answers are pooled)
    at each level, each server in turn, after one unmeasured warm-up at the highest level. 64
    clients are measured first (the target), then the rest upward. Each level's seconds shrink
    to fit the time left (--deadline-s); the one-at-a-time adapter is dropped first when time
@@ -38,21 +46,13 @@ It runs on the device machine (one H200, 16 cores, nvcc, no package registry) fr
 `$OUT/gpu-batching.json` is rewritten after every step and level, and the servers' and the
 build's log tails are copied beside it, so a run stopped by its time limit still returns what
 it measured. `--cpu-smoke` runs the same path here: the kit's source and llama_cpp package, a
-tiny model, no GPU, the already built CPU llama-server's libraries (--prebuilt), levels 1 and 2
-for a second each.
+tiny model, no GPU, the local build's libraries and llama-server (--prebuilt, default the
+recipe's cache entry: `make bench` builds its llama-server), levels 1 and 2 for a second each.
 
-The device command (one call, well under 2,000 characters; `carry: [".gpukit"]`, `timeout_s:
-600`), on one line:
-
-    set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile
-    --no-cache-dir --upgrade --target /tmp/site .gpukit/whl/*.whl && export
-    PYTHONPATH=/tmp/site || exit; nvidia-smi -L; PYTHONUNBUFFERED=1 timeout 560 python3 -m
-    bench.gpu_batching --out "$OUT" --deadline-s 540 2>&1 | tee "$OUT/log.txt"
-
-`ADAPTER_ENV="K=V K=V"` before `timeout` (or `--adapter-env K=V`) adds adapter settings to
-every adapter run; `--no-one-at-a-time`, `--levels`, `--seconds`, `--n-batch`, `--threads`
-and `--client-processes` change the plan. Files back under $OUT: gpu-batching.json, log.txt,
-build-log-tail.txt and one log tail per server (6 of the 8 allowed).
+`ADAPTER_ENV="K=V K=V"` (or `--adapter-env K=V`) adds adapter settings to every adapter run;
+`--bisect-only`, `--no-bisect`, `--no-one-at-a-time`, `--levels`, `--seconds`, `--n-batch`,
+`--threads` and `--client-processes` change the plan. Files back under $OUT: gpu-batching.json,
+gpu-bisect.json, log.txt, build-log-tail.txt and one log tail per server (7 of the 8 allowed).
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +85,8 @@ for _path in (REPO / "container", REPO):
 
 import llama_build  # noqa: E402
 
+from bench import gpu_bisect  # noqa: E402
 from bench.llama_server import ServerSettings  # noqa: E402
-from bench.llama_server_build import CMAKE_FLAGS  # noqa: E402
 from bench.random_gguf import TINY, Shape  # noqa: E402
 
 KIT = REPO / ".gpukit"
@@ -94,14 +94,25 @@ SOURCE_ARCHIVE = "llama-src.tar.xz"
 VOCAB = Path("models") / "ggml-vocab-llama-bpe.gguf"
 REPORT = "gpu-batching.json"
 GGUF = "random-llama.gguf"
+BISECT_GGUF = "random-llama-tiny.gguf"
+# What proves the unpacked source is the engine's tree and not the bindings' vendored one:
+# the decision models' server code exists only in the newer tree.
+ENGINE_MARKER = Path("vendor") / "llama.cpp" / "tools" / "server" / "server-decision.cpp"
 LEVELS = (64, 1, 2, 4, 8, 16, 32)
 SLOTS = 64
 TARGET_RATIO = 1.2  # llama-server decisions/s over the batched adapter's, at most, at 64
-CPU_SMOKE_SERVER = Path.home() / ".cache/decision-bench/llama-server-0.3.36/build/bin"
 LOG_TAIL_BYTES = 256 << 10
 LEVEL_OVERHEAD_S = 1.5  # per level and server: the warm request, the last answers, asyncio
 MIN_LEVEL_S = 1.0
 RESERVE_S = 10.0  # stopping the servers and writing the report
+MEASURE_RESERVE_S = 150.0  # kept for the measurement when the bisection's budget is set
+MIN_BISECT_S = 60.0  # the bisection's budget, at least, whatever the measurement is left
+# Build-time savers on top of the GPU image's flags: no kernel this run uses changes.
+CUDA_BUILD_SAVERS = (
+    "-DGGML_CUDA_FA_QUANTS=f16-f16",
+    "-DGGML_CUDA_COMPRESSION_MODE=none",
+    "-DGGML_CUDA_NCCL=OFF",
+)
 # Every adapter run: the state cache off (every decision decodes its whole prompt, as
 # llama-server does with its prompt cache off), a queue long enough that clients wait.
 ADAPTER_BASE = {
@@ -120,23 +131,20 @@ ADAPTER_RUNS = {
 
 # --- pure parts -------------------------------------------------------------------------------
 def cmake_flags(
-    cuda: bool, cpu_args: list[str] | None = None, architectures: str = "90"
+    cuda: bool,
+    backend_dir: str | None = None,
+    cpu_args: list[str] | None = None,
+    architectures: str = "90",
 ) -> list[str]:
-    """The one build's CMake flags (see the module docstring)."""
-    flags = [
-        *CMAKE_FLAGS,
-        "-DLLAMA_BUILD_TOOLS=ON",
-        "-DLLAMA_BUILD_SERVER=ON",
-        "-DLLAMA_BUILD_APP=OFF",
-    ]
+    """The one build's CMake flags, for the package root (see the module docstring): with
+    `backend_dir`, the images' runtime CPU dispatch and backend modules installed there;
+    without, the backends linked in with `cpu_args` (default: this machine's recipe)."""
+    flags = ["-DCMAKE_BUILD_TYPE=Release", *llama_build.SERVER_CMAKE_ARGS]
     if cuda:
-        flags += [
-            "-DGGML_CUDA=ON",
-            f"-DCMAKE_CUDA_ARCHITECTURES={architectures}",
-            "-DGGML_CUDA_FA_QUANTS=f16-f16",
-            "-DGGML_CUDA_COMPRESSION_MODE=none",
-            "-DGGML_CUDA_NCCL=OFF",
-        ]
+        flags += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={architectures}"]
+        flags += CUDA_BUILD_SAVERS
+    if backend_dir is not None:
+        return flags + llama_build.image_cmake_args(backend_dir)
     return flags + (llama_build.local_cmake_args() if cpu_args is None else cpu_args)
 
 
@@ -276,14 +284,38 @@ def machine() -> dict[str, Any]:
 
 
 def unpack(kit: Path, work: Path) -> Path:
-    """The kit's source, unpacked; returns the sdist's top folder (llama_cpp/, vendor/)."""
+    """The kit's source, unpacked; returns its package folder (CMakeLists.txt, llama_cpp/,
+    vendor/llama.cpp), refused unless it holds the engine's tree."""
     target = work / "src"
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     with tarfile.open(kit / SOURCE_ARCHIVE) as archive:
         archive.extractall(target, filter="data")
     (top,) = target.iterdir()
+    if not (top / ENGINE_MARKER).is_file():
+        raise RuntimeError(
+            f"{kit / SOURCE_ARCHIVE} holds no {ENGINE_MARKER}: not the engine's "
+            f"{llama_build.ENGINE.build} tree; run `python -m bench.gpu_kit` again"
+        )
     return top
+
+
+def local_build() -> tuple[Path, Path]:
+    """The local recipe's build (what `make` compiled): its libraries' folder and its
+    llama-server (built by `make bench`, or `llama_build.py server`)."""
+    entry = llama_build.cache_entry(llama_build.local_cmake_args())
+    lib_dir = entry.build / "bin"
+    beside = lib_dir / "llama-server"
+    return lib_dir, beside if beside.is_file() else entry.server()
+
+
+def server_binary(lib_dir: Path) -> Path:
+    """llama-server of the build whose libraries are in lib_dir."""
+    beside = lib_dir / "llama-server"
+    if beside.is_file():
+        return beside
+    local_libs, local_server = local_build()
+    return local_server if lib_dir == local_libs else beside
 
 
 def cuda_toolkit() -> tuple[Path, str | None]:
@@ -369,8 +401,12 @@ def cuda_hints(
     return flags, library_dirs
 
 
-def build(source: Path, build_dir: Path, flags: list[str], jobs: int, log_path: Path) -> dict:
-    """Configure and build `llama` and `llama-server`; returns the steps' seconds and flags."""
+def build(
+    source: Path, build_dir: Path, flags: list[str], jobs: int, log_path: Path
+) -> dict[str, Any]:
+    """Configure the package root `source` and build `llama` (with every backend module, which
+    ggml depends on in a dynamic build) and `llama-server`; returns the steps' seconds and
+    flags."""
     cmake = shutil.which("cmake") or "cmake"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     steps = {
@@ -406,10 +442,10 @@ def build(source: Path, build_dir: Path, flags: list[str], jobs: int, log_path: 
     return info
 
 
-RUNNING: list[subprocess.Popen] = []  # the build's step under way, stopped on an interrupt
+RUNNING: list[subprocess.Popen[bytes]] = []  # the build's step under way, stopped on an interrupt
 
 
-def stop_group(process: subprocess.Popen) -> None:
+def stop_group(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM to a build step's process group (ninja then stops the compilers it started, each
     in a group of its own), SIGKILL after 5 s."""
     with contextlib.suppress(OSError):
@@ -421,7 +457,9 @@ def stop_group(process: subprocess.Popen) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def timed_build(source: Path, build_dir: Path, flags: list[str], jobs: int, log: Path) -> dict:
+def timed_build(
+    source: Path, build_dir: Path, flags: list[str], jobs: int, log: Path
+) -> dict[str, Any]:
     began = time.monotonic()
     info = build(source, build_dir, flags, jobs, log)
     info["total_s"] = round(time.monotonic() - began, 1)
@@ -453,6 +491,130 @@ def make_model(args: argparse.Namespace, source: Path) -> dict[str, Any]:
     )
 
 
+def make_bisect_model(args: argparse.Namespace, source: Path) -> Path:
+    """The bisection's 2-layer model (the benchmark's own where that is the tiny one)."""
+    from bench.random_gguf import write_model
+
+    work: Path = args.work
+    if args.cpu_smoke and not args.layers:
+        return work / GGUF
+    path = work / BISECT_GGUF
+    write_model(path, source / VOCAB, TINY, llama_cpp_source=source)
+    return path
+
+
+def build_flags(
+    args: argparse.Namespace, build_dir: Path, work: Path
+) -> tuple[list[str], list[str]]:
+    """The build's flags (cmake_flags, the CUDA toolkit's hints, --cmake-arg) and the library
+    folders the CUDA runtime needs on LD_LIBRARY_PATH."""
+    cuda = not args.cpu_smoke
+    backend_dir = str(build_dir / "bin") if args.backends == "dynamic" else None
+    flags = cmake_flags(cuda, backend_dir)
+    library_dirs: list[str] = []
+    if cuda:
+        toolkit, nvcc = cuda_toolkit()
+        if nvcc:
+            flags.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+        hints, library_dirs = cuda_hints(toolkit, site_roots(), work / "cublas")
+        flags += hints
+        library_dirs += [str(toolkit / "lib64"), str(toolkit / "lib")]
+    return flags + args.cmake_arg, library_dirs
+
+
+def start_build(
+    args: argparse.Namespace,
+    package_root: Path,
+    build_log: Path,
+    report: Report,
+    started: float,
+) -> tuple[Future[dict[str, Any]] | None, list[str]]:
+    """The build under way in a thread (None with --prebuilt), and the CUDA library folders."""
+    if args.prebuilt:
+        report.update(build={"prebuilt": str(args.prebuilt)})
+        return None, []
+    build_dir = args.work / "build"
+    flags, library_dirs = build_flags(args, build_dir, args.work)
+    log(started, f"building llama + llama-server ({args.jobs} jobs): {shlex.join(flags)}")
+    report.update(stage="building")
+    building = ThreadPoolExecutor(1).submit(
+        timed_build, package_root, build_dir, flags, args.jobs, build_log
+    )
+    return building, library_dirs
+
+
+def finish_build(building: Future[dict[str, Any]], lib_dir: Path, backends: str) -> dict[str, Any]:
+    """The build's record, once done: its seconds and flags, the GPU code it holds, and the
+    CPU variants pruned as the images prune them (a dynamic build only)."""
+    info = building.result()
+    info["cuda_sass"] = sass_targets(lib_dir / "libggml-cuda.so")
+    if backends == "dynamic":
+        info["pruned"] = [path.name for path in llama_build.prune(lib_dir)]
+        info["cpu_variants"] = sorted(p.name for p in lib_dir.glob("libggml-cpu-*.so"))
+    return info
+
+
+def bisect_budget(wanted_s: float, remaining_s: float, bisect_only: bool) -> float:
+    """The bisection's seconds: what it wants, less what the measurement needs after it, but
+    at least MIN_BISECT_S (the adapter cannot be measured on a build where its load crashes,
+    so the bisection goes first), and never past the deadline."""
+    left = remaining_s - RESERVE_S
+    reserve = 0.0 if bisect_only else MEASURE_RESERVE_S
+    return max(0.0, min(wanted_s, max(MIN_BISECT_S, left - reserve), left))
+
+
+def run_bisect(
+    args: argparse.Namespace,
+    models: dict[str, Path],
+    lib_dir: Path,
+    env_paths: dict[str, str],
+    report: Report,
+    started: float,
+    deadline: float,
+) -> dict[str, str]:
+    """bench.gpu_bisect over this build, within its budget and what the measurement leaves;
+    its verdict goes into the report. Returns the adapter settings it found to load."""
+    budget = bisect_budget(args.bisect_budget_s, deadline - time.monotonic(), args.bisect_only)
+    plan = gpu_bisect.Plan(
+        models=models,
+        dynamic=gpu_bisect.dynamic_build(lib_dir),
+        env={**os.environ, **env_paths},
+        work=args.work / "bisect",
+        out=args.out,
+        case_timeout_s=args.bisect_case_timeout_s,
+        parallel=args.bisect_parallel,
+        budget_s=budget,
+    )
+    report.update(stage="bisecting")
+    log(started, f"bisecting the model load: {budget:.0f}s, {plan.parallel} cases at a time")
+    found = gpu_bisect.run_bisect(plan, log=lambda message: log(started, message))
+    report.update(
+        bisect={
+            "report": gpu_bisect.REPORT,
+            "elapsed_s": found.get("elapsed_s"),
+            "verdict": found.get("verdict"),
+            "workaround_env": found.get("workaround_env", {}),
+        }
+    )
+    workaround: dict[str, str] = found.get("workaround_env", {})
+    return workaround
+
+
+def apply_workaround(
+    workaround: dict[str, str], adapter_env: dict[str, str], report: Report
+) -> dict[str, str]:
+    """The adapters' settings with the bisection's workaround under them: a setting given by
+    hand (ADAPTER_ENV, --adapter-env) wins."""
+    if not workaround:
+        return adapter_env
+    applied = {k: v for k, v in workaround.items() if k not in adapter_env}
+    report.data.setdefault("notes", []).append(
+        f"the bisection's workaround applied to every adapter: {applied or 'none (set by hand)'}"
+    )
+    report.update(adapter_env_extra=applied | adapter_env)
+    return applied | adapter_env
+
+
 def use_llama_cpp(package_root: Path, lib_dir: Path, library_dirs: list[str]) -> dict[str, str]:
     """Make this process and the adapters import the kit's `llama_cpp` bound to `lib_dir`;
     returns the variables the adapters get. `library_dirs` (CUDA's runtime and cuBLAS) go on
@@ -482,7 +644,9 @@ class GpuServerSettings(ServerSettings):
         return [*super().arguments(), "--n-gpu-layers", str(self.n_gpu_layers), "--cont-batching"]
 
 
-def check_answers(adapter_urls: dict[str, str], server_url: str | None, tokens: list[int]) -> dict:
+def check_answers(
+    adapter_urls: dict[str, str], server_url: str | None, tokens: list[int]
+) -> dict[str, Any]:
     """One answer from each server, kept short: proof that each decodes what it should."""
     import httpx
 
@@ -531,7 +695,7 @@ def merge_loads(clients: int, results: list[Any]) -> dict[str, Any]:
 
 
 def load(
-    pool: Any, processes: int, url: str, body: dict, clients: int, seconds: float
+    pool: Any, processes: int, url: str, body: dict[str, Any], clients: int, seconds: float
 ) -> dict[str, Any]:
     """Closed-loop load (bench.concurrency.run_load) from several processes at once: at a
     thousand decisions/s one Python process sending them would measure itself."""
@@ -546,11 +710,11 @@ def load(
 def measure(
     report: Report,
     urls: dict[str, str],
-    bodies: dict[str, dict],
+    bodies: dict[str, dict[str, Any]],
     args: argparse.Namespace,
     deadline: float,
     started: float,
-    copy_logs,
+    copy_logs: Callable[[], None],
     pool: Any,
 ) -> None:
     runs = [name for name in (BATCHED, SERVER, ONE_AT_A_TIME) if name in urls]
@@ -675,6 +839,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, help="override the model's layer count")
     parser.add_argument("--chat-template", action="store_true", help="Llama 3's template")
     parser.add_argument("--no-one-at-a-time", action="store_true")
+    parser.add_argument(
+        "--backends",
+        choices=("dynamic", "linked"),
+        default="dynamic",
+        help="dynamic: the images' backend modules and CPU variants; linked: the local recipe's",
+    )
+    parser.add_argument("--no-bisect", action="store_true", help="measure only")
+    parser.add_argument("--bisect-only", action="store_true", help="build, bisect, stop")
+    parser.add_argument("--bisect-budget-s", type=float, default=gpu_bisect.BUDGET_S)
+    parser.add_argument(
+        "--bisect-case-timeout-s", type=float, default=gpu_bisect.CASE_TIMEOUT_S, help="each"
+    )
+    parser.add_argument(
+        "--bisect-parallel", type=int, default=gpu_bisect.PARALLEL, help="cases at once"
+    )
     parser.add_argument("--adapter-env", action="append", default=[], metavar="K=V")
     parser.add_argument(
         "--cmake-arg",
@@ -687,7 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = started + args.deadline_s
     if args.cpu_smoke:
         if not args.build:
-            args.prebuilt = args.prebuilt or CPU_SMOKE_SERVER
+            args.prebuilt = args.prebuilt or local_build()[0]
         if args.levels == ",".join(map(str, LEVELS)):
             args.levels = "1,2"
         args.seconds = min(args.seconds, 1.0)
@@ -738,45 +917,31 @@ def main(argv: list[str] | None = None) -> int:
             report.update(kit=json.loads((args.kit / "kit.json").read_text()))
         package_root = unpack(args.kit, args.work)
         source = package_root / "vendor" / "llama.cpp"
-        report.update(stage="unpacked")
-        library_dirs: list[str] = []
-        building = None
-        if args.prebuilt:
-            lib_dir = args.prebuilt
-            report.update(build={"prebuilt": str(lib_dir)})
-        else:
-            cuda = not args.cpu_smoke
-            flags = cmake_flags(cuda)
-            if cuda:
-                toolkit, nvcc = cuda_toolkit()
-                if nvcc:
-                    flags.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
-                hints, library_dirs = cuda_hints(toolkit, site_roots(), args.work / "cublas")
-                flags += hints
-                library_dirs += [str(toolkit / "lib64"), str(toolkit / "lib")]
-            flags += args.cmake_arg
-            log(started, f"building llama + llama-server ({args.jobs} jobs)")
-            report.update(stage="building")
-            building = ThreadPoolExecutor(1).submit(
-                timed_build, source, args.work / "build", flags, args.jobs, build_log
-            )
-        # The model is written while the build runs: one core of Python against ninja's.
-        log(started, "writing the random-weight model")
+        report.update(stage="unpacked", engine=llama_build.ENGINE.build)
+        building, library_dirs = start_build(args, package_root, build_log, report, started)
+        # The models are written while the build runs: one core of Python against ninja's.
+        log(started, "writing the random-weight models")
         model = make_model(args, source)
-        report.update(model=model)
+        bisect_gguf = make_bisect_model(args, source)
+        report.update(model=model, bisect_model=str(bisect_gguf))
         log(started, f"model: {model['parameters'] / 1e9:.3f} B parameters in {model['seconds']}s")
+        lib_dir = args.prebuilt or args.work / "build" / "bin"
         if building is not None:
             try:
-                info = building.result()
+                report.update(build=finish_build(building, lib_dir, args.backends))
             finally:
                 copy_logs()
-            lib_dir = args.work / "build" / "bin"
-            info["cuda_sass"] = sass_targets(lib_dir / "libggml-cuda.so")
-            report.update(build=info)
-            log(started, f"built in {info['total_s']}s")
-        report.update(stage="model written")
+            log(started, f"built in {report.data['build']['total_s']}s")
+        report.update(stage="models written")
         adapter_env_paths = use_llama_cpp(package_root, lib_dir, library_dirs)
         gguf = args.work / GGUF
+        if not args.no_bisect:
+            models = {"tiny": bisect_gguf} | ({"bench": gguf} if bisect_gguf != gguf else {})
+            fix = run_bisect(args, models, lib_dir, adapter_env_paths, report, started, deadline)
+            adapter_env = apply_workaround(fix, adapter_env, report)
+        if args.bisect_only:
+            report.update(stage="done")
+            return 0
 
         from bench.llama_server import completion_body
         from bench.workloads import load_decision
@@ -812,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
             ONE_AT_A_TIME: load_decision(),
             SERVER: completion_body(tokens, n_predict=1, cache_prompt=False),
         }
-        binary = lib_dir / "llama-server"
+        binary = server_binary(lib_dir)
         with servers(
             args, gguf, binary, adapter_env_paths | adapter_env, args.work, report, started
         ) as found:

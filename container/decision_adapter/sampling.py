@@ -1,6 +1,6 @@
 """llama-server's sampling defaults, for the chat fields a request leaves out.
 
-Read from the llama.cpp that llama-cpp-python 0.3.36 vendors (`common/common.h`,
+Read from the engine's llama.cpp, b11434 (`common/common.h`,
 `common_params_sampling`; tests/adapter/test_sampling_defaults.py reads them there again). Its
 default chain is penalties, DRY, top-n-sigma, top_k, typical_p, top_p, min_p, XTC, temperature, then
 the draw. At their defaults penalties, DRY, top-n-sigma, typical_p and XTC leave the candidates as

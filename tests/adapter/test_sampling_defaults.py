@@ -1,5 +1,5 @@
 """Chat sampling with llama-server's defaults: the values and chain are those of the llama.cpp
-that llama-cpp-python vendors (read from its source here, not restated), and a request that
+the engine is compiled from (read from its source here, not restated), and a request that
 leaves a sampler field out is sampled exactly as one that sends llama-server's value."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bench.llama_server_build import vendored_llama_cpp
 
 @pytest.fixture(scope="module")
 def common_sampling() -> str:
-    """`struct common_params_sampling` of the vendored llama.cpp's common/common.h."""
+    """`struct common_params_sampling` of the engine's llama.cpp common/common.h."""
     header = (vendored_llama_cpp() / "common" / "common.h").read_text()
     return header[header.index("struct common_params_sampling {") :].split("\n};", 1)[0]
 

@@ -1,9 +1,11 @@
 """The GPU batching benchmark's pure parts: the model's shape arithmetic, the kit's trimming
-rule, the build's flags (CUDA hints for a toolkit without cuBLAS), the report's rows and
-verdict, and how the levels' seconds shrink to fit the time left."""
+rule, the build's flags (the GPU image's, CUDA hints for a toolkit without cuBLAS), the
+bisection's workaround handed to the adapters, the report's rows and verdict, and how the
+levels' seconds shrink to fit the time left."""
 
 from pathlib import Path
 
+import llama_build
 import pytest
 
 from bench import gpu_batching as gb
@@ -41,8 +43,11 @@ def test_norms_are_f32_and_matrices_f16():
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
+        ("CMakeLists.txt", True),  # the bindings': the package root is configured
+        ("pyproject.toml", False),
         ("llama_cpp/llama_cpp.py", True),
         ("llama_cpp/lib/libllama.so", False),
+        ("llama_cpp/server/app.py", False),
         ("vendor/llama.cpp/CMakeLists.txt", True),
         ("vendor/llama.cpp/models/ggml-vocab-llama-bpe.gguf", True),
         ("vendor/llama.cpp/models/ggml-vocab-qwen2.gguf", False),
@@ -54,6 +59,7 @@ def test_norms_are_f32_and_matrices_f16():
         ("vendor/llama.cpp/tools/ui/CMakeLists.txt", True),
         ("vendor/llama.cpp/tools/ui/src/app.ts", False),
         ("vendor/llama.cpp/tools/server/server.cpp", True),
+        ("vendor/llama.cpp/tools/server/server-decision.cpp", True),
         ("vendor/llama.cpp/tools/mtmd/test-3.mp4", False),
         ("vendor/llama.cpp/gguf-py/gguf/gguf_writer.py", True),
         ("examples/server/server.py", False),
@@ -63,12 +69,20 @@ def test_the_kit_keeps_what_the_build_reads(path, expected):
     assert kept(path) is expected
 
 
-def test_cuda_flags_name_sm_90_and_the_f16_cache_only():
-    flags = gb.cmake_flags(cuda=True, cpu_args=["-DGGML_NATIVE=OFF"])
+def test_the_build_is_the_gpu_images_for_sm_90_with_the_f16_cache_only():
+    flags = gb.cmake_flags(cuda=True, backend_dir="/work/build/bin")
     assert "-DGGML_CUDA=ON" in flags and "-DCMAKE_CUDA_ARCHITECTURES=90" in flags
     assert "-DGGML_CUDA_FA_QUANTS=f16-f16" in flags
-    assert "-DBUILD_SHARED_LIBS=ON" in flags and "-DLLAMA_BUILD_SERVER=ON" in flags
-    assert flags[-1] == "-DGGML_NATIVE=OFF"  # the CPU recipe's flags come last
+    assert "-DCMAKE_BUILD_TYPE=Release" in flags
+    assert set(llama_build.SERVER_CMAKE_ARGS) <= set(flags)  # llama-server beside libllama
+    # the images' runtime CPU dispatch, its backend modules in the build's bin/, come last
+    image = llama_build.image_cmake_args("/work/build/bin")
+    assert flags[-len(image) :] == image
+
+
+def test_a_linked_build_takes_the_cpu_recipe_and_a_cpu_build_no_cuda():
+    linked = gb.cmake_flags(cuda=True, cpu_args=["-DGGML_NATIVE=OFF"])
+    assert linked[-1] == "-DGGML_NATIVE=OFF" and "-DGGML_BACKEND_DL=ON" not in linked
     assert not any("CUDA" in f for f in gb.cmake_flags(cuda=False, cpu_args=[]))
 
 
@@ -199,3 +213,23 @@ def test_the_processes_loads_pool_into_one_level():
     assert merged["clients"] == 4 and merged["client_processes"] == 2
     assert merged["answered"] == 20 and merged["refused_503"] == 1 and merged["errors"] == 2
     assert merged["throughput_rps"] == 8.0  # 20 answers over the longest window, 2.5 s
+
+
+def test_the_bisections_workaround_goes_to_the_adapters_under_settings_given_by_hand(tmp_path):
+    report = gb.Report(tmp_path / "r.json", {})
+    fix = {"DECISION_EXTRA_BUFFER_TYPES": "false"}
+    assert gb.apply_workaround({}, {"A": "1"}, report) == {"A": "1"}
+    assert gb.apply_workaround(fix, {"A": "1"}, report) == {**fix, "A": "1"}
+    by_hand = {"DECISION_EXTRA_BUFFER_TYPES": "true"}
+    assert gb.apply_workaround(fix, by_hand, report) == by_hand
+    assert len(report.data["notes"]) == 2
+
+
+def test_the_bisection_goes_first_within_the_time_left():
+    assert gb.bisect_budget(90.0, 500.0, bisect_only=False) == 90.0
+    # the measurement's share is kept while the bisection keeps its minimum
+    assert gb.bisect_budget(90.0, 230.0, bisect_only=False) == 70.0
+    assert gb.bisect_budget(90.0, 150.0, bisect_only=False) == gb.MIN_BISECT_S
+    assert gb.bisect_budget(90.0, 150.0, bisect_only=True) == 90.0
+    assert gb.bisect_budget(90.0, 40.0, bisect_only=False) == 30.0  # never past the deadline
+    assert gb.bisect_budget(90.0, 5.0, bisect_only=False) == 0.0

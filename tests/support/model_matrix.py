@@ -135,7 +135,7 @@ def matrix_directory(root: Path | None = None) -> Path:
 
 
 def llama_cpp_models() -> Path:
-    """models/ of the vendored llama.cpp source: vocabularies, their test texts, templates."""
+    """models/ of the engine's llama.cpp tree: vocabularies, their test texts, templates."""
     return vendored_llama_cpp() / "models"
 
 
