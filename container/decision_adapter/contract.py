@@ -54,6 +54,9 @@ class Question:
     # How prose names each option, where it is not its id (a yes/no question's true/false are
     # "yes"/"no"); the option-text readouts read these words.
     answer_words: list[str] | None = None
+    # The question's name in its request (System One's question id), where the format has one:
+    # a trained decision model's prompt may show it.
+    name: str | None = None
 
     @property
     def kind(self) -> QuestionKind:
@@ -91,8 +94,13 @@ class QuestionScores:
     option_mean_log_probs: np.ndarray | None = None
     content_free: np.ndarray | None = None
     kind: QuestionKind = "choice"  # the question's (Question.kind): its temperature may be its own
+    # A trained decision head's answer, its own temperature applied (scoring/trained_head.py):
+    # the probabilities as the model computes them, which no calibration changes.
+    head_probabilities: np.ndarray | None = None
 
     def probabilities(self, temperature: float = 1.0) -> np.ndarray:
+        if self.head_probabilities is not None:
+            return self.head_probabilities
         # Sums exactly rounded (fsum): a sum in request order rounds by that order, so reordered
         # options would get answers an ulp apart.
         scaled = self.option_logits / temperature

@@ -11,6 +11,7 @@ Confidence follows the reference formulas. Fields the format does not define car
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -340,7 +341,10 @@ class SystemOneFormat(WireFormat):
         questions = list(request.questions.values())
         scored = await score(
             service,
-            [StateQuestion(request.state, q.as_question(request.x_readout)) for q in questions],
+            [
+                StateQuestion(request.state, replace(q.as_question(request.x_readout), name=name))
+                for name, q in request.questions.items()
+            ],
             field="questions",
             noun="questions",
         )
@@ -375,6 +379,8 @@ class SystemOneFormat(WireFormat):
                 "context_tokens": model.info["context_tokens"],
                 "architecture": model.info.get("architecture"),
                 "memory": model.info.get("memory"),
+                # A trained decision model's type (openjev, lev, ...); null: a generic model.
+                "decision_type": model.info.get("decision_type"),
             },
         )
 

@@ -339,6 +339,29 @@ class Engine:
         length = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buffer, len(buffer))
         return buffer.value.decode("utf-8", "replace") if length >= 0 else None
 
+    def metadata_items(self, prefix: str) -> dict[str, str]:
+        """Every metadata key that starts with `prefix`, and its value as text."""
+        found = {}
+        key = ctypes.create_string_buffer(256)
+        value = ctypes.create_string_buffer(4096)
+        for index in range(llama_cpp.llama_model_meta_count(self.model)):
+            if llama_cpp.llama_model_meta_key_by_index(self.model, index, key, len(key)) < 0:
+                continue
+            name = key.value.decode("utf-8", "replace")
+            if not name.startswith(prefix):
+                continue
+            length = llama_cpp.llama_model_meta_val_str_by_index(
+                self.model, index, value, len(value)
+            )
+            if length >= 0:
+                found[name] = value.value.decode("utf-8", "replace")
+        return found
+
+    def named_chat_template(self, name: str) -> str | None:
+        """A chat template the GGUF names (`tokenizer.chat_template.<name>`)."""
+        template = llama_cpp.llama_model_chat_template(self.model, name.encode())
+        return template.decode("utf-8") if template else None
+
     @property
     def description(self) -> str:
         buffer = ctypes.create_string_buffer(256)

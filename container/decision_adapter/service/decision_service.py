@@ -33,10 +33,12 @@ from ..errors import (
     over_token_budget,
     too_many_tokens_requested,
 )
+from ..model.decision_head import read_decision_head
 from ..model.engine import DeadlinePassed, Engine, EngineConfig, Sampling
 from ..model.files import load_model_file
 from ..model.streams import StreamContext
 from ..model.tokenizer import TokenLimitExceeded
+from ..scoring import trained_head
 from ..scoring.budget import TokenBudget
 from ..scoring.prompts import PromptRenderer, state_text
 from ..scoring.score import (
@@ -98,6 +100,8 @@ class DecisionService:
                 extra_buffer_types=settings.extra_buffer_types,
             ),
         )
+        # A trained decision model answers with its own head, not a prompt readout.
+        self.decision_head = read_decision_head(self.engine)
         self.renderer = PromptRenderer(self.engine)
         calibration = calibration.for_prompt_mode(self.renderer.mode)
         self.state_cache = StateCache(settings.state_cache_budget, model_id=model_file.sha256)
@@ -134,7 +138,12 @@ class DecisionService:
         self.scoring_runner: ModelRunner | None = None
         self.scoring_batcher: ScoringBatcher | None = None
         # A hybrid model's recurrent state cannot drop a round's padding (scoring_batching.py).
-        if settings.max_scoring_requests > 1 and self.engine.memory_kind != "hybrid":
+        # A decision head decodes each prompt alone in the engine's context (trained_head.py).
+        if (
+            settings.max_scoring_requests > 1
+            and self.engine.memory_kind != "hybrid"
+            and self.decision_head is None
+        ):
             lanes = settings.max_scoring_requests
             self.scoring_runner = ModelRunner(
                 max_queue=settings.max_queue,
@@ -171,6 +180,7 @@ class DecisionService:
             decision_batching="alone" if self.scoring_batcher is None else "shared",
             decisions_at_once=1 if self.scoring_batcher is None else settings.max_scoring_requests,
             chat_batching="alone" if self.chat_batcher is None else self.chat_batcher.mode,
+            decision_head=self.decision_head,
         )
 
     def close(self) -> None:
@@ -261,6 +271,8 @@ class DecisionService:
         received = time.perf_counter()
         if len(questions) > self.settings.max_decisions:
             raise TooManyQuestions(len(questions), self.settings.max_decisions)
+        if self.decision_head is not None:
+            return await self._score_with_head(questions, received)
         limit = self.settings.request_token_limit
 
         def make_plans() -> tuple[list[list[int]], list[ScoringPlan]]:
@@ -354,6 +366,44 @@ class DecisionService:
             for index, answer in zip(group, group_answers, strict=False):
                 answers[index], timings[index] = answer, group_timing
         return Scored(answers, timings, needed, _request_timing(group_timings))
+
+    async def _score_with_head(self, questions: Sequence[StateQuestion], received: float) -> Scored:
+        """A trained decision model's answers: each question's prompts rendered and tokenized
+        off the model thread (over its budget: a 413 before any model work), then decoded one
+        at a time in the engine's context, under the scoring deadline."""
+        head = self.decision_head
+        assert head is not None
+        limit = self.settings.request_token_limit
+        names = [item.question.name or f"q{index}" for index, item in enumerate(questions)]
+        planned, slot_wait_s = await self._prepared(
+            lambda: trained_head.plan(self.engine, head, questions, names, limit)
+        )
+        prepared_ms = _ms(received)
+        deadline_s = self.settings.scoring_deadline_s
+        until = min(received + slot_wait_s + deadline_s, WORK_DEADLINE.get() or math.inf)
+
+        def answer_all() -> tuple[list[Answer], float]:
+            started = time.perf_counter()
+            with self.engine.deadline(until):
+                answers = [trained_head.answer(self.engine, head, item) for item in planned]
+            return answers, _ms(started)
+
+        try:
+            (answers, model_ms), waited_ms = await self.runner.run(answer_all)
+        except DeadlinePassed:
+            raise OutOfTime(self.settings.retry_after_s, deadline_s) from None
+        needed = sum(item.tokens for item in planned)
+        timing = {
+            "prepare_ms": prepared_ms,
+            "admission_wait_ms": round(waited_ms, 3),
+            "prefill_ms": model_ms,
+            "branches_ms": 0.0,
+            "state_cache": "off",
+            "total_ms": _ms(received),
+            "prefix_tokens": 0,
+            "request_tokens": needed,
+        }
+        return Scored(list(answers), [timing] * len(answers), needed, timing)
 
     # --- generation --------------------------------------------------------------------
     def _sampled_token(self, top: int) -> Callable[[int], SampledToken]:

@@ -10,6 +10,7 @@ from .. import __version__
 from ..calibration import Calibration
 from ..contract import ModelIdentity, ModelService
 from ..model import native_libraries
+from ..model.decision_head import DecisionHead
 from ..model.engine import Engine
 from ..model.files import ModelFile
 from ..scoring.prompts import PROMPT_VERSION
@@ -61,6 +62,7 @@ def model_identity(
     decision_batching: str = "alone",
     decisions_at_once: int = 1,
     chat_batching: str = "alone",
+    decision_head: DecisionHead | None = None,
 ) -> ModelIdentity:
     manifest = model_file.manifest
     name = manifest.model.name if manifest is not None else model_file.path.stem
@@ -79,7 +81,11 @@ def model_identity(
         "threads": settings.n_threads,
         "gpu_layers": settings.n_gpu_layers,
         "gpu_offload_supported": engine.gpu_offload,
-        "prompt_mode": prompt_mode,
+        "prompt_mode": "systemone" if decision_head is not None else prompt_mode,
+        # A trained decision model's type and temperatures (model/decision_head.py); None: a
+        # generic model, read by a prompt readout.
+        "decision_type": decision_head.type if decision_head is not None else None,
+        "decision_head": decision_head.as_dict() if decision_head is not None else None,
         # How decisions meet the model (docs/scoring.md, "Requests at once"); either way an
         # answer has the bits of the same request alone.
         "decision_batching": decision_batching,
@@ -100,9 +106,14 @@ def model_identity(
         "llama_cpp_python_version": importlib.metadata.version("llama-cpp-python"),
         "adapter_version": __version__,
     }
+    how = (
+        f"{decision_head.type} decision head"
+        if decision_head is not None
+        else f"{prompt_mode} prompt"
+    )
     return ModelIdentity(
         name=name,
-        description=f"{engine.description} ({prompt_mode} prompt), served by llama.cpp",
+        description=f"{engine.description} ({how}), served by llama.cpp",
         release_date=release_date(model_file),
         prompt_version=PROMPT_VERSION,
         calibration=calibration,
