@@ -28,6 +28,11 @@ from .fields import (
 )
 
 READOUT_TEXT = {
+    "decision-head": (
+        "a trained decision model's own head (its type: the model block's decision_type), "
+        "each question's prompt from the model's systemone template, decoded alone; softmax "
+        "over the options at the model's temperature; no tokens generated"
+    ),
     "single-token": (
         "last-position logits of the prompt, restricted to the options' single-token labels, "
         "softmax over them; no tokens generated"

@@ -195,7 +195,7 @@ def answer(engine: Engine, head: DecisionHead, asked: HeadQuestion) -> Answer:
     with np.errstate(divide="ignore"):
         log_probabilities = np.log(in_request_order)
     scores = QuestionScores(
-        readout=f"decision-head:{head.type}",
+        readout="decision-head",  # the type: the model block's decision_type
         option_log_probs=log_probabilities,
         option_logits=log_probabilities,
         full_vocab_argmax_id=argmax,
