@@ -57,6 +57,12 @@ class Question:
     # The question's name in its request (System One's question id), where the format has one:
     # a trained decision model's prompt may show it.
     name: str | None = None
+    # The instructions and each description as the request sent them, where the format takes
+    # JSON as well as text (System One): `question` and `descriptions` hold JSON as its text,
+    # and a trained decision model's template is given the JSON itself, as llama-server gives
+    # it (scoring/trained_head.py). None: what `question` and `descriptions` hold was sent.
+    question_value: Any = None
+    description_values: list[Any] | None = None
 
     @property
     def kind(self) -> QuestionKind:

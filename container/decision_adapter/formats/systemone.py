@@ -53,6 +53,11 @@ def as_text(value: Text | None) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _structured(value: Text | None) -> dict[str, Any] | list[Any] | None:
+    """Instructions sent as JSON, kept as sent (Question.question_value); text: None."""
+    return None if value is None or isinstance(value, str) else value
+
+
 def _instructions(value: Text | None, default: str) -> str:
     text = as_text(value)
     return text if text and not is_blank(text) else default
@@ -85,6 +90,8 @@ class NoulQuestion(BaseModel):
             descriptions=[as_text(criteria.true), as_text(criteria.false)],
             readout=readout,
             answer_words=["yes", "no"],  # how an answer to a yes/no question reads in prose
+            question_value=_structured(self.instructions),
+            description_values=[criteria.true, criteria.false],
         )
 
     def answer(self, probabilities: np.ndarray) -> dict[str, Any]:
@@ -117,6 +124,8 @@ class ChoiceQuestion(BaseModel):
             option_ids=self.option_keys,
             descriptions=[as_text(d) for d in self.criteria.values()],
             readout=readout,
+            question_value=_structured(self.instructions),
+            description_values=list(self.criteria.values()),
         )
 
     def answer(self, probabilities: np.ndarray) -> dict[str, Any]:
@@ -156,6 +165,8 @@ class ScoreQuestion(BaseModel):
             option_ids=self.option_keys,
             descriptions=[as_text(level) for level in self.criteria],
             readout=readout,
+            question_value=_structured(self.instructions),
+            description_values=list(self.criteria),
         )
 
     def answer(self, probabilities: np.ndarray) -> dict[str, Any]:

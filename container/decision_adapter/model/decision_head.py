@@ -7,7 +7,10 @@ adapter computes what llama-server computes (research/decision_models/README.md)
 - the `systemone` chat template, which renders each question's prompt;
 - the temperatures (`<arch>.decision.temperature.<kind>[.<bucket>]`), looked up by question
   kind and option-count bucket, then kind, else 1.0;
-- for the label types, the label tokens read at the last prompt token.
+- for the label types, the label tokens read at the last prompt token;
+- for the types read through hidden states (kev, laya), the marker token whose rows are read:
+  kev's `<|box_end|>`, which ends each option, laya's mask token, which starts each option, and
+  laya's separator and `max_head_tokens`, which its prompt is cut to.
 A model without the type key is a generic language model (None); a type the engine does not
 know, or one the adapter does not serve, is refused at start-up with the reason.
 """
@@ -24,17 +27,19 @@ from .engine import Engine
 ENGINE_TYPES = ("openjev", "lev", "kev", "nimble", "laya", "clef")
 # The types whose answer is label tokens' logits at the last prompt token.
 LABEL_TYPES = ("openjev", "lev", "nimble")
+# The types whose answer is read from per-token hidden states, in an embeddings context: kev's
+# pointer head (a dot product of the last token's query with each option's key), laya's encoder
+# head (one column per question kind at each option's marker). clef's joint head reads them too.
+EMBEDDING_TYPES = ("kev", "laya", "clef")
 # Why a type the engine knows is not served (yet), said at start-up and in docs/models.md.
 NOT_SERVED = {
-    "kev": "its pointer head is read through per-token embeddings, which the adapter does not "
-    "read yet",
-    "laya": "its encoder head is read through per-token embeddings, which the adapter does not "
-    "read yet",
     "clef": "its joint head needs llama_batch_ext_set_decision_order, a C++ staging call "
     "(src/llama-ext.h) that libllama exports under a mangled name only and the bindings lack",
 }
 LEV_RATINGS = 9  # lev answers a yes/no question on a 0-8 rating scale
 MAX_LABELS = 255
+MAX_OPTIONS = 255  # kev and laya: llama-server's fixed limit
+KEV_MARKER = "<|box_end|>"
 
 
 @dataclass(frozen=True)
@@ -47,10 +52,17 @@ class DecisionHead:
     labels: tuple[int, ...] = ()  # label tokens, in option position order
     label_texts: tuple[str, ...] = ()  # lev and nimble show the codes to the template
     noul_true_first: bool = False  # openjev lists `true` before `false`
+    max_options: int = 0
+    marker: int | None = None  # kev, laya: the token whose row is read for each option
+    # laya: the marker's text, replaced by a space in every input, so only the template writes it
+    mask_text: str = ""
+    separator: int | None = None  # laya: the prompt's parts end with it
+    max_head_tokens: int = 0  # laya: what the question and its options are cut to
+    width: int = 0  # kev, laya: the floats of a row (kev: query and key, h each)
 
     @property
-    def max_options(self) -> int:
-        return len(self.labels)
+    def reads_embeddings(self) -> bool:
+        return self.type in EMBEDDING_TYPES
 
     def temperature(self, kind: str, n_options: int) -> float:
         """The kind's temperature for this many options (server-decision.cpp's buckets)."""
@@ -87,6 +99,12 @@ class DecisionHead:
         }
 
 
+def reads_embeddings(engine: Engine) -> bool:
+    """Whether the loaded model is answered through hidden states (its engine then needs an
+    embeddings context): asked by Engine before it makes its context."""
+    return engine.metadata(f"{engine.architecture}.decision.type") in EMBEDDING_TYPES
+
+
 def read_decision_head(engine: Engine) -> DecisionHead | None:
     """The model's decision head, None for a generic model; EngineError for one the adapter
     cannot serve, naming the type and why."""
@@ -104,15 +122,62 @@ def read_decision_head(engine: Engine) -> DecisionHead | None:
     template = engine.named_chat_template("systemone")
     if template is None:
         raise EngineError('decision model has no "systemone" template')
+    temperatures = _temperatures(engine, prefix + "temperature.")
+    if declared == "kev":
+        return DecisionHead(
+            type=declared,
+            template=template,
+            temperatures=temperatures,
+            max_options=MAX_OPTIONS,
+            marker=_kev_marker(engine),
+            width=engine.n_embd_out,
+        )
+    if declared == "laya":
+        marker, separator = engine.mask_token, engine.separator_token
+        if marker is None or separator is None:
+            raise EngineError("decision model has no mask or sep token")
+        max_head_tokens = _unsigned(engine.metadata(prefix + "max_head_tokens"))
+        if max_head_tokens == 0:
+            raise EngineError("decision model has no valid max_head_tokens")
+        return DecisionHead(
+            type=declared,
+            template=template,
+            temperatures=temperatures,
+            max_options=MAX_OPTIONS,
+            marker=marker,
+            mask_text=engine.piece(marker).decode("utf-8", "replace"),
+            separator=separator,
+            max_head_tokens=max_head_tokens,
+            width=engine.n_embd_out,
+        )
     labels, label_texts = _labels(engine, declared)
     return DecisionHead(
         type=declared,
         template=template,
-        temperatures=_temperatures(engine, prefix + "temperature."),
+        temperatures=temperatures,
         labels=labels,
         label_texts=label_texts,
         noul_true_first=declared == "openjev",
+        max_options=len(labels),
     )
+
+
+def _kev_marker(engine: Engine) -> int:
+    """The token that ends each option of kev's prompt, where its key is read."""
+    pieces = engine.tokenize(KEV_MARKER, special=True)
+    if len(pieces) != 1:
+        raise EngineError(f"decision model has no {KEV_MARKER} token")
+    return pieces[0]
+
+
+def _unsigned(text: str | None) -> int:
+    """strtoul's reading: the leading digits, 0 where there are none."""
+    digits = ""
+    for character in (text or "").strip():
+        if character not in string.digits:
+            break
+        digits += character
+    return int(digits) if digits else 0
 
 
 def _temperatures(engine: Engine, prefix: str) -> dict[str, float]:

@@ -3,6 +3,10 @@
 Built on llama-cpp-python's low-level API because branching needs a context with several
 sequences (`n_seq_max`), which the high-level `Llama` class does not expose. Not thread-safe:
 callers serialise access through the admission slot.
+
+A model answered through its hidden states rather than its logits gets an embeddings context
+instead (`Engine(..., embeddings=...)`): every token of a batch outputs its row, unpooled, and
+there are no logits, so such an engine decodes and reads rows but cannot generate.
 """
 
 from __future__ import annotations
@@ -258,9 +262,23 @@ def sequence_length(memory: llama_cpp.llama_memory_t, seq_id: int) -> int:
 
 
 class Engine:
-    """Owns the model and its context; decodes token sequences and returns logits."""
+    """Owns the model and its context; decodes token sequences and returns logits.
 
-    def __init__(self, gguf: Path, config: EngineConfig, *, quiet: bool = True) -> None:
+    `embeddings`, when given, is asked once the model is loaded (its metadata readable) and
+    before the context is made: True makes the embeddings context llama.cpp's own tools make for
+    such a model (common/common.cpp): embeddings on, pooling none, at most n_batch outputs per
+    batch and one per sequence for backend samplers, and n_batch equal to n_ubatch, since every
+    row read must come from one micro-batch.
+    """
+
+    def __init__(
+        self,
+        gguf: Path,
+        config: EngineConfig,
+        *,
+        quiet: bool = True,
+        embeddings: Callable[[Engine], bool] | None = None,
+    ) -> None:
         if quiet:
             silence_llama_logs()
         llama_cpp.llama_backend_init()
@@ -279,7 +297,14 @@ class Engine:
         if not self.model:
             raise EngineError(f"llama.cpp could not load {gguf} (corrupt or unsupported GGUF?)")
         self.architecture = self.metadata("general.architecture") or "unknown"
-        refusal = unservable(self.model, self.metadata(f"{self.architecture}.attention.causal"))
+        # Rows are read from the one sequence a prompt is decoded on, from an empty memory:
+        # none of the logit readouts' limits apply (an encoder's rows are what is read).
+        self.embeddings = embeddings is not None and embeddings(self)
+        refusal = (
+            None
+            if self.embeddings
+            else unservable(self.model, self.metadata(f"{self.architecture}.attention.causal"))
+        )
         if refusal is not None:
             llama_cpp.llama_model_free(self.model)
             raise EngineError(f"{gguf.name} is a {self.architecture} model: {refusal}")
@@ -294,6 +319,12 @@ class Engine:
         context_params.n_batch = config.n_batch
         # One micro-batch per batch: chunking must not depend on what else shares the batch.
         context_params.n_ubatch = config.n_ubatch or config.n_batch
+        if self.embeddings:
+            context_params.n_batch = context_params.n_ubatch
+            context_params.embeddings = True
+            context_params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
+            context_params.n_outputs_max = context_params.n_batch
+            context_params.n_outputs_max_per_seq = 1
         context_params.n_seq_max = n_seq_max
         context_params.kv_unified = config.kv_unified
         context_params.swa_full = config.swa_full
@@ -317,11 +348,15 @@ class Engine:
         self._user_text = user_text.result()
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
-        self.n_batch = config.n_batch
+        self.n_batch: int = context_params.n_batch
         self.n_seq_max = n_seq_max
         self.config = config
+        # The width of an embeddings row (a decision head's outputs; 0 without embeddings).
+        self.n_embd_out: int = (
+            llama_cpp.llama_model_n_embd_out(self.model) if self.embeddings else 0
+        )
         # A token may belong to every sequence of a prefix tree (decode_prefix_tree).
-        self._batch = llama_cpp.llama_batch_init(config.n_batch, 0, n_seq_max)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq_max)
         self.stats = DecodeStats()
         self._deadline: float | None = None
         self._install_interrupt()
@@ -385,6 +420,18 @@ class Engine:
     def bos_token(self) -> int:
         token: int = llama_cpp.llama_vocab_bos(self.vocab)  # llama_cpp's functions return Any
         return token
+
+    @property
+    def mask_token(self) -> int | None:
+        return self._special(llama_cpp.llama_vocab_mask(self.vocab))
+
+    @property
+    def separator_token(self) -> int | None:
+        return self._special(llama_cpp.llama_vocab_sep(self.vocab))
+
+    @staticmethod
+    def _special(token: int) -> int | None:
+        return None if token == llama_cpp.LLAMA_TOKEN_NULL else token
 
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
@@ -467,6 +514,25 @@ class Engine:
         self.stats.tokens_decoded += len(entries)
         if status != 0:
             raise EngineError(f"llama_decode failed with status {status} for {len(entries)} tokens")
+
+    def decode_embeddings(
+        self, tokens: Sequence[int], start: int, rows: Sequence[int] = ()
+    ) -> np.ndarray:
+        """Append `tokens` to sequence 0 at `start` as exactly one batch (at most n_batch) of an
+        embeddings engine; a copy of the rows of `rows` (indexes into `tokens`), n_embd_out
+        floats each. Every token is an output: llama.cpp outputs them all in this mode."""
+        if not self.embeddings:
+            raise EngineError("this engine reads logits, not embeddings")
+        if len(tokens) > self.n_batch:
+            raise EngineError(f"{len(tokens)} tokens in one batch of at most {self.n_batch}")
+        self._decode([(token, start + i, (0,), True) for i, token in enumerate(tokens)])
+        found = np.empty((len(rows), self.n_embd_out), dtype=np.float32)
+        for k, row in enumerate(rows):
+            pointer = llama_cpp.llama_get_embeddings_ith(self.ctx, row)
+            if not pointer:
+                raise EngineError(f"llama.cpp has no embeddings row for batch index {row}")
+            found[k] = np.ctypeslib.as_array(pointer, shape=(self.n_embd_out,))
+        return found
 
     def _logits(self, batch_index: int) -> np.ndarray:
         """A view of llama.cpp's logits for one output of the last batch (valid until the next)."""
@@ -686,6 +752,8 @@ class Engine:
     ) -> Iterator[int]:
         """Sample tokens after `prompt` on sequence 0 until end-of-generation or max_tokens,
         through llama-server's chain: top_k, top_p, min_p, temperature, draw (sampling.py)."""
+        if self.embeddings:
+            raise EngineError("an embeddings context has no logits to sample from")
         self.reset()
         sampler = self.sampler(
             temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed

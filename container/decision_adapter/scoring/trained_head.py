@@ -4,11 +4,23 @@ research/decision_models/README.md).
 
 Each question is one prompt per variant (lev shows a choice's options in both orders), rendered
 by the GGUF's `systemone` template from the raw state, the question and its options, tokenized
-with special tokens parsed. Each prompt is decoded on its own, from an empty context, in the
-engine's fixed chunks: so a question's answer is the same alone, beside other questions, in any
-order and in any request, and it is the answer llama-server gives the question alone with the
-same batch size. The label types read their labels' logits at the last prompt token; per
-variant, a softmax over the options at the model's temperature for the kind and the number of
+with special tokens parsed. kev's inputs are first flattened to text (objects as `key: value`
+lines, lists as `- item` lines, special-token spellings defused); laya's have the mask token's
+text replaced by a space, and its tokens are then cut as it was trained: each option, then the
+question, to fit `max_head_tokens`. Each prompt is decoded on its own, from an empty context:
+so a question's answer is the same alone, beside other questions, in any order and in any
+request, and it is the answer llama-server gives the question alone with the same batch size.
+
+What is read, per variant:
+- the label types: their labels' logits at the last prompt token, in the engine's fixed chunks;
+- kev: per option, the dot product of the last token's query (the first half of its embeddings
+  row) with the key at the option's `<|box_end|>` (the second half of that row), over
+  sqrt(h), summed in float in order as llama-server does;
+- laya: per option, the column of the question's kind (choice, score, noul) of the row at the
+  option's mask token.
+The rows read must come from one batch, as in llama-server: the tokens before the first row
+read go in n_batch chunks, the rest in one (laya, which has no memory: the whole prompt).
+Then a softmax over the options at the model's temperature for the kind and the number of
 options; the variants averaged; lev's yes/no the expected rating of its 0-8 scale over 8.
 """
 
@@ -17,8 +29,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,6 +62,7 @@ class HeadQuestion:
     keys: list[str]  # option keys in model output order
     prompts: list[list[int]]  # tokens, per variant
     prompt_sha256: str
+    markers: list[list[int]] = field(default_factory=list)  # kev, laya: rows read, per variant
 
     @property
     def tokens(self) -> int:
@@ -63,12 +77,84 @@ def model_order(head: DecisionHead, question: Question) -> list[str]:
     return list(question.option_ids)
 
 
+# laya's column of each question kind (tools/server/server-decision.h).
+LAYA_COLUMNS = {"choice": 0, "score": 1, "noul": 2}
+# laya cuts each option (its marker and text) to this many tokens first.
+LAYA_MAX_OPTION_TOKENS = 48
+
+_KEV_SPECIAL = re.compile(r"<\|([A-Za-z0-9_]+)\|>")
+
+
+def kev_render(value: Any, indent: int = 0) -> str:
+    """kev's text of a JSON value (server-decision.cpp, decision_kev_render): null is empty,
+    booleans True/False, objects `key: value` lines with nested values indented below, lists
+    `- item` lines, numbers as JSON writes them."""
+    pad = "  " * indent
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, list):
+        return "\n".join(
+            pad + "- " + kev_render(item, indent + 1).lstrip(" \t\n\r") for item in value
+        )
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            nested = isinstance(item, dict | list)
+            lines.append(
+                pad
+                + key
+                + (":\n" if nested else ": ")
+                + kev_render(item, indent + 1 if nested else 0)
+            )
+        return "\n".join(lines)
+    return _tojson(value)
+
+
+def kev_text(value: Any) -> str:
+    """kev's text input: a special token's spelling, `<|name|>`, written `<¦name¦>`, so the
+    text cannot add the markers the head is read at."""
+    return _KEV_SPECIAL.sub("<\u00a6\\1\u00a6>", kev_render(value))
+
+
+def _replace_text(value: Any, search: str, replacement: str) -> Any:
+    """`search` replaced in every string of a JSON value (object keys kept)."""
+    if isinstance(value, str):
+        return value.replace(search, replacement)
+    if isinstance(value, list):
+        return [_replace_text(item, search, replacement) for item in value]
+    if isinstance(value, dict):
+        return {key: _replace_text(item, search, replacement) for key, item in value.items()}
+    return value
+
+
+# The templates are given JSON instructions and descriptions as sent, not as the text the formats
+# make of them: llama-server's are, and the two differ in what the templates and the types do
+# with them: `{% if description %}` is false for an empty object but not for "{}", lev sorts
+# the keys of every object, kev writes JSON its own way, laya blanks its mask text in strings
+# but never in keys.
+def _instructions(question: Question) -> Any:
+    return question.question if question.question_value is None else question.question_value
+
+
+def _descriptions(question: Question) -> list[Any]:
+    values = question.description_values
+    return list(question.descriptions) if values is None else values
+
+
 def _options(head: DecisionHead, question: Question, keys: list[str], variant: int) -> list[Any]:
-    described = dict(zip(question.option_ids, question.descriptions, strict=True))
+    described = dict(zip(question.option_ids, _descriptions(question), strict=True))
     shown = keys if variant == 0 else keys[::-1]
     options: list[dict[str, Any]] = []
     for position, key in enumerate(shown):
         option: dict[str, Any] = {"key": key, "description": described[key]}
+        if head.type == "kev":
+            option["key"] = kev_text(key)
+            if option["description"] is not None:
+                option["description"] = kev_text(option["description"])
         if head.label_texts:
             option["label"] = head.label_texts[position]
         options.append(option)
@@ -96,7 +182,7 @@ def render(
     values: dict[str, Any] = {
         "id": question_id,
         "type": question.kind,
-        "instructions": question.question,
+        "instructions": _instructions(question),
         "state": state,
         "options": _options(head, question, model_order(head, question), variant),
     }
@@ -105,13 +191,18 @@ def render(
             {
                 "id": other_id,
                 "type": other.kind,
-                "instructions": other.question,
+                "instructions": _instructions(other),
                 "options": _options(head, other, model_order(head, other), 0),
             }
             for other_id, other in asked
         ]
     if head.type == "lev":
         values = _sorted_keys(values)
+    if head.type == "kev":  # its template takes text only
+        values["state"] = kev_text(state)
+        values["instructions"] = kev_text(values["instructions"])
+    if head.mask_text:  # only the template writes laya's option marker
+        values = _replace_text(values, head.mask_text, " ")
     values["images"] = []
     return _ENVIRONMENT.from_string(head.template).render(**values)
 
@@ -123,8 +214,10 @@ def plan(
     ids: Sequence[str],
     limit: int,
 ) -> list[HeadQuestion]:
-    """Every question's prompts, tokenized; LimitExceeded before any model work when a question
-    has more options than the model has labels or the prompts need more than `limit` tokens."""
+    """Every question's prompts, tokenized (kev and laya: with the positions of the rows read);
+    LimitExceeded before any model work when a question has more options than the model
+    answers, its prompt is not laid out as the head reads it, the rows it reads do not fit one
+    batch, or the prompts need more than `limit` tokens."""
     by_state: dict[int, list[int]] = {}
     for index, item in enumerate(questions):
         by_state.setdefault(id(item.state), []).append(index)
@@ -148,13 +241,109 @@ def plan(
                 for variant in range(head.variants(question.kind, n_options))
             ]
             prompts = [engine.tokenize(text, special=True) for text in texts]
+            markers: list[list[int]] = []
+            if head.type == "laya":
+                layouts = [laya_layout(head, prompt, n_options) for prompt in prompts]
+                prompts = [prompt for prompt, _ in layouts]
+                markers = [positions for _, positions in layouts]
+            elif head.type == "kev":
+                markers = [kev_markers(head, prompt, n_options) for prompt in prompts]
+            for prompt, read in zip(prompts, markers, strict=False):  # none: label types
+                _check_one_batch(head, prompt, read, engine.n_batch)
             spent += sum(len(prompt) for prompt in prompts)
             if spent > limit:
                 raise over_token_budget("questions", spent, limit)
             digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
             keys = model_order(head, question)
-            planned[member] = HeadQuestion(question, keys, prompts, digest)
+            planned[member] = HeadQuestion(question, keys, prompts, digest, markers)
     return [item for item in planned if item is not None]
+
+
+def _unexpected_layout() -> LimitExceeded:
+    return LimitExceeded(
+        422,
+        "questions",
+        "unexpected layout of the decision prompt: the markers its head reads (and laya's "
+        "separators) must come from the model's template alone, not from the request's text "
+        "(a JSON key, say)",
+        error_type="invalid_request",
+    )
+
+
+def kev_markers(head: DecisionHead, prompt: list[int], n_options: int) -> list[int]:
+    """The positions of kev's `<|box_end|>`s, one per option, where the options' keys are read
+    (the question's query is read at the last token)."""
+    markers = [position for position, token in enumerate(prompt) if token == head.marker]
+    if len(markers) != n_options:
+        raise _unexpected_layout()
+    return markers
+
+
+def laya_layout(
+    head: DecisionHead, tokens: list[int], n_options: int
+) -> tuple[list[int], list[int]]:
+    """laya's prompt `[cls] question [sep] ([mask] option)* [sep] state [sep]` cut as the model
+    was trained (server-decision.cpp, fill_task_laya): each option to 49 tokens, all of them
+    evenly when they leave under 16 of max_head_tokens, then the question to what is left (at
+    least 8); the tokens and the positions of the options' masks."""
+    sep = head.separator
+    markers = [position for position, token in enumerate(tokens) if token == head.marker]
+    if (
+        len(markers) != n_options
+        or markers[0] < 2
+        or tokens[markers[0] - 1] != sep
+        or tokens[-1] != sep
+    ):
+        raise _unexpected_layout()
+    head_end = markers[0] - 1
+    opts_end = next((i for i in range(markers[-1], len(tokens)) if tokens[i] == sep), len(tokens))
+    if opts_end + 1 >= len(tokens):
+        raise _unexpected_layout()
+    ends = [*markers[1:], opts_end]
+    options = [tokens[start:end] for start, end in zip(markers, ends, strict=True)]
+    options = [option[: LAYA_MAX_OPTION_TOKENS + 1] for option in options]
+    budget = head.max_head_tokens
+    if sum(map(len, options)) + 16 > budget:  # too many or too long: shrink them evenly
+        most = max(4, (budget - min(budget, 16)) // n_options)
+        options = [option[:most] for option in options]
+    n_options_tokens = sum(map(len, options))
+    n_question_max = max(8, budget - min(budget, n_options_tokens))
+    out = [tokens[0], *tokens[1 : min(head_end, 1 + n_question_max)], sep]
+    positions = []
+    for option in options:
+        positions.append(len(out))
+        out.extend(option)
+    out.extend(tokens[opts_end:])
+    return out, positions
+
+
+def _check_one_batch(
+    head: DecisionHead, prompt: list[int], markers: list[int], n_batch: int
+) -> None:
+    """The rows read must come from one batch (laya: the whole prompt, it has no memory)."""
+    first = 0 if head.type == "laya" else markers[0]
+    if len(prompt) - first > n_batch:
+        raise LimitExceeded(
+            413,
+            "questions",
+            f"the question and its options ({len(prompt) - first} tokens) are too large to "
+            f"read in one batch of {n_batch} tokens (DECISION_N_BATCH)",
+            error_type="token_limit_exceeded",
+        )
+
+
+def batches(n_tokens: int, first: int, n_batch: int) -> list[tuple[int, int]]:
+    """llama-server's batches of one prompt whose rows from `first` on are read: n_batch
+    chunks, but the one that would split the rows read ends at `first`."""
+    spans = []
+    start = 0
+    while start < n_tokens:
+        end = min(start + n_batch, n_tokens)
+        if start < first < end and n_tokens - start > n_batch:
+            end = first
+        spans.append((start, end))
+        start = end
+    return spans
 
 
 def variant_probabilities(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -181,12 +370,17 @@ def answer(engine: Engine, head: DecisionHead, asked: HeadQuestion) -> Answer:
     argmax = 0
     for variant, prompt in enumerate(asked.prompts):
         engine.reset()
-        last = len(prompt) - 1
-        (logits,) = engine.decode_sequence(0, prompt, 0, [last]).values()
-        assert isinstance(logits, np.ndarray)
-        if variant == 0:
-            argmax = int(np.argmax(logits))
-        p = variant_probabilities(logits[labels], temperature)
+        if head.reads_embeddings:
+            raw = head_scores(engine, head, question.kind, prompt, asked.markers[variant])
+            argmax = -1  # no vocabulary is read
+        else:
+            last = len(prompt) - 1
+            (logits,) = engine.decode_sequence(0, prompt, 0, [last]).values()
+            assert isinstance(logits, np.ndarray)
+            if variant == 0:
+                argmax = int(np.argmax(logits))
+            raw = logits[labels]
+        p = variant_probabilities(raw, temperature)
         for i in range(outputs):  # the second variant shows the options reversed
             probabilities[i if variant == 0 else outputs - 1 - i] += p[i] / len(asked.prompts)
     engine.reset()
@@ -203,13 +397,44 @@ def answer(engine: Engine, head: DecisionHead, asked: HeadQuestion) -> Answer:
         kind=question.kind,
         head_probabilities=in_request_order,
     )
+    read = labels if head.marker is None else np.full(outputs, head.marker)
     return Answer(
         scores=scores,
-        labels=[engine.piece(int(token)).decode("utf-8", "replace") for token in labels],
+        labels=[engine.piece(int(token)).decode("utf-8", "replace") for token in read],
         prompt_sha256=asked.prompt_sha256,
         input_tokens=asked.tokens,
-        full_vocab_argmax_token=engine.piece(argmax).decode("utf-8", "replace"),
+        full_vocab_argmax_token=""
+        if argmax < 0
+        else engine.piece(argmax).decode("utf-8", "replace"),
     )
+
+
+def head_scores(
+    engine: Engine, head: DecisionHead, kind: str, prompt: list[int], markers: list[int]
+) -> np.ndarray:
+    """kev's or laya's raw score of each option, as float32, from one prompt's rows."""
+    last = len(prompt) - 1
+    first = 0 if head.type == "laya" else markers[0]
+    spans = batches(len(prompt), first, engine.n_batch)
+    for start, end in spans[:-1]:
+        engine.decode_embeddings(prompt[start:end], start)
+    start, end = spans[-1]
+    read = [m - start for m in markers] + ([last - start] if head.type == "kev" else [])
+    rows = engine.decode_embeddings(prompt[start:end], start, read)
+    if head.type == "laya":
+        result: np.ndarray = rows[:, LAYA_COLUMNS[kind]].copy()
+        return result
+    h = head.width // 2
+    query = rows[-1, :h]
+    divisor = np.sqrt(np.float32(h))
+    scores = np.empty(len(markers), dtype=np.float32)
+    for i, row in enumerate(rows[:-1]):
+        # llama-server: `dot += q[i] * k[i]` in float, in order. Its x86-64 build (no -march)
+        # rounds each product; a compiler that fuses them (GCC's default on aarch64) may
+        # differ in the last bit.
+        dot = np.add.accumulate(query * row[h : 2 * h], dtype=np.float32)[-1]
+        scores[i] = np.float32(dot) / divisor
+    return scores
 
 
 def _by_key(

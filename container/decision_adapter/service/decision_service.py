@@ -28,12 +28,13 @@ from ..contract import (
 from ..errors import (
     EngineError,
     OutOfTime,
+    RequestError,
     ShuttingDown,
     TooManyQuestions,
     over_token_budget,
     too_many_tokens_requested,
 )
-from ..model.decision_head import read_decision_head
+from ..model.decision_head import read_decision_head, reads_embeddings
 from ..model.engine import DeadlinePassed, Engine, EngineConfig, Sampling
 from ..model.files import load_model_file
 from ..model.streams import StreamContext
@@ -99,6 +100,8 @@ class DecisionService:
                 n_seq_max=settings.n_seq_max,
                 extra_buffer_types=settings.extra_buffer_types,
             ),
+            # A decision head read through hidden states (kev, laya) needs an embeddings context.
+            embeddings=reads_embeddings,
         )
         # A trained decision model answers with its own head, not a prompt readout.
         self.decision_head = read_decision_head(self.engine)
@@ -115,7 +118,8 @@ class DecisionService:
         # Batched chat streams: admitted apart from decisions, run on the same model thread.
         self.chat_runner: ModelRunner | None = None
         self.chat_batcher: ChatBatcher | None = None
-        if settings.max_chat_streams > 1:
+        # An embeddings context has no logits: such a model answers decisions only (generate).
+        if settings.max_chat_streams > 1 and not self.engine.embeddings:
             self.chat_runner = ModelRunner(
                 max_queue=settings.max_queue,
                 wait_s=settings.admission_wait_s,
@@ -429,6 +433,14 @@ class DecisionService:
     async def generate(self, chat: Chat) -> AsyncGenerator[TextDelta | Generated, None]:
         """Text as it is sampled, then the finished generation. Limits are checked and the
         model admitted on the first `anext`, before anything is sent."""
+        if self.engine.embeddings:
+            head = self.decision_head.type if self.decision_head is not None else "decision"
+            raise RequestError(
+                400,
+                f"this model is a {head} decision model, read through its hidden states: it "
+                "answers decisions (/v1/systemone, /v1/decisions) and cannot generate text",
+                field="model",
+            )
         limit = self.settings.request_token_limit
         received = time.monotonic()
 

@@ -18,10 +18,16 @@ QUESTION = "Which queue should handle this?"
 OPTIONS = [("account_access", "Account access."), ("billing", None), ("shipping", "Parcels.")]
 
 
+# A label type, and the two read through hidden states (an embeddings context).
+@pytest.fixture(scope="module", params=["openjev", "kev", "laya"])
+def kind(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def adapter(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("openjev")
-    gguf = build("openjev", directory)
+def adapter(tmp_path_factory, kind):
+    directory = tmp_path_factory.mktemp(kind)
+    gguf = build(kind, directory)
     with running_adapter(directory, DECISION_MODEL_PATH=str(gguf), DECISION_N_THREADS="2") as a:
         yield a
 
@@ -45,13 +51,13 @@ def reference(adapter) -> list[float]:
     return list(reply.json()["answers"]["route"]["probabilities"].values())
 
 
-def test_one_decision_on_invocations(adapter, reference):
+def test_one_decision_on_invocations(adapter, reference, kind):
     reply = httpx.post(f"{adapter.url}/invocations", json={"decision": decision("a")}, timeout=60)
     assert reply.status_code == 200, reply.text
     result = reply.json()["result"]
     assert result["probabilities"] == reference
     assert result["readout_mode"] == "decision-head"
-    assert result["model"]["decision_type"] == "openjev"
+    assert result["model"]["decision_type"] == kind
 
 
 def test_several_decisions_on_one_state_and_json_lines(adapter, reference):

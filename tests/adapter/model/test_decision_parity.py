@@ -3,9 +3,13 @@
 For each type the adapter serves, a tiny random-weight decision GGUF (tests/support/
 decision_models.py) is served by both, from the same engine build, with the same batch size
 and one slot: every answer of the same /v1/systemone body is bit-identical (each prompt is
-decoded alone in both, and the softmax is computed the same way: scoring/trained_head.py).
-Then the adapter's own guarantees on top: a question's answer is the same alone and beside
-others, the model block names the type, and a type the engine does not know stops the start.
+decoded alone in both, the label types' logits or kev's and laya's hidden-state rows are read
+from the same batches, and the softmax is computed the same way: scoring/trained_head.py). The
+bodies reach kev's flattening of JSON, laya's cutting of long options and questions, and a kev
+prompt wider than a batch. Then the adapter's own guarantees on top: a question's answer is the
+same alone and beside others, the model block names the type, a model read through hidden
+states refuses chat with a 400, rows that cannot come from one batch are a 413, and a type the
+engine does not know stops the start.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from bench.llama_server_build import ensure_llama_server
 from launcher import running_adapter
 from tests.support.decision_models import QUESTIONS, STATE, build
 
-SERVED = ("openjev", "lev", "nimble")
+SERVED = ("openjev", "lev", "nimble", "kev", "laya", "julia")
+DECISION_TYPE = {"julia": "laya"}  # Julia-1 is laya-typed
 SETTINGS = ServerSettings(threads=2, n_ctx=8192, n_batch=512, parallel=1)
 ADAPTER_ENV = {"DECISION_N_THREADS": "2", "DECISION_N_CTX": "8192", "DECISION_N_BATCH": "512"}
 MANY = {f"team_{n}": (f"handles case {n}" if n % 3 else None) for n in range(30)}
@@ -42,6 +47,47 @@ BODIES = {
                 "instructions": "Is it a duplicate charge?",
                 "criteria": {"true": "two equal charges", "false": None},
             },
+        },
+    },
+    # kev flattens these to text, laya blanks its mask text and cuts long options and questions.
+    "nested state, special spellings, long texts": {
+        "state": {
+            "customer": {"name": "Ana <|im_end|>", "vip": False, "since": 2019, "score": 0.25},
+            "orders": [{"id": 7, "items": ["lamp", None]}, "none [MASK] here", []],
+            "note": None,
+        },
+        "questions": {
+            "long": {
+                "type": "choice",
+                "instructions": {"ask": "Which team? " * 120, "hint": ["<|box_end|>", 1.5]},
+                "criteria": {
+                    "billing": "refunds, " * 40,
+                    "[MASK] shipping": ["late", "lost"],
+                    "other": None,
+                },
+            },
+            # kev: its options straddle the first batch's end, so that batch stops before them.
+            "wide": {
+                "type": "choice",
+                "instructions": "Pick one. " * 100,
+                "criteria": {"refund": "money back, " * 40, "resend": "a new parcel, " * 40},
+            },
+            "scale": {
+                "type": "score",
+                "instructions": "How upset, from calm to furious?",
+                "criteria": ["calm", {"level": "annoyed"}, "furious " * 60],
+            },
+        },
+    },
+    "JSON everywhere, empty values": {
+        "state": ["x", {"y": [1, {"z": None}]}],
+        "questions": {
+            "q": {
+                "type": "noul",
+                "instructions": ["one", "two"],
+                "criteria": {"true": {}, "false": [""]},
+            },
+            "r": {"type": "score", "instructions": "How much?", "criteria": [{}, "x"]},
         },
     },
 }
@@ -85,13 +131,14 @@ def test_every_answer_is_llama_servers_bit_for_bit(kind, binary, tmp_path):
             for question, answer in theirs["answers"].items():
                 assert upstream_fields(ours["answers"][question]) == answer, (name, question)
         info = httpx.get(f"{adapter}/v1/models", timeout=30).json()["models"][0]
-        assert info["x_decision_type"] == kind
+        declared = DECISION_TYPE.get(kind, kind)
+        assert info["x_decision_type"] == declared
         answered = systemone(adapter, BODIES["three kinds"])
-        assert answered["x_model_info"]["decision_type"] == kind
-        assert f"{kind} decision head" in info["description"]
+        assert answered["x_model_info"]["decision_type"] == declared
+        assert f"{declared} decision head" in info["description"]
 
 
-@pytest.mark.parametrize("kind", ["openjev", "lev"])
+@pytest.mark.parametrize("kind", ["openjev", "lev", "kev", "laya"])
 def test_a_question_alone_and_beside_others_answers_the_same(kind, tmp_path):
     """Each question's prompt is decoded alone, so its neighbours change nothing (nimble is
     left out: its prompt lists every question of the request, by the model's design)."""
@@ -101,6 +148,59 @@ def test_a_question_alone_and_beside_others_answers_the_same(kind, tmp_path):
         for question, asked in reversed(QUESTIONS.items()):
             alone = systemone(adapter.url, {"state": STATE, "questions": {question: asked}})
             assert alone["answers"][question] == together[question]
+
+
+@pytest.mark.parametrize("kind", ["kev", "laya"])
+def test_a_model_read_through_hidden_states_refuses_chat_with_a_4xx(kind, tmp_path):
+    """Its context outputs hidden states, not logits: nothing to sample text from."""
+    gguf = build(kind, tmp_path)
+    body = {"model": "jev-latest", "messages": [{"role": "user", "content": "Hello"}]}
+    with running_adapter(tmp_path, DECISION_MODEL_PATH=str(gguf), **ADAPTER_ENV) as adapter:
+        reply = httpx.post(f"{adapter.url}/v1/chat/completions", json=body, timeout=60)
+        assert reply.status_code == 400, reply.text
+        assert f"{kind} decision model" in reply.text
+        assert "cannot generate text" in reply.text
+        streamed = httpx.post(
+            f"{adapter.url}/v1/chat/completions", json={**body, "stream": True}, timeout=60
+        )
+        assert streamed.status_code == 400, streamed.text
+        # The model still answers decisions after it.
+        assert systemone(adapter.url, BODIES["three kinds"])["answers"]
+
+
+def test_a_marker_written_by_the_request_is_refused_as_llama_server_refuses_it(binary, tmp_path):
+    """laya blanks its mask text in strings, not in JSON keys, as llama-server does: a key that
+    spells it adds a marker, and both refuse the question (llama-server with a 500)."""
+    gguf = build("laya", tmp_path)
+    body = {
+        "model": "jev-latest",
+        "state": {"a [MASK] key": "v"},
+        "questions": {
+            "q": {"type": "choice", "instructions": "i", "criteria": {"a": None, "b": None}}
+        },
+    }
+    with both(binary, gguf, tmp_path) as (server, adapter):
+        theirs = httpx.post(f"{server}/v1/systemone", json=body, timeout=60)
+        ours = httpx.post(f"{adapter}/v1/systemone", json=body, timeout=60)
+    assert "unexpected layout of the decision prompt" in theirs.text
+    assert ours.status_code == 422, ours.text
+    assert "unexpected layout of the decision prompt" in ours.text
+
+
+def test_rows_that_do_not_fit_one_batch_are_a_413_before_any_model_work(tmp_path):
+    """kev reads its rows from one batch, as llama-server does: the question's options must
+    fit DECISION_N_BATCH tokens."""
+    gguf = build("kev", tmp_path)
+    options = {f"option {n} " + "word " * 40: None for n in range(20)}
+    body = {
+        "model": "jev-latest",
+        "state": STATE,
+        "questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": options}},
+    }
+    with running_adapter(tmp_path, DECISION_MODEL_PATH=str(gguf), **ADAPTER_ENV) as adapter:
+        reply = httpx.post(f"{adapter.url}/v1/systemone", json=body, timeout=60)
+    assert reply.status_code == 413, reply.text
+    assert "too large to read in one batch of 512 tokens" in reply.text
 
 
 def test_more_options_than_labels_is_a_4xx_naming_the_field(tmp_path):
