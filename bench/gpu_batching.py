@@ -230,10 +230,7 @@ class Report:
         self.write()
 
     def write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.data, indent=2) + "\n")
-        partial.replace(self.path)
+        gpu_bisect.write_json(self.path, self.data)
 
 
 def log(started: float, message: str) -> None:

@@ -445,6 +445,14 @@ class Plan:
     budget_s: float = BUDGET_S
 
 
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """The whole report, through a temporary file: a run stopped mid-write leaves the last one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data, indent=2) + "\n")
+    partial.replace(path)
+
+
 class BisectReport:
     """gpu-bisect.json, rewritten whole after every case (a run stopped early keeps them)."""
 
@@ -473,10 +481,7 @@ class BisectReport:
             self.write()
 
     def write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.data, indent=2) + "\n")
-        partial.replace(self.path)
+        write_json(self.path, self.data)
 
 
 def run_case(case: Case, index: int, plan: Plan, deadline: float) -> dict[str, Any]:
@@ -689,7 +694,8 @@ class Decider:
 
 class EngineDecider(Decider):
     def __init__(self, case: Case, model: Path) -> None:
-        from decision_adapter.model.engine import Engine, EngineConfig
+        from decision_adapter.model.engine import Engine
+        from decision_adapter.service.decision_service import engine_config
         from decision_adapter.settings import Settings
 
         settings = Settings.from_environment(
@@ -701,15 +707,7 @@ class EngineDecider(Decider):
                 "DECISION_N_CTX": "2048",
             }
         )
-        # As DecisionService builds it (decision_service.py).
-        config = EngineConfig(
-            n_ctx=settings.n_ctx,
-            n_batch=settings.n_batch,
-            n_threads=settings.n_threads,
-            n_gpu_layers=settings.n_gpu_layers,
-            n_seq_max=settings.n_seq_max,
-            extra_buffer_types=settings.extra_buffer_types,
-        )
+        config = engine_config(settings)  # as DecisionService builds it
         assert settings.model_path is not None
         self.engine = Engine(settings.model_path, config, quiet=case.log == "quiet")
 

@@ -63,18 +63,22 @@ def test_every_function_the_adapter_calls_has_the_declared_signature(header):
     assert engine_abi.function_differences(header, llama_cpp, called) == []
 
 
-def test_a_field_added_to_a_struct_fails_by_name(tree, tmp_path):
-    """A copy of the tree's llama.h with one more field in llama_context_params, as a future
-    llama.cpp might add: the comparison names the struct."""
-    changed = tmp_path / "tree"
+def changed_tree(tree: Path, directory: Path, old: str, new: str) -> Path:
+    """A tree whose llama.h has `old` replaced by `new` once (ggml's headers the real ones),
+    as a future llama.cpp might change it."""
+    changed = directory / "tree"
     (changed / "include").mkdir(parents=True)
     (changed / "ggml").symlink_to(tree / "ggml")
     text = (tree / "include" / "llama.h").read_text()
+    assert old in text
+    (changed / "include" / "llama.h").write_text(text.replace(old, new, 1))
+    return changed
+
+
+def test_a_field_added_to_a_struct_fails_by_name(tree, tmp_path):
+    """One more field in llama_context_params: the comparison names the struct."""
     anchor = "    struct llama_context_params {\n"
-    assert anchor in text
-    (changed / "include" / "llama.h").write_text(
-        text.replace(anchor, anchor + "        int32_t n_added_upstream;\n", 1)
-    )
+    changed = changed_tree(tree, tmp_path, anchor, anchor + "        int32_t n_added_upstream;\n")
     header = engine_abi.parse_header(changed)
     compiled = engine_abi.compiled_layouts(changed, header, ["llama_context_params"])
     found = engine_abi.struct_differences(compiled, llama_cpp)
@@ -82,15 +86,8 @@ def test_a_field_added_to_a_struct_fails_by_name(tree, tmp_path):
 
 
 def test_a_parameter_changed_in_type_fails_by_name(tree, tmp_path):
-    changed = tmp_path / "tree"
-    (changed / "include").mkdir(parents=True)
-    (changed / "ggml").symlink_to(tree / "ggml")
-    text = (tree / "include" / "llama.h").read_text()
     before = "LLAMA_API int32_t llama_decode("
-    assert before in text
-    (changed / "include" / "llama.h").write_text(
-        text.replace(before, before.replace("int32_t", "int64_t"), 1)
-    )
+    changed = changed_tree(tree, tmp_path, before, before.replace("int32_t", "int64_t"))
     header = engine_abi.parse_header(changed)
     found = engine_abi.function_differences(header, llama_cpp, ["llama_decode"])
     assert found == ["llama_decode: returns int/8 in llama.h, int/4 declared"]

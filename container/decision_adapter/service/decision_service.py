@@ -78,6 +78,18 @@ def _request_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
     return timing
 
 
+def engine_config(settings: Settings) -> EngineConfig:
+    """The engine's context as the settings ask for it (the GPU bisection loads it so too)."""
+    return EngineConfig(
+        n_ctx=settings.n_ctx,
+        n_batch=settings.n_batch,
+        n_threads=settings.n_threads,
+        n_gpu_layers=settings.n_gpu_layers,
+        n_seq_max=settings.n_seq_max,
+        extra_buffer_types=settings.extra_buffer_types,
+    )
+
+
 class DecisionService:
     """The real model behind the `contract.ModelService` protocol."""
 
@@ -92,14 +104,7 @@ class DecisionService:
         )
         self.engine = Engine(
             model_file.path,
-            EngineConfig(
-                n_ctx=settings.n_ctx,
-                n_batch=settings.n_batch,
-                n_threads=settings.n_threads,
-                n_gpu_layers=settings.n_gpu_layers,
-                n_seq_max=settings.n_seq_max,
-                extra_buffer_types=settings.extra_buffer_types,
-            ),
+            engine_config(settings),
             # A decision head read through hidden states (kev, laya) needs an embeddings context.
             embeddings=reads_embeddings,
         )

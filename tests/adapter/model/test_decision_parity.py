@@ -187,32 +187,26 @@ def test_a_marker_written_by_the_request_is_refused_as_llama_server_refuses_it(b
     assert "unexpected layout of the decision prompt" in ours.text
 
 
+def ask_one_choice(gguf: Path, options: dict, log_dir: Path) -> httpx.Response:
+    """The adapter's reply to one choice question over `options`, the model served alone."""
+    question = {"type": "choice", "instructions": "Which?", "criteria": options}
+    body = {"model": "jev-latest", "state": STATE, "questions": {"q": question}}
+    with running_adapter(log_dir, DECISION_MODEL_PATH=str(gguf), **ADAPTER_ENV) as adapter:
+        return httpx.post(f"{adapter.url}/v1/systemone", json=body, timeout=60)
+
+
 def test_rows_that_do_not_fit_one_batch_are_a_413_before_any_model_work(tmp_path):
     """kev reads its rows from one batch, as llama-server does: the question's options must
     fit DECISION_N_BATCH tokens."""
-    gguf = build("kev", tmp_path)
     options = {f"option {n} " + "word " * 40: None for n in range(20)}
-    body = {
-        "model": "jev-latest",
-        "state": STATE,
-        "questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": options}},
-    }
-    with running_adapter(tmp_path, DECISION_MODEL_PATH=str(gguf), **ADAPTER_ENV) as adapter:
-        reply = httpx.post(f"{adapter.url}/v1/systemone", json=body, timeout=60)
+    reply = ask_one_choice(build("kev", tmp_path), options, tmp_path)
     assert reply.status_code == 413, reply.text
     assert "too large to read in one batch of 512 tokens" in reply.text
 
 
 def test_more_options_than_labels_is_a_4xx_naming_the_field(tmp_path):
-    gguf = build("openjev", tmp_path)  # 52 labels: A-Z, a-z
     options = {f"option_{n}": None for n in range(53)}
-    body = {
-        "model": "jev-latest",
-        "state": STATE,
-        "questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": options}},
-    }
-    with running_adapter(tmp_path, DECISION_MODEL_PATH=str(gguf), **ADAPTER_ENV) as adapter:
-        reply = httpx.post(f"{adapter.url}/v1/systemone", json=body, timeout=60)
+    reply = ask_one_choice(build("openjev", tmp_path), options, tmp_path)  # 52 labels
     assert reply.status_code == 422, reply.text
     assert "53 options, this model answers at most 52" in reply.text
     assert "questions" in reply.text
