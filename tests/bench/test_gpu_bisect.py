@@ -189,7 +189,6 @@ def test_a_build_with_dynamic_backends_is_told_from_a_linked_one(tmp_path):
     ids=["engine", "llama"],
 )
 def test_a_case_loads_the_bundled_gguf_on_the_cpu_and_decides(case, gemma_gguf, tmp_path):
-    pytest.importorskip("llama_cpp")
     plan = gbi.Plan({"tiny": gemma_gguf}, False, dict(os.environ), tmp_path, tmp_path)
     result = gbi.run_case(case, 0, plan, deadline=float("inf"))
     assert result["outcome"] == gbi.LOADED, result.get("error") or result.get("stderr_tail")

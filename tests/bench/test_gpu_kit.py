@@ -11,17 +11,10 @@ from bench import gpu_batching as gb
 from bench import gpu_kit
 
 
-def _cached(sdist: llama_build.Sdist) -> bool:
-    return (llama_build.wheel_cache() / "sources" / sdist.filename).is_file()
-
-
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory):
-    """A kit's source archive from the cached sdists (the venv's build fetched them), at the
-    fastest xz preset: if that fits, the kit's own preset fits better."""
-    engine = llama_build.ENGINE
-    if not (_cached(engine.bindings) and _cached(engine.tree)):
-        pytest.skip("the engine's sdists are not cached (make builds the venv from them)")
+    """A kit's source archive from the engine's sdists (cached: the venv's build fetched them),
+    at the fastest xz preset: if that fits, the kit's own preset fits better."""
     work = tmp_path_factory.mktemp("gpukit")
     package = gpu_kit.prepared_source(work / "prepared", None)
     stats = gpu_kit.trim(package, work / "kit" / gpu_kit.SOURCE_ARCHIVE, preset=0)
