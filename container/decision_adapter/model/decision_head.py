@@ -64,6 +64,12 @@ class DecisionHead:
     def reads_embeddings(self) -> bool:
         return self.type in EMBEDDING_TYPES
 
+    @property
+    def keeps_memory(self) -> bool:
+        """Whether a prompt can continue a decoded prefix: laya's encoder reads its whole
+        prompt at once, with no memory between batches."""
+        return self.type != "laya"
+
     def temperature(self, kind: str, n_options: int) -> float:
         """The kind's temperature for this many options (server-decision.cpp's buckets)."""
         if self.type == "lev":

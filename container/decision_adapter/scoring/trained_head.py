@@ -7,9 +7,13 @@ by the GGUF's `systemone` template from the raw state, the question and its opti
 with special tokens parsed. kev's inputs are first flattened to text (objects as `key: value`
 lines, lists as `- item` lines, special-token spellings defused); laya's have the mask token's
 text replaced by a space, and its tokens are then cut as it was trained: each option, then the
-question, to fit `max_head_tokens`. Each prompt is decoded on its own, from an empty context:
-so a question's answer is the same alone, beside other questions, in any order and in any
-request, and it is the answer llama-server gives the question alone with the same batch size.
+question, to fit `max_head_tokens`.
+
+A prompt's first tokens that only the state decides (`state_prefix`: what two probe questions
+on the state share) are decoded once per state, saved, and kept in the state cache; every
+prompt restores them into an empty context and decodes the rest, so a question's answer is the
+same alone, beside other questions, in any order, from the cache and in any request. laya has no
+memory: each of its prompts is decoded whole.
 
 What is read, per variant:
 - the label types: their labels' logits at the last prompt token, in the engine's fixed chunks;
@@ -30,6 +34,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +46,7 @@ from ..contract import Answer, Question, QuestionScores, StateQuestion
 from ..errors import LimitExceeded, over_token_budget
 from ..model.decision_head import DecisionHead
 from ..model.engine import Engine
+from .state_cache import StateCache
 
 
 def _tojson(value: Any) -> str:
@@ -63,10 +69,16 @@ class HeadQuestion:
     prompts: list[list[int]]  # tokens, per variant
     prompt_sha256: str
     markers: list[list[int]] = field(default_factory=list)  # kev, laya: rows read, per variant
+    # Per variant, how many leading tokens are the state's prefix (`shared_length`).
+    shared: list[int] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
+        """The prompts' tokens, as llama-server counts them: a shared prefix in each."""
         return sum(len(prompt) for prompt in self.prompts)
+
+    def prefix(self, variant: int) -> list[int]:
+        return self.prompts[variant][: self.shared[variant]]
 
 
 def model_order(head: DecisionHead, question: Question) -> list[str]:
@@ -207,6 +219,43 @@ def render(
     return _ENVIRONMENT.from_string(head.template).render(**values)
 
 
+# Two questions that differ from their first character on, in every field: what their prompts
+# share is what the state alone decides.
+_PROBES = (
+    Question("A", ["A1", "A2"], [None, None], name="A"),
+    Question("B", ["false", "true"], [None, None], name="B"),
+)
+
+
+def state_prefix(engine: Engine, head: DecisionHead, state: Any) -> list[int]:
+    """The tokens every prompt on `state` starts with, unless its question changes what the
+    template writes before the state (nimble: more than 26 options): what two probe questions'
+    prompts share. laya has no memory to keep a prefix in: none."""
+    if not head.keeps_memory:
+        return []
+    first, second = (
+        engine.tokenize(render(head, state, [("A", probe)], 0, 0), special=True)
+        for probe in _PROBES
+    )
+    return first[: _common_length(first, second)]
+
+
+def _common_length(first: Sequence[int], second: Sequence[int]) -> int:
+    length = 0
+    for a, b in zip(first, second, strict=False):
+        if a != b:
+            break
+        length += 1
+    return length
+
+
+def shared_length(prompt: list[int], prefix: list[int], markers: list[int]) -> int:
+    """How much of `prompt` is decoded as the state's prefix: what it shares with it, short of
+    the last token (the label types' logits) and of kev's first marker (its rows come from the
+    question's batch)."""
+    return min(_common_length(prompt, prefix), len(prompt) - 1, *markers[:1])
+
+
 def plan(
     engine: Engine,
     head: DecisionHead,
@@ -214,18 +263,21 @@ def plan(
     ids: Sequence[str],
     limit: int,
 ) -> list[HeadQuestion]:
-    """Every question's prompts, tokenized (kev and laya: with the positions of the rows read);
-    LimitExceeded before any model work when a question has more options than the model
-    answers, its prompt is not laid out as the head reads it, the rows it reads do not fit one
-    batch, or the prompts need more than `limit` tokens."""
+    """Every question's prompts, tokenized (kev and laya: with the positions of the rows read),
+    and how much of each is its state's prefix; LimitExceeded before any model work when a
+    question has more options than the model answers, its prompt is not laid out as the head
+    reads it, the rows it reads do not fit one batch, or the model would decode more than
+    `limit` tokens (each distinct prefix once, then every prompt's rest)."""
     by_state: dict[int, list[int]] = {}
     for index, item in enumerate(questions):
         by_state.setdefault(id(item.state), []).append(index)
     planned: list[HeadQuestion | None] = [None] * len(questions)
+    prefixes: set[tuple[int, ...]] = set()
     spent = 0
     for members in by_state.values():
         asked = [(ids[m], questions[m].question) for m in members]
         state = questions[members[0]].state
+        prefix = state_prefix(engine, head, state)
         for position, member in enumerate(members):
             question = questions[member].question
             n_options = len(question.option_ids)
@@ -250,12 +302,20 @@ def plan(
                 markers = [kev_markers(head, prompt, n_options) for prompt in prompts]
             for prompt, read in zip(prompts, markers, strict=False):  # none: label types
                 _check_one_batch(head, prompt, read, engine.n_batch)
-            spent += sum(len(prompt) for prompt in prompts)
+            shared = [
+                shared_length(prompt, prefix, markers[variant] if markers else [])
+                for variant, prompt in enumerate(prompts)
+            ]
+            for prompt, length in zip(prompts, shared, strict=True):
+                if tuple(prompt[:length]) not in prefixes:
+                    prefixes.add(tuple(prompt[:length]))
+                    spent += length
+                spent += len(prompt) - length
             if spent > limit:
                 raise over_token_budget("questions", spent, limit)
             digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
             keys = model_order(head, question)
-            planned[member] = HeadQuestion(question, keys, prompts, digest, markers)
+            planned[member] = HeadQuestion(question, keys, prompts, digest, markers, shared)
     return [item for item in planned if item is not None]
 
 
@@ -332,6 +392,71 @@ def _check_one_batch(
         )
 
 
+@dataclass
+class PrefixTiming:
+    prefill_ms: float = 0.0
+    state_cache: str = "off"  # "hit", "miss" or "off"
+
+
+class StatePrefixes:
+    """One request's state prefixes, each decoded once (or restored from the state cache) and
+    saved, and restored into an empty context before each prompt that starts with it.
+
+    Always restored, even just decoded: a restored sequence may lie in other cells than a
+    decoded one, and llama.cpp's attention rounds by the cells' layout (score._prefill), so
+    every prompt meets its prefix the same way, cached or not."""
+
+    def __init__(self, engine: Engine, head: DecisionHead, cache: StateCache | None) -> None:
+        self.engine = engine
+        self.head = head
+        self.cache = cache if cache is not None and cache.enabled else None
+        self.saved: dict[tuple[int, ...], bytes] = {}
+        self.timings: dict[tuple[int, ...], PrefixTiming] = {}
+
+    def enter(self, prefix: list[int]) -> None:
+        """An empty context holding `prefix` on sequence 0."""
+        self.engine.reset()
+        if not prefix:
+            return
+        key = tuple(prefix)
+        saved = self.saved.get(key)
+        if saved is None:
+            saved = self.saved[key] = self._saved(prefix)
+            self.engine.reset()
+        self.engine.restore_sequence(0, saved)
+
+    def _saved(self, prefix: list[int]) -> bytes:
+        timing = self.timings[tuple(prefix)] = PrefixTiming()
+        cache_key = self.cache.key(prefix) if self.cache is not None else None
+        if self.cache is not None and cache_key is not None:
+            kept = self.cache.get(cache_key)
+            if kept is not None:
+                timing.state_cache = "hit"
+                return kept
+        started = time.perf_counter()
+        if self.head.reads_embeddings:  # every token is an output in this mode: n_batch chunks
+            for start in range(0, len(prefix), self.engine.n_batch):
+                self.engine.decode_embeddings(prefix[start : start + self.engine.n_batch], start)
+        else:
+            self.engine.decode_sequence(0, prefix, 0)
+        saved = self.engine.save_sequence(0)
+        timing.prefill_ms = (time.perf_counter() - started) * 1000
+        if self.cache is not None and cache_key is not None:
+            self.cache.put(cache_key, saved)
+            timing.state_cache = "miss"
+        return saved
+
+
+def rest_batches(n_tokens: int, first: int, n_batch: int, shared: int) -> list[tuple[int, int]]:
+    """llama-server's batches of a prompt (`batches`) less its first `shared` tokens, decoded
+    already: the batch that holds the shared prefix's end starts after it."""
+    return [
+        (max(start, shared), end)
+        for start, end in batches(n_tokens, first, n_batch)
+        if end > shared
+    ]
+
+
 def batches(n_tokens: int, first: int, n_batch: int) -> list[tuple[int, int]]:
     """llama-server's batches of one prompt whose rows from `first` on are read: n_batch
     chunks, but the one that would split the rows read ends at `first`."""
@@ -359,8 +484,11 @@ def variant_probabilities(scores: np.ndarray, temperature: float) -> np.ndarray:
     return np.array([weight / total for weight in weights])
 
 
-def answer(engine: Engine, head: DecisionHead, asked: HeadQuestion) -> Answer:
-    """Decode each prompt alone and read the head; the answer in the question's option order."""
+def answer(
+    engine: Engine, head: DecisionHead, asked: HeadQuestion, prefixes: StatePrefixes
+) -> Answer:
+    """Decode each prompt after its state's prefix and read the head; the answer in the
+    question's option order."""
     question = asked.question
     n_options = len(question.option_ids)
     outputs = head.outputs(question.kind, n_options)
@@ -369,13 +497,17 @@ def answer(engine: Engine, head: DecisionHead, asked: HeadQuestion) -> Answer:
     probabilities = np.zeros(outputs)
     argmax = 0
     for variant, prompt in enumerate(asked.prompts):
-        engine.reset()
+        shared = asked.shared[variant]
+        prefixes.enter(prompt[:shared])
         if head.reads_embeddings:
-            raw = head_scores(engine, head, question.kind, prompt, asked.markers[variant])
+            raw = head_scores(engine, head, question.kind, prompt, asked.markers[variant], shared)
             argmax = -1  # no vocabulary is read
         else:
-            last = len(prompt) - 1
-            (logits,) = engine.decode_sequence(0, prompt, 0, [last]).values()
+            *before, (start, end) = rest_batches(len(prompt), len(prompt), engine.n_batch, shared)
+            for start_before, end_before in before:
+                engine.decode_sequence(0, prompt[start_before:end_before], start_before)
+            last = end - 1 - start
+            (logits,) = engine.decode_sequence(0, prompt[start:end], start, [last]).values()
             assert isinstance(logits, np.ndarray)
             if variant == 0:
                 argmax = int(np.argmax(logits))
@@ -410,12 +542,18 @@ def answer(engine: Engine, head: DecisionHead, asked: HeadQuestion) -> Answer:
 
 
 def head_scores(
-    engine: Engine, head: DecisionHead, kind: str, prompt: list[int], markers: list[int]
+    engine: Engine,
+    head: DecisionHead,
+    kind: str,
+    prompt: list[int],
+    markers: list[int],
+    shared: int = 0,
 ) -> np.ndarray:
-    """kev's or laya's raw score of each option, as float32, from one prompt's rows."""
+    """kev's or laya's raw score of each option, as float32, from one prompt's rows; its first
+    `shared` tokens are in the context already."""
     last = len(prompt) - 1
     first = 0 if head.type == "laya" else markers[0]
-    spans = batches(len(prompt), first, engine.n_batch)
+    spans = rest_batches(len(prompt), first, engine.n_batch, shared)
     for start, end in spans[:-1]:
         engine.decode_embeddings(prompt[start:end], start)
     start, end = spans[-1]

@@ -379,7 +379,8 @@ class DecisionService:
     async def _score_with_head(self, questions: Sequence[StateQuestion], received: float) -> Scored:
         """A trained decision model's answers: each question's prompts rendered and tokenized
         off the model thread (over its budget: a 413 before any model work), then decoded one
-        at a time in the engine's context, under the scoring deadline."""
+        request at a time in the engine's context, each state's prefix once, under the scoring
+        deadline."""
         head = self.decision_head
         assert head is not None
         limit = self.settings.request_token_limit
@@ -390,11 +391,17 @@ class DecisionService:
         prepared_ms = _ms(received)
         deadline_s = self.settings.scoring_deadline_s
         until = min(received + slot_wait_s + deadline_s, WORK_DEADLINE.get() or math.inf)
+        prefixes = trained_head.StatePrefixes(self.engine, head, self.state_cache)
 
         def answer_all() -> tuple[list[Answer], float]:
             started = time.perf_counter()
             with self.engine.deadline(until):
-                answers = [trained_head.answer(self.engine, head, item) for item in planned]
+                try:
+                    answers = [
+                        trained_head.answer(self.engine, head, item, prefixes) for item in planned
+                    ]
+                finally:
+                    self.engine.reset()
             return answers, _ms(started)
 
         try:
@@ -402,17 +409,25 @@ class DecisionService:
         except DeadlinePassed:
             raise OutOfTime(self.settings.retry_after_s, deadline_s) from None
         needed = sum(item.tokens for item in planned)
-        timing = {
-            "prepare_ms": prepared_ms,
-            "admission_wait_ms": round(waited_ms, 3),
-            "prefill_ms": model_ms,
-            "branches_ms": 0.0,
-            "state_cache": "off",
-            "total_ms": _ms(received),
-            "prefix_tokens": 0,
-            "request_tokens": needed,
-        }
-        return Scored(list(answers), [timing] * len(answers), needed, timing)
+        total_ms = _ms(received)
+        # One timing per state prefix, as the generic path times each state; laya has none.
+        spent_by_prefix = prefixes.timings or {(): trained_head.PrefixTiming()}
+        prefills_ms = sum(spent.prefill_ms for spent in spent_by_prefix.values())
+        by_prefix: dict[tuple[int, ...], dict[str, Any]] = {}
+        for prefix, spent in spent_by_prefix.items():
+            by_prefix[prefix] = {
+                "prepare_ms": prepared_ms,
+                "admission_wait_ms": round(waited_ms, 3),
+                "prefill_ms": round(spent.prefill_ms, 3),
+                "branches_ms": round((model_ms - prefills_ms) / len(spent_by_prefix), 3),
+                "state_cache": spent.state_cache,
+                "total_ms": total_ms,
+                "prefix_tokens": len(prefix),
+                "request_tokens": needed,
+            }
+        fallback = next(iter(by_prefix.values()))
+        timings = [by_prefix.get(tuple(item.prefix(0)), fallback) for item in planned]
+        return Scored(list(answers), timings, needed, _request_timing(list(by_prefix.values())))
 
     # --- generation --------------------------------------------------------------------
     def _sampled_token(self, top: int) -> Callable[[int], SampledToken]:

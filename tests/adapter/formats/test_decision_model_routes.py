@@ -90,3 +90,27 @@ def test_openai_decisions(adapter, reference):
     assert reply.status_code == 200, reply.text
     (answer,) = reply.json()["answers"]
     assert [p["probability"] for p in answer["probabilities"]] == reference
+
+
+def test_abstention_reads_the_heads_top_probability(adapter, reference):
+    """min_confidence (and System One's x_min_confidence) abstain on the head's own answer."""
+    top = max(reference)
+    for threshold, abstains in ((top - 0.01, False), (min(top + 0.01, 1.0), True)):
+        body = {"decision": {**decision("a"), "min_confidence": threshold}}
+        reply = httpx.post(f"{adapter.url}/invocations", json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        result = reply.json()["result"]
+        assert result["abstained"] is abstains
+        assert (result["answer"] is None) is abstains
+        assert result["probabilities"] == reference
+        body = {
+            "model": "jev-latest",
+            "state": STATE,
+            "x_min_confidence": threshold,
+            "questions": {
+                "route": {"type": "choice", "instructions": QUESTION, "criteria": dict(OPTIONS)}
+            },
+        }
+        reply = httpx.post(f"{adapter.url}/v1/systemone", json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["answers"]["route"]["x_abstained"] is abstains

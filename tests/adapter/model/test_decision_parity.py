@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,14 @@ from launcher import running_adapter
 from tests.support.decision_models import QUESTIONS, STATE, build
 
 SERVED = ("openjev", "lev", "nimble", "kev", "laya", "julia")
+# The adapter decodes a state's prefix once and each prompt's rest after it; llama-server decodes
+# a prompt in one batch, and llama.cpp's CPU kernels round a row by the size of its batch (one
+# class under 64 rows, another from 64). So the probabilities agree within TOLERANCE, the bound
+# llama-server's own answers move by between --parallel 1 and 4 (research/decision_models,
+# section 5; measured here up to 1.7e-4, openjev), and the chosen option, keys and legend
+# exactly. laya keeps no memory: both decode each of its prompts whole, bit-identically.
+TOLERANCE = 2e-4
+NO_MEMORY = ("laya", "julia")
 DECISION_TYPE = {"julia": "laya"}  # Julia-1 is laya-typed
 SETTINGS = ServerSettings(threads=2, n_ctx=8192, n_batch=512, parallel=1)
 ADAPTER_ENV = {"DECISION_N_THREADS": "2", "DECISION_N_CTX": "8192", "DECISION_N_BATCH": "512"}
@@ -120,16 +129,56 @@ def upstream_fields(answer: dict) -> dict:
     return {key: value for key, value in answer.items() if not key.startswith("x_")}
 
 
+def deviation(ours: object, theirs: object) -> float:
+    """The largest difference between two answers' numbers; AssertionError where anything
+    else (a key, the chosen option, the legend) differs."""
+    if isinstance(theirs, float) and isinstance(ours, float):
+        return abs(ours - theirs)
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        assert list(ours) == list(theirs)
+        # A confidence rescales the top probability by n/(n-1), at most 2: so does its deviation.
+        return max(
+            (
+                deviation(ours[key], theirs[key]) / (2 if key == "confidence" else 1)
+                for key in theirs
+            ),
+            default=0.0,
+        )
+    assert ours == theirs
+    return 0.0
+
+
+# The most options a question may have, for the types that reach them in these tests' batch of
+# 512: openjev has 52 letters, kev's 255 rows need a wider batch, and llama-server checks laya's
+# prompt against the batch before cutting it (a 500 here).
+WIDEST = {
+    "255 options": {
+        "state": STATE,
+        "questions": {
+            "queue": {
+                "type": "choice",
+                "instructions": "Which queue?",
+                "criteria": {f"q{n}": (f"queue {n}" if n % 2 else None) for n in range(255)},
+            }
+        },
+    }
+}
+REACH_255 = ("lev", "nimble")
+
+
 @pytest.mark.parametrize("kind", SERVED)
-def test_every_answer_is_llama_servers_bit_for_bit(kind, binary, tmp_path):
+def test_every_answer_is_llama_servers(kind, binary, tmp_path):
     gguf = build(kind, tmp_path)
+    tolerance = 0.0 if kind in NO_MEMORY else TOLERANCE
+    bodies = {**BODIES, **(WIDEST if kind in REACH_255 else {})}
     with both(binary, gguf, tmp_path) as (server, adapter):
-        for name, body in BODIES.items():
+        for name, body in bodies.items():
             theirs, ours = systemone(server, body), systemone(adapter, body)
             assert ours["usage"] == theirs["usage"], name
             assert list(ours["answers"]) == list(theirs["answers"]), name
             for question, answer in theirs["answers"].items():
-                assert upstream_fields(ours["answers"][question]) == answer, (name, question)
+                mine = upstream_fields(ours["answers"][question])
+                assert deviation(mine, answer) <= tolerance, (name, question, mine, answer)
         info = httpx.get(f"{adapter}/v1/models", timeout=30).json()["models"][0]
         declared = DECISION_TYPE.get(kind, kind)
         assert info["x_decision_type"] == declared
@@ -138,16 +187,38 @@ def test_every_answer_is_llama_servers_bit_for_bit(kind, binary, tmp_path):
         assert f"{declared} decision head" in info["description"]
 
 
+MODES = {
+    "state cache off": {"DECISION_STATE_CACHE_BYTES": "0"},
+    "state cache on": {},
+    "requests batched": {"DECISION_MAX_SCORING_REQUESTS": "4"},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", ["openjev", "lev", "kev", "laya"])
-def test_a_question_alone_and_beside_others_answers_the_same(kind, tmp_path):
-    """Each question's prompt is decoded alone, so its neighbours change nothing (nimble is
-    left out: its prompt lists every question of the request, by the model's design)."""
+def test_a_question_alone_beside_others_and_from_the_cache_answers_the_same(kind, mode, tmp_path):
+    """Several questions on one state decode its prefix once; each answer has the bits of the
+    question asked alone, cached or not, and sent beside other requests (nimble is left out:
+    its prompt lists every question of the request, by the model's design)."""
     gguf = build(kind, tmp_path)
-    with running_adapter(tmp_path, DECISION_MODEL_PATH=str(gguf), **ADAPTER_ENV) as adapter:
-        together = systemone(adapter.url, BODIES["three kinds"])["answers"]
-        for question, asked in reversed(QUESTIONS.items()):
-            alone = systemone(adapter.url, {"state": STATE, "questions": {question: asked}})
-            assert alone["answers"][question] == together[question]
+    env = {**ADAPTER_ENV, "DECISION_MAX_QUEUE": "4", **MODES[mode]}  # the three at once wait
+    with running_adapter(tmp_path, DECISION_MODEL_PATH=str(gguf), **env) as adapter:
+        together = systemone(adapter.url, BODIES["three kinds"])
+        timing = together["x_timing"]
+        assert "states" not in timing  # one prefix for the three questions
+        if kind == "laya":  # no memory to keep a prefix in
+            assert timing["prefix_tokens"] == 0
+        else:
+            assert timing["prefix_tokens"] > 0
+            assert timing["state_cache"] == ("off" if mode == "state cache off" else "miss")
+        bodies = [{"state": STATE, "questions": {name: asked}} for name, asked in QUESTIONS.items()]
+        with ThreadPoolExecutor(len(bodies)) as pool:  # at once: batched, in turn: alone
+            alone = list(pool.map(lambda body: systemone(adapter.url, body), reversed(bodies)))
+        for answered in alone:
+            (name, answer), *_ = answered["answers"].items()
+            assert answer == together["answers"][name]
+            if kind != "laya" and mode != "state cache off":
+                assert answered["x_timing"]["state_cache"] == "hit"
 
 
 @pytest.mark.parametrize("kind", ["kev", "laya"])
