@@ -49,9 +49,18 @@ class ToolInfo(_Strict):
     version: str
 
 
+class DecisionModel(_Strict):
+    """A trained decision model's head, as its GGUF declares it (`<arch>.decision.*`)."""
+
+    type: str
+    # `<kind>` or `<kind>.<bucket>` (the option-count bucket), as the GGUF names them.
+    temperatures: dict[str, float] = Field(default_factory=dict)
+
+
 class ModelInfo(_Strict):
     name: str
     gguf: str
+    decision: DecisionModel | None = None  # None: a generic language model
 
 
 class ManifestFile(_Strict):

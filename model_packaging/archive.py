@@ -15,6 +15,7 @@ from pathlib import Path
 from model_manifest import (
     MANIFEST_FILENAME,
     MANIFEST_VERSION,
+    DecisionModel,
     HashingReader,
     HashingWriter,
     Manifest,
@@ -24,6 +25,7 @@ from model_manifest import (
     now_utc,
 )
 from model_packaging import __version__
+from model_packaging.decision_model import read_decision_model
 from model_packaging.errors import ChecksumMismatch, PackagingError
 from model_packaging.sources import SourceFile
 
@@ -74,7 +76,9 @@ def write_model_archive(
                     manifest_version=MANIFEST_VERSION,
                     tool=ToolInfo(name="model_packaging", version=__version__),
                     spec=spec_name,
-                    model=ModelInfo(name=model_name, gguf=_gguf_name(files)),
+                    model=ModelInfo(
+                        name=model_name, gguf=_gguf_name(files), decision=_decision_model(files)
+                    ),
                     files=entries,
                     created_at=created_at,
                 )
@@ -96,6 +100,19 @@ def _check_archive_names(files: Sequence[SourceFile]) -> None:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise PackagingError(f"two files would share the archive name {duplicates[0]!r}")
+
+
+def _decision_model(files: Sequence[SourceFile]) -> DecisionModel | None:
+    """A decision GGUF's head (read once the file is verified); such a model answers with its
+    head, so a readout file beside it would never be read: refused."""
+    gguf = next(f for f in files if f.role == "gguf")
+    decision = read_decision_model(gguf.path)
+    if decision is not None and any(f.role == "calibration" for f in files):
+        raise PackagingError(
+            f"{gguf.archive_name}: a {decision.type} decision model answers with its own head; "
+            "its spec must not name a calibration file"
+        )
+    return decision
 
 
 def _gguf_name(files: Sequence[SourceFile]) -> str:

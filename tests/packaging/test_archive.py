@@ -23,9 +23,10 @@ from model_packaging.archive import write_model_archive
 from model_packaging.errors import ChecksumMismatch, PackagingError
 from model_packaging.sources import SourceFile, resolve_sources
 from model_packaging.spec import parse_spec
+from tests.support.gguf_files import gguf_bytes
 
 CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-DATA = b"GGUF" + bytes(range(256)) * 8
+DATA = gguf_bytes(filler=bytes(range(256)) * 8)
 
 
 def source(tmp_path: Path, name: str, role: str = "gguf", data: bytes = DATA, **pins) -> SourceFile:

@@ -14,9 +14,10 @@ from decision_adapter.settings import Settings
 from model_manifest import CALIBRATION_FILENAME, Manifest, read_manifest
 from model_packaging.catalog import GEMMA3_270M
 from model_packaging.cli import main
+from tests.support.gguf_files import gguf_bytes
 from tests.support.model_specs import manifest_dict
 
-GGUF = b"GGUF" + bytes(range(256)) * 8
+GGUF = gguf_bytes(filler=bytes(range(256)) * 8)
 PROFILE = {"readout": "calibrated", "temperature": 8.0}
 
 

@@ -1,4 +1,4 @@
-"""Packaging from specs: checksums, atomic writes, archive layout. Small fake GGUF files only."""
+"""Packaging from specs: checksums, atomic writes, archive layout. Small GGUFs (no tensors)."""
 
 import hashlib
 import json
@@ -10,11 +10,12 @@ import pytest
 from model_manifest import MANIFEST_FILENAME, Manifest
 from model_packaging.catalog import BUILTIN_SPECS, DEFAULT_SPEC_NAME, load_spec
 from model_packaging.cli import main
+from tests.support.gguf_files import gguf_bytes
 from tests.support.model_specs import local_spec_file
 
 QWEN_REVISION = "4168f45a16a1290d65a4ec0fa312ae917a4c15d6"
 TOKENIZER_REVISION = "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
-FAKE_GGUF = b"GGUF" + bytes(range(256)) * 64
+FAKE_GGUF = gguf_bytes(filler=bytes(range(256)) * 64)
 
 
 def sha256(data: bytes) -> str:
@@ -348,3 +349,18 @@ def test_every_option_explains_itself():
         False,
     )
     assert parser.parse_args(["--summary", "s.json"]).summary == Path("s.json")
+
+
+def test_the_packagers_pins_are_the_repositorys():
+    """CodeBuild installs model_packaging/requirements.txt alone: the same versions as a laptop."""
+    from tests.deploy.test_deploy_path import pins
+
+    root = Path(__file__).resolve().parents[2]
+    repository = {
+        **pins(root / "container" / "requirements.txt"),
+        **pins(root / "requirements-deploy.txt"),
+        **pins(root / "requirements.txt"),
+        **pins(root / "requirements-dev.txt"),
+    }
+    packager = pins(root / "model_packaging" / "requirements.txt")
+    assert packager == {name: repository[name] for name in packager}

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from model_manifest import MANIFEST_FILENAME
+from tests.support.gguf_files import gguf_bytes
 
 
 def local_spec_file(directory: Path, gguf: Path, pinned_sha256: str, **extra) -> Path:
@@ -23,9 +24,9 @@ def local_spec_file(directory: Path, gguf: Path, pinned_sha256: str, **extra) ->
 
 
 def tiny_spec(directory: Path) -> Path:
-    """A spec over a 9-byte GGUF written into `directory`, pinned to its real checksum."""
+    """A spec over a small GGUF (no tensors) written into `directory`, pinned to its checksum."""
     gguf = directory / "tiny.gguf"
-    gguf.write_bytes(b"GGUF tiny")
+    gguf.write_bytes(gguf_bytes())
     return local_spec_file(directory, gguf, hashlib.sha256(gguf.read_bytes()).hexdigest())
 
 

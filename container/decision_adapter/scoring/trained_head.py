@@ -23,7 +23,9 @@ What is read, per variant:
 - laya: per option, the column of the question's kind (choice, score, noul) of the row at the
   option's mask token.
 The rows read must come from one batch, as in llama-server: the tokens before the first row
-read go in n_batch chunks, the rest in one (laya, which has no memory: the whole prompt).
+read go in n_batch chunks, the rest in one (laya, which has no memory: the whole prompt). A
+shared prefix adds one cut to llama-server's batches, so where there is one the numbers agree
+with its within rounding (llama.cpp's kernels round a row by its batch's size), not bit for bit.
 Then a softmax over the options at the model's temperature for the kind and the number of
 options; the variants averaged; lev's yes/no the expected rating of its 0-8 scale over 8.
 """

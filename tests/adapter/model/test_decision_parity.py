@@ -2,14 +2,15 @@
 
 For each type the adapter serves, a tiny random-weight decision GGUF (tests/support/
 decision_models.py) is served by both, from the same engine build, with the same batch size
-and one slot: every answer of the same /v1/systemone body is bit-identical (each prompt is
-decoded alone in both, the label types' logits or kev's and laya's hidden-state rows are read
-from the same batches, and the softmax is computed the same way: scoring/trained_head.py). The
-bodies reach kev's flattening of JSON, laya's cutting of long options and questions, and a kev
-prompt wider than a batch. Then the adapter's own guarantees on top: a question's answer is the
-same alone and beside others, the model block names the type, a model read through hidden
-states refuses chat with a 400, rows that cannot come from one batch are a 413, and a type the
-engine does not know stops the start.
+and one slot: every answer of the same /v1/systemone body agrees (the label types' logits or
+kev's and laya's hidden-state rows are read from the same batches, and the softmax is computed
+the same way: scoring/trained_head.py), within TOLERANCE where the adapter decodes a state's
+prefix apart, bit for bit where it does not (laya). The bodies reach kev's flattening of JSON,
+laya's cutting of long options and questions, a kev prompt wider than a batch and 255 options.
+Then the adapter's own guarantees on top: a question's answer is the same alone, beside others,
+from the state cache and in batched mode, the model block names the type, a model read through
+hidden states refuses chat with a 400, rows that cannot come from one batch are a 413, and a
+type the engine does not know stops the start.
 """
 
 from __future__ import annotations
