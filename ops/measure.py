@@ -108,20 +108,38 @@ _SERVER_FLAG = "SM_LLAMA_CPP_"
 _MODEL_FLAGS = ("alias", "hf-repo", "hf-file")
 
 
-def server_flags(sagemaker: Client, endpoint_config: str) -> dict[str, str] | None:
-    """The llama-server flags the endpoint's model runs with (the DLC reads SM_LLAMA_CPP_<FLAG>),
-    or None for a container configured otherwise (the decision adapter)."""
+def model_environment(sagemaker: Client, endpoint_config: str) -> dict[str, str]:
+    """The environment the endpoint's model runs with."""
     (variant, *_) = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint_config)[
         "ProductionVariants"
     ]
     model = sagemaker.describe_model(ModelName=variant["ModelName"])
-    environment = model.get("PrimaryContainer", {}).get("Environment", {})
+    environment: dict[str, str] = model.get("PrimaryContainer", {}).get("Environment", {})
+    return environment
+
+
+def server_flags(environment: dict[str, str]) -> dict[str, str] | None:
+    """The llama-server flags the model runs with (the DLC reads SM_LLAMA_CPP_<FLAG>), or None
+    for a container configured otherwise (the decision adapter)."""
     flags = {
         name.removeprefix(_SERVER_FLAG).lower().replace("_", "-"): value
         for name, value in environment.items()
         if name.startswith(_SERVER_FLAG)
     }
     return flags or None
+
+
+def adapter_concurrency(environment: dict[str, str]) -> dict[str, int | bool]:
+    """The decision adapter's concurrency settings as its environment sets them (unset: its
+    defaults), recorded so synthesis can refuse the measurement for a release that differs."""
+    settings = dict(capacity.DEFAULT_CONCURRENCY)
+    for name in settings:
+        value = environment.get(f"DECISION_{name.upper()}", "").strip()
+        if value and name == "chat_shared_batches":
+            settings[name] = value.lower() == "true"
+        elif value:
+            settings[name] = int(value)
+    return settings
 
 
 def served_model(answer: bytes) -> str:
@@ -227,7 +245,8 @@ def measure(
             f"endpoint {endpoint} runs {before.instances} instances: a measurement is of one "
             "(deploy it with `measuring` on, or autoscaling minCapacity = maxCapacity = 1)"
         )
-    flags = server_flags(sagemaker, before.endpoint_config)
+    environment = model_environment(sagemaker, before.endpoint_config)
+    flags = server_flags(environment)
     if flags is not None:
         return _measure_text_generation(
             sagemaker, send, endpoint, limits, before, flags, sleep=sleep, rng=rng, report=report
@@ -269,6 +288,7 @@ def measure(
         "workload": "bench/workloads.py load_decision, each state numbered, closed loop",
         "latency": "the adapter's timing.total_ms",
         "decisions_at_once": at_once,
+        "concurrency": adapter_concurrency(environment),
         "requests": bodies.as_dict(),
         **{key: value for key, value in result.items() if key not in ("measured", "source")},
     }

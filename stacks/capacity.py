@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +43,15 @@ LATENCY_MARGIN = 1.5
 SCORING_DEADLINE_S = 45.0
 INVOKE_TIMEOUT_S = 60.0
 ALARM_CEILING_MS = 55_000
+
+
+# What the adapter runs with when its environment sets no concurrency (settings.py's defaults):
+# what a measurement that records none was taken at.
+DEFAULT_CONCURRENCY: Mapping[str, int | bool] = {
+    "max_scoring_requests": 1,
+    "max_chat_streams": 1,
+    "chat_shared_batches": False,
+}
 
 
 def measurement_path(model: str, instance_type: str) -> Path:
@@ -60,6 +69,8 @@ class Measurement:
     throughput_rps: float  # decisions per second of one instance, its model slot always busy
     service_p95_ms: float  # one decision with nothing queued ahead of it
     source: str
+    # The adapter's concurrency settings on the measured endpoint (its Model's environment).
+    concurrency: Mapping[str, int | bool] = field(default_factory=lambda: DEFAULT_CONCURRENCY)
 
     @classmethod
     def read(
@@ -80,7 +91,30 @@ class Measurement:
             throughput_rps=float(data["throughput_rps"]),
             service_p95_ms=float(data["service_p95_ms"]),
             source=shown(path),
+            concurrency={**DEFAULT_CONCURRENCY, **data.get("concurrency", {})},
         )
+
+
+class ContradictedMeasurement(ValueError):
+    """A measurement taken with settings the release does not run with."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def check_concurrency(measurement: Measurement, concurrency: Mapping[str, int | bool]) -> None:
+    """The release runs the adapter as it was measured: a rate measured at other concurrency
+    settings is not this release's rate."""
+    for name, value in concurrency.items():
+        measured = measurement.concurrency.get(name)
+        if measured != value:
+            raise ContradictedMeasurement(
+                f"{measurement.source} was measured at concurrency.{_camel(name)} {measured}, "
+                f"the release sets {value}: its rate is not this release's. Deploy the release "
+                "to be measured (`measuring`) and measure it again, or set the measured value"
+            )
 
 
 class MissingMeasurement(ValueError):
@@ -167,23 +201,29 @@ def slowest(measurements: Sequence[Measurement]) -> Measurement:
         throughput_rps=min(m.throughput_rps for m in measurements),
         service_p95_ms=max(m.service_p95_ms for m in measurements),
         source="slowest of " + ", ".join(m.source for m in measurements),
+        concurrency=measurements[0].concurrency,
     )
 
 
-def for_release(model: str, instance_types: Sequence[str]) -> Capacity:
-    """The derivation for `model` served on any of `instance_types`, from each pair's committed
-    measurement; MissingMeasurement names the pairs that have none."""
+def for_release(
+    model: str,
+    instance_types: Sequence[str],
+    *,
+    concurrency: Mapping[str, int | bool] = DEFAULT_CONCURRENCY,
+) -> Capacity:
+    """The derivation for `model` served on any of `instance_types` at the adapter's
+    `concurrency`, from each pair's committed measurement; MissingMeasurement names the pairs
+    that have none, ContradictedMeasurement a measurement taken at other settings."""
     missing = [t for t in instance_types if not measurement_path(model, t).is_file()]
     if missing:
         raise MissingMeasurement(model, missing)
-    return derive(
-        slowest(
-            [
-                Measurement.read(measurement_path(model, t), model=model, instance_type=t)
-                for t in instance_types
-            ]
-        )
-    )
+    measured = [
+        Measurement.read(measurement_path(model, t), model=model, instance_type=t)
+        for t in instance_types
+    ]
+    for measurement in measured:
+        check_concurrency(measurement, concurrency)
+    return derive(slowest(measured))
 
 
 if __name__ == "__main__":

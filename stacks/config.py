@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -30,6 +30,7 @@ from stacks import capacity, text_generation_capacity
 from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
 from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
 from stacks.inference_amis import check_ami_runs_cuda
+from stacks.kv_memory import check_fits
 
 DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
 _DIGEST = re.compile(rf"^{DIGEST_PATTERN}$")
@@ -515,7 +516,91 @@ class TextGenerationEndpoint(_MeasuredEndpoint):
         return text_generation_capacity.derive(text_generation_capacity.DESTROY_PLACEHOLDER)
 
 
-class _MeasuredDecisionEndpoint(_MeasuredEndpoint):
+# One KV cell of a Qwen3-4B-class model in f16: K and V (2) of 36 layers of 8 KV heads of 128
+# dimensions, 2 bytes each. A hybrid model such as Qwen3.5 takes less; a larger one, more.
+DEFAULT_KV_BYTES_PER_TOKEN = 2 * 36 * 8 * 128 * 2
+
+
+class Concurrency(_Config):
+    """How many requests the decision adapter serves at once (docs/scoring.md, "Requests at
+    once"), rendered into its environment. A measurement is of one setting: synthesis refuses
+    one taken at another, since the rate it derives from would not be this one's."""
+
+    max_scoring_requests: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="`DECISION_MAX_SCORING_REQUESTS`: decision requests scored at once, sharing "
+        "batches; the asynchronous endpoint sends each instance that many at once",
+    )
+    max_chat_streams: int = Field(
+        1, ge=1, le=64, description="`DECISION_MAX_CHAT_STREAMS`: chat streams generating at once"
+    )
+    chat_shared_batches: bool = Field(
+        False,
+        description="`DECISION_CHAT_SHARED_BATCHES`: the chat streams' next tokens in one "
+        "micro-batch (needs `maxChatStreams` above 1)",
+    )
+    kv_bytes_per_token: int = Field(
+        DEFAULT_KV_BYTES_PER_TOKEN,
+        ge=1,
+        description="bytes of KV cache one context token takes on the release's model (2 x "
+        "layers x KV heads x head dimensions x 2 in f16); the cache of every stream must fit in "
+        "half the instance's memory (checked at synthesis)",
+    )
+
+    @model_validator(mode="after")
+    def _shared_batches_need_streams(self) -> Concurrency:
+        if self.chat_shared_batches and self.max_chat_streams == 1:
+            raise ValueError(
+                "chatSharedBatches needs maxChatStreams above 1: one stream shares no batch"
+            )
+        return self
+
+    def measured_settings(self) -> dict[str, int | bool]:
+        """What a measurement records of it (stacks/capacity.py DEFAULT_CONCURRENCY's keys)."""
+        return self.model_dump(exclude={"kv_bytes_per_token"})
+
+    def environment(self) -> dict[str, str]:
+        """The adapter's variables for it (settings.py reads them)."""
+        return {
+            "DECISION_MAX_SCORING_REQUESTS": str(self.max_scoring_requests),
+            "DECISION_MAX_CHAT_STREAMS": str(self.max_chat_streams),
+            "DECISION_CHAT_SHARED_BATCHES": "true" if self.chat_shared_batches else "false",
+        }
+
+
+class _DecisionAdapter(_Config):
+    """An endpoint that runs the decision adapter: its concurrency, and a KV cache for it that
+    fits the memory of every instance type it may land on."""
+
+    if TYPE_CHECKING:  # each subclass's field, described there
+        n_ctx: int
+    concurrency: Concurrency = Concurrency()
+
+    @property
+    def memory_types(self) -> list[str]:
+        """The instance types whose memory the KV cache must fit."""
+        raise NotImplementedError
+
+    @property
+    def kv_on_gpu(self) -> bool:
+        return False
+
+    @model_validator(mode="after")
+    def _kv_cache_fits(self) -> Self:
+        check_fits(
+            self.memory_types,
+            on_gpu=self.kv_on_gpu,
+            n_ctx=self.n_ctx,
+            scoring_requests=self.concurrency.max_scoring_requests,
+            chat_streams=self.concurrency.max_chat_streams,
+            bytes_per_token=self.concurrency.kv_bytes_per_token,
+        )
+        return self
+
+
+class _MeasuredDecisionEndpoint(_MeasuredEndpoint, _DecisionAdapter):
     """A decision endpoint: its admission queue and wait derive from the measurement too
     (stacks/capacity.py)."""
 
@@ -539,8 +624,14 @@ class _MeasuredDecisionEndpoint(_MeasuredEndpoint):
         """The types its measurement is looked up for (the subclass's type, or its pool's)."""
         raise NotImplementedError
 
+    @property
+    def memory_types(self) -> list[str]:
+        return self.instance_types
+
     def measured_capacity(self, model: str) -> capacity.Capacity:
-        return capacity.for_release(model, self.instance_types)
+        return capacity.for_release(
+            model, self.instance_types, concurrency=self.concurrency.measured_settings()
+        )
 
     def placeholder_capacity(self) -> capacity.Capacity:
         return capacity.derive(capacity.DESTROY_PLACEHOLDER)
@@ -639,6 +730,10 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
         return self
 
     @property
+    def kv_on_gpu(self) -> bool:
+        return self.n_gpu_layers != 0
+
+    @property
     def cuda_architectures(self) -> str:
         """What the GPU image compiles llama.cpp's CUDA kernels for, e.g. `75;86;89`."""
         return cuda_architectures(self.instance_pool)
@@ -674,7 +769,7 @@ class AsyncAutoscaling(_Capacity):
 ASYNC_DEADLINE_S = 3540
 
 
-class DecisionAsyncEndpoint(EndpointSettings):
+class DecisionAsyncEndpoint(EndpointSettings, _DecisionAdapter):
     """An asynchronous decision endpoint on the CPU decision image: requests and answers in the
     artifact bucket (the model archive's) under their own prefixes, SNS notifications, and
     scaling on the backlog down to zero. Off by default."""
@@ -698,6 +793,11 @@ class DecisionAsyncEndpoint(EndpointSettings):
         "async/failure", description="the artifact bucket's prefix of failures"
     )
     autoscaling: AsyncAutoscaling = AsyncAutoscaling()
+
+    @property
+    def memory_types(self) -> list[str]:
+        return [self.instance_type]
+
     # How long the adapter works on one request here (its scoring, JSON Lines and chat
     # deadlines): inside the hour `ops submit` asks SageMaker for (InvocationTimeoutSeconds
     # 3600), so the request ends with the adapter's own retryable error, not SageMaker's cut.

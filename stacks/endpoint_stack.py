@@ -158,6 +158,7 @@ class EndpointStack(Stack):
             input_prefix=settings.input_prefix,
             output_prefix=settings.output_prefix,
             failure_prefix=settings.failure_prefix,
+            concurrent_invocations=settings.concurrency.max_scoring_requests,
         )
         outputs = {
             "EndpointName": endpoint.endpoint_name,
@@ -229,4 +230,5 @@ def _decision_environment(
         "DECISION_N_THREADS": str(settings.n_threads),
         "DECISION_N_CTX": str(settings.n_ctx),
         "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
+        **settings.concurrency.environment(),
     }

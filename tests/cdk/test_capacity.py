@@ -449,3 +449,29 @@ def test_the_wait_and_a_decision_end_inside_the_scoring_deadline(p95_ms, wait_s,
 def test_a_decision_that_fills_the_deadline_alone_is_refused_naming_the_measurement():
     with pytest.raises(capacity.NothingFits, match=r"p95 is 45000 ms.*45 s scoring deadline"):
         capacity.derive(_measured(1.0, 45_000.0))
+
+
+# Gemma 3 270M's KV cell in f16: K and V of 18 layers of one 256-dimension head.
+GEMMA_KV_BYTES = 2 * 18 * 256 * 2
+
+
+def test_the_capacity_follows_the_concurrency_it_was_measured_at():
+    """A release that scores two decisions at once takes its rate from a measurement at two:
+    one taken one at a time is refused naming the key, since its rate is not this release's."""
+    at_two = {"maxScoringRequests": 2, "kvBytesPerToken": GEMMA_KV_BYTES}
+    batching = {
+        **SMALL_RELEASE,
+        "decisionCpuEndpoint": {"instanceType": TYPE, "concurrency": at_two},
+    }
+    filed(SMALL, TYPE, rps=2.5, p95_ms=410.0)  # recorded no concurrency: the adapter's defaults
+    (error,) = refusal(**batching)
+    assert error["loc"] == ("decisionCpuEndpoint",)
+    assert "at concurrency.maxScoringRequests 1, the release sets 2" in error["msg"]
+
+    filed(SMALL, TYPE, rps=4.5, p95_ms=430.0, concurrency={"max_scoring_requests": 2})
+    assert decision_cpu_capacity(config(**batching)) == expect(
+        capacity.derive(_measured(4.5, 430.0))
+    )
+    # The measurement at two is no measurement of the release that scores one at a time.
+    (error,) = refusal(**SMALL_RELEASE)
+    assert "at concurrency.maxScoringRequests 2, the release sets 1" in error["msg"]
