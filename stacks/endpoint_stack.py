@@ -183,6 +183,8 @@ class EndpointStack(Stack):
         assert image_uri is not None  # the config requires it for an enabled endpoint
         if settings.unmeasured():  # AppConfig fills them in from measurement, or refuses
             raise ValueError(f"{construct_id}: {', '.join(settings.unmeasured())} not set")
+        wait_s = settings.admission_wait_s
+        assert wait_s is not None  # measured or given: unmeasured() is empty
         self._add(
             construct_id,
             settings,
@@ -190,7 +192,9 @@ class EndpointStack(Stack):
             environment={
                 **_decision_environment(settings, n_gpu_layers=n_gpu_layers),
                 "DECISION_MAX_QUEUE": str(settings.max_queue),
-                "DECISION_ADMISSION_WAIT_S": str(settings.admission_wait_s),
+                "DECISION_ADMISSION_WAIT_S": str(wait_s),
+                # Chat holds the model a decision would have: capped (long chat: text generation).
+                **settings.chat.environment(wait_s),
             },
             adapter_metrics=True,
             **props,

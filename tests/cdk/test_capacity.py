@@ -475,3 +475,27 @@ def test_the_capacity_follows_the_concurrency_it_was_measured_at():
     # The measurement at two is no measurement of the release that scores one at a time.
     (error,) = refusal(**SMALL_RELEASE)
     assert "at concurrency.maxScoringRequests 2, the release sets 1" in error["msg"]
+
+
+def chat_limits(release: AppConfig) -> tuple[int, float]:
+    """(max tokens, deadline) of a chat on the CPU decision endpoint, as its adapter reads them
+    from the synthesized Model's environment."""
+    from decision_adapter.settings import Settings
+
+    stack = endpoint_stack(cdk.App(context=cdk_json_context()), "Endpoints", config=release)
+    _, model = one(Template.from_stack(stack), "AWS::SageMaker::Model")
+    settings = Settings.from_environment(model["Properties"]["PrimaryContainer"]["Environment"])
+    return settings.max_chat_tokens, settings.chat_deadline_s
+
+
+def test_chat_on_a_decision_endpoint_ends_within_the_wait_of_a_decision_behind_it():
+    """Not the adapter's 1,024 tokens and 50 s, which hold the model past every queued
+    decision's wait: 256 tokens, and the measured admission wait unless the release says."""
+    filed(SMALL, TYPE, rps=2.5, p95_ms=410.0)
+    wait_s = capacity.derive(_measured(2.5, 410.0)).admission_wait_s
+    assert chat_limits(config(**SMALL_RELEASE)) == (256, wait_s)
+
+    given = {"instanceType": TYPE, "chat": {"maxTokens": 64, "deadlineS": 3.5}}
+    assert chat_limits(config(**{**SMALL_RELEASE, "decisionCpuEndpoint": given})) == (64, 3.5)
+    (error,) = refusal(**{**SMALL_RELEASE, "decisionCpuEndpoint": {"chat": {"deadlineS": 55}}})
+    assert error["loc"] == ("decisionCpuEndpoint", "chat", "deadlineS")

@@ -160,6 +160,9 @@ def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
         "DECISION_CHAT_SHARED_BATCHES": "false",
         "DECISION_MAX_QUEUE": str(GIVEN_CAPACITY["maxQueue"]),
         "DECISION_ADMISSION_WAIT_S": str(GIVEN_CAPACITY["admissionWaitS"]),
+        # Chat holds the model a decision would have: capped, its deadline the admission wait.
+        "DECISION_MAX_CHAT_TOKENS": "256",
+        "DECISION_CHAT_DEADLINE_S": str(GIVEN_CAPACITY["admissionWaitS"]),
     }
     assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
     assert "InstancePools" not in built["variant"]
