@@ -71,6 +71,11 @@ class Measurement:
     source: str
     # The adapter's concurrency settings on the measured endpoint (its Model's environment).
     concurrency: Mapping[str, int | bool] = field(default_factory=lambda: DEFAULT_CONCURRENCY)
+    # What was measured (`shape`): the median request's input tokens (None: not recorded),
+    # the decisions the adapter scored at once, and the share of chats among the requests.
+    input_tokens: int | None = None
+    decisions_at_once: int = 1
+    chat_share: float = 0.0
 
     @classmethod
     def read(
@@ -87,16 +92,61 @@ class Measurement:
                     f"{shown(path)} measured {key} {data.get(key)!r}, not {expected!r}: a "
                     "measurement is filed under the model and instance type it measured"
                 )
+        shape = data.get("shape", {})
         return cls(
             throughput_rps=float(data["throughput_rps"]),
             service_p95_ms=float(data["service_p95_ms"]),
             source=shown(path),
             concurrency={**DEFAULT_CONCURRENCY, **data.get("concurrency", {})},
+            input_tokens=shape.get("input_tokens"),
+            decisions_at_once=int(shape.get("decisions_at_once", data.get("decisions_at_once", 1))),
+            chat_share=float(shape.get("chat_share", 0.0)),
         )
 
 
 class ContradictedMeasurement(ValueError):
     """A measurement taken with settings the release does not run with."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What a release expects its decision endpoint to serve (its `traffic` section), which the
+    measurement's shape must match: capacity measured on other requests is not its capacity."""
+
+    input_tokens: int | None = None
+    chat_share: float = 0.0
+    decisions_at_once: int = 1
+
+
+# How far a measured median input length may lie from the expected one, either way.
+INPUT_TOKENS_TOLERANCE = 0.25
+CHAT_SHARE_TOLERANCE = 0.05
+
+
+def check_shape(measurement: Measurement, traffic: Traffic) -> None:
+    """ContradictedMeasurement when what was measured is not what the release expects."""
+    source = measurement.source
+    if measurement.decisions_at_once != traffic.decisions_at_once:
+        raise ContradictedMeasurement(
+            f"{source} scored {measurement.decisions_at_once} decision(s) at once, the release "
+            f"concurrency.maxScoringRequests {traffic.decisions_at_once}: a hybrid-memory model "
+            "or a trained decision head scores one at a time whatever the setting (set 1 there)"
+        )
+    expected = traffic.input_tokens
+    if expected is not None:
+        measured = measurement.input_tokens
+        if measured is None or abs(measured - expected) > INPUT_TOKENS_TOLERANCE * expected:
+            raise ContradictedMeasurement(
+                f"{source} measured requests of {measured or 'unrecorded'} input tokens "
+                f"(median), the release expects traffic.inputTokens {expected}: latency grows "
+                "with length. Measure with `ops measure --body FILE` of representative requests"
+            )
+    if abs(measurement.chat_share - traffic.chat_share) > CHAT_SHARE_TOLERANCE:
+        raise ContradictedMeasurement(
+            f"{source} measured a chat share of {measurement.chat_share:g}, the release "
+            f"expects traffic.chatShare {traffic.chat_share:g}. Measure with `ops measure "
+            "--body FILE` holding chats in that share"
+        )
 
 
 def _camel(name: str) -> str:
@@ -202,6 +252,9 @@ def slowest(measurements: Sequence[Measurement]) -> Measurement:
         service_p95_ms=max(m.service_p95_ms for m in measurements),
         source="slowest of " + ", ".join(m.source for m in measurements),
         concurrency=measurements[0].concurrency,
+        input_tokens=measurements[0].input_tokens,
+        decisions_at_once=measurements[0].decisions_at_once,
+        chat_share=measurements[0].chat_share,
     )
 
 
@@ -210,10 +263,12 @@ def for_release(
     instance_types: Sequence[str],
     *,
     concurrency: Mapping[str, int | bool] = DEFAULT_CONCURRENCY,
+    traffic: Traffic | None = None,
 ) -> Capacity:
     """The derivation for `model` served on any of `instance_types` at the adapter's
     `concurrency`, from each pair's committed measurement; MissingMeasurement names the pairs
-    that have none, ContradictedMeasurement a measurement taken at other settings."""
+    that have none, ContradictedMeasurement a measurement taken at other settings or, with
+    `traffic`, of other requests."""
     missing = [t for t in instance_types if not measurement_path(model, t).is_file()]
     if missing:
         raise MissingMeasurement(model, missing)
@@ -223,6 +278,8 @@ def for_release(
     ]
     for measurement in measured:
         check_concurrency(measurement, concurrency)
+        if traffic is not None:
+            check_shape(measurement, traffic)
     return derive(slowest(measured))
 
 

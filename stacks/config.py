@@ -598,6 +598,25 @@ class ChatLimits(_Config):
         }
 
 
+class Traffic(_Config):
+    """The requests a decision endpoint is expected to serve. Synthesis refuses a measurement of
+    other requests: latency grows with length, and chat holds the model longer."""
+
+    input_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="the median request's input tokens; a measurement whose median lies over "
+        "25% away is refused; unset: not checked",
+    )
+    chat_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the share of chats among the requests; a measurement's must lie within "
+        "0.05 of it",
+    )
+
+
 class _DecisionAdapter(_Config):
     """An endpoint that runs the decision adapter: its concurrency, and a KV cache for it that
     fits the memory of every instance type it may land on."""
@@ -641,6 +660,7 @@ class _MeasuredDecisionEndpoint(_MeasuredEndpoint, _DecisionAdapter):
         None, ge=0, le=1024, description="`DECISION_MAX_QUEUE`; unset: derived from the measurement"
     )
     chat: ChatLimits = ChatLimits()
+    traffic: Traffic = Traffic()
     admission_wait_s: float | None = Field(
         None,
         ge=0.0,
@@ -658,8 +678,16 @@ class _MeasuredDecisionEndpoint(_MeasuredEndpoint, _DecisionAdapter):
         return self.instance_types
 
     def measured_capacity(self, model: str) -> capacity.Capacity:
+        expected = capacity.Traffic(
+            input_tokens=self.traffic.input_tokens,
+            chat_share=self.traffic.chat_share,
+            decisions_at_once=self.concurrency.max_scoring_requests,
+        )
         return capacity.for_release(
-            model, self.instance_types, concurrency=self.concurrency.measured_settings()
+            model,
+            self.instance_types,
+            concurrency=self.concurrency.measured_settings(),
+            traffic=expected,
         )
 
     def placeholder_capacity(self) -> capacity.Capacity:

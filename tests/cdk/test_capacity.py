@@ -468,7 +468,8 @@ def test_the_capacity_follows_the_concurrency_it_was_measured_at():
     assert error["loc"] == ("decisionCpuEndpoint",)
     assert "at concurrency.maxScoringRequests 1, the release sets 2" in error["msg"]
 
-    filed(SMALL, TYPE, rps=4.5, p95_ms=430.0, concurrency={"max_scoring_requests": 2})
+    at_two_measured = {"concurrency": {"max_scoring_requests": 2}, "decisions_at_once": 2}
+    filed(SMALL, TYPE, rps=4.5, p95_ms=430.0, **at_two_measured)
     assert decision_cpu_capacity(config(**batching)) == expect(
         capacity.derive(_measured(4.5, 430.0))
     )

@@ -763,3 +763,20 @@ def test_answers_that_do_not_name_one_model_refuse_the_run(
         f"ops: error: the answers name models {named}, not one"
     )
     assert not measurements.exists()
+
+
+@pytest.mark.parametrize(
+    ("lines", "complaint"),
+    [
+        ('{"decision": {}}\n{"prompt": "hi"}\n', "line 2: neither a decision"),
+        ('{"decision": {}}\nnot json\n', "line 2: not JSON"),
+        ('{"messages": []}\n', "holds no decision"),
+    ],
+)
+def test_a_body_file_that_is_not_decisions_and_chats_is_refused_naming_the_line(
+    clients, capsys, tmp_path, lines, complaint
+):
+    body = tmp_path / "requests.jsonl"
+    body.write_text(lines)
+    assert run(["--body", str(body)], clients, []) != 0
+    assert complaint in capsys.readouterr().err
