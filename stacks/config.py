@@ -278,6 +278,47 @@ class Alarms(_Alarms[int]):
 LogRetentionDays = Literal[7, 14, 30, 60, 90, 180, 365]
 
 
+# A 5-minute alarm period (stacks/constructs/endpoint.py), in seconds.
+ALARM_PERIOD_S = 300
+
+
+class Deployment(_Config):
+    """How a release replaces an endpoint's instances: blue/green, the traffic shifted to the new
+    fleet in steps (`CANARY`: one step, then the rest; `LINEAR`: equal steps), rolled back when
+    the endpoint's 5XX or latency alarm fires while it shifts or bakes."""
+
+    traffic_routing: Literal["ALL_AT_ONCE", "CANARY", "LINEAR"] = Field(
+        "CANARY",
+        description="`TrafficRoutingConfiguration.Type`: how traffic moves to the new fleet",
+    )
+    step_percent: int = Field(
+        10,
+        ge=1,
+        le=99,
+        description="the canary's or each linear step's share of the new fleet's capacity "
+        "(`CAPACITY_PERCENT`)",
+    )
+    wait_interval_seconds: int = Field(
+        600,
+        ge=0,
+        le=3600,
+        description="`WaitIntervalInSeconds`: between steps, at least the alarms' "
+        "`evaluationPeriods` x 5 min so an alarm can fire before the next step",
+    )
+    termination_wait_seconds: int = Field(
+        600,
+        ge=0,
+        le=3600,
+        description="`TerminationWaitInSeconds`: the old fleet is kept this long after the "
+        "shift, and a fired alarm still rolls back to it",
+    )
+    auto_rollback: bool = Field(
+        True,
+        description="roll back when the endpoint's 5XX or latency alarm fires "
+        "(`AutoRollbackConfiguration`)",
+    )
+
+
 class EndpointSettings(_Config):
     enabled: bool = Field(True, description="deploy this endpoint")
     endpoint_name: EndpointName = Field(
@@ -296,9 +337,23 @@ class EndpointSettings(_Config):
     model_data_download_timeout_seconds: ContainerTimeout = Field(
         600, description="`ModelDataDownloadTimeoutInSeconds`"
     )
+    deployment: Deployment = Deployment()
     # Each kind of endpoint's own (a subclass's).
     autoscaling: _Capacity
     alarms: _Alarms[Any]
+
+    @model_validator(mode="after")
+    def _alarms_fire_before_the_next_step(self) -> EndpointSettings:
+        deployment = self.deployment
+        least = self.alarms.evaluation_periods * ALARM_PERIOD_S
+        stepped = deployment.traffic_routing != "ALL_AT_ONCE"
+        if deployment.auto_rollback and stepped and deployment.wait_interval_seconds < least:
+            raise ValueError(
+                f"deployment.waitIntervalSeconds ({deployment.wait_interval_seconds}) is shorter "
+                f"than alarms.evaluationPeriods x 5 min ({least} s): traffic would move on before "
+                "an alarm on the new fleet could fire and roll it back"
+            )
+        return self
 
     @model_validator(mode="after")
     def _initial_count_within_scaling(self) -> EndpointSettings:

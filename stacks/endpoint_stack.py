@@ -214,6 +214,7 @@ def _endpoint_props(settings: EndpointSettings) -> dict[str, Any]:
         "initial_instance_count": settings.initial_instance_count,
         "autoscaling": settings.autoscaling,
         "alarms": settings.alarms,
+        "deployment": settings.deployment,
         "log_retention": RETENTION[settings.log_retention_days],
         "container_startup_timeout": Duration.seconds(settings.container_startup_timeout_seconds),
         "model_data_download_timeout": Duration.seconds(
