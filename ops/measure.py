@@ -108,20 +108,38 @@ _SERVER_FLAG = "SM_LLAMA_CPP_"
 _MODEL_FLAGS = ("alias", "hf-repo", "hf-file")
 
 
-def server_flags(sagemaker: Client, endpoint_config: str) -> dict[str, str] | None:
-    """The llama-server flags the endpoint's model runs with (the DLC reads SM_LLAMA_CPP_<FLAG>),
-    or None for a container configured otherwise (the decision adapter)."""
+def model_environment(sagemaker: Client, endpoint_config: str) -> dict[str, str]:
+    """The environment the endpoint's model runs with."""
     (variant, *_) = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint_config)[
         "ProductionVariants"
     ]
     model = sagemaker.describe_model(ModelName=variant["ModelName"])
-    environment = model.get("PrimaryContainer", {}).get("Environment", {})
+    environment: dict[str, str] = model.get("PrimaryContainer", {}).get("Environment", {})
+    return environment
+
+
+def server_flags(environment: dict[str, str]) -> dict[str, str] | None:
+    """The llama-server flags the model runs with (the DLC reads SM_LLAMA_CPP_<FLAG>), or None
+    for a container configured otherwise (the decision adapter)."""
     flags = {
         name.removeprefix(_SERVER_FLAG).lower().replace("_", "-"): value
         for name, value in environment.items()
         if name.startswith(_SERVER_FLAG)
     }
     return flags or None
+
+
+def adapter_concurrency(environment: dict[str, str]) -> dict[str, int | bool]:
+    """The decision adapter's concurrency settings as its environment sets them (unset: its
+    defaults), recorded so synthesis can refuse the measurement for a release that differs."""
+    settings = dict(capacity.DEFAULT_CONCURRENCY)
+    for name in settings:
+        value = environment.get(f"DECISION_{name.upper()}", "").strip()
+        if value and name == "chat_shared_batches":
+            settings[name] = value.lower() == "true"
+        elif value:
+            settings[name] = int(value)
+    return settings
 
 
 def served_model(answer: bytes) -> str:
@@ -154,40 +172,75 @@ def _served(answer: bytes) -> dict[str, Any]:
     return served
 
 
-class MeasuredBodies:
-    """Each measured request's body: the load decision with its state numbered, so every one is
-    a state-cache miss and the model's prefill is measured, not the cache (which serves a repeated
-    state without it); what each answer says it read is kept, and a hit refuses the run."""
+def read_bodies(path: Path) -> list[dict[str, Any]]:
+    """The requests of `--body FILE`, one JSON object a line: decisions (`decision`) and chats
+    (`messages`) in the shares the endpoint is expected to serve."""
+    bodies = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            body = json.loads(line)
+        except ValueError as error:
+            raise CannotMeasure(f"{path} line {number}: not JSON ({error})") from None
+        if not isinstance(body, dict) or ("decision" in body) == ("messages" in body):
+            raise CannotMeasure(
+                f'{path} line {number}: neither a decision ({{"decision": ...}}) nor a chat '
+                '({"messages": [...]}): --body takes the two kinds the measurement shares out'
+            )
+        bodies.append(body)
+    if not any("decision" in body for body in bodies):
+        raise CannotMeasure(f"{path} holds no decision: a decision endpoint is measured on them")
+    return bodies
 
-    def __init__(self) -> None:
+
+class MeasuredBodies:
+    """Each measured request's body: the given requests in turn (the bench's load decision when
+    none are given), each decision's state numbered, so every one is a state-cache miss and the
+    model's prefill is measured, not the cache (which serves a repeated state without it); what
+    each answer says it read is kept, and a hit refuses the run. A chat's time is its round trip
+    (the adapter times decisions only)."""
+
+    def __init__(self, requests: list[dict[str, Any]] | None = None) -> None:
+        self.requests = requests or [load_decision()]
         self._numbers = itertools.count()
         self._lock = threading.Lock()
         self.state_cache: Counter[str] = Counter()
         self.input_tokens: list[int] = []
+        self.chats = 0
         self.digest = hashlib.sha256()
 
-    def next(self) -> bytes:
+    def next(self, *, decision: bool = False) -> bytes:
+        """The next request's body (the next decision's, when `decision`)."""
         with self._lock:
             number = next(self._numbers)
-        body = load_decision()
-        decision = body["decision"]
-        decision["state"] = f"Request {number}. {decision['state']}"
+        requests = [r for r in self.requests if "decision" in r] if decision else self.requests
+        body = json.loads(json.dumps(requests[number % len(requests)]))
+        if "decision" in body:
+            body["decision"]["state"] = f"Request {number}. {body['decision']['state']}"
         encoded = json.dumps(body).encode()
         with self._lock:
             self.digest.update(hashlib.sha256(encoded).digest())
         return encoded
 
-    def answered(self, answer: bytes) -> float:
-        """The adapter's own time for the answer in ms (from its arrival, any wait for the model
-        included), once what it read is recorded."""
+    def answered(self, answer: bytes, round_trip_ms: float = 0.0) -> float:
+        """The adapter's own time for a decision's answer in ms (from its arrival, any wait for
+        the model included), a chat's round trip, once what it read is recorded."""
         try:
-            result = json.loads(answer)["result"]
-            cache, tokens = result["timing"]["state_cache"], int(result["input_tokens"])
-            total_ms = float(result["timing"]["total_ms"])
+            data = json.loads(answer)
+            if "choices" in data:  # a chat completion
+                tokens, total_ms, cache = int(data["usage"]["prompt_tokens"]), round_trip_ms, None
+            else:
+                result = data["result"]
+                cache, tokens = result["timing"]["state_cache"], int(result["input_tokens"])
+                total_ms = float(result["timing"]["total_ms"])
         except (ValueError, KeyError, TypeError) as error:
             raise CannotMeasure(f"not a decision answer ({error}): {answer[:200]!r}") from None
         with self._lock:
-            self.state_cache[cache] += 1
+            if cache is None:
+                self.chats += 1
+            else:
+                self.state_cache[cache] += 1
             self.input_tokens.append(tokens)
         return total_ms
 
@@ -208,6 +261,22 @@ class MeasuredBodies:
             "bodies_sha256": self.digest.hexdigest(),
         }
 
+    def shape(self, decisions_at_once: int) -> dict[str, Any]:
+        """What was measured, which synthesis holds the release's `traffic` to."""
+        return {
+            "input_tokens": round(statistics.median(self.input_tokens)),
+            "decisions_at_once": decisions_at_once,
+            "chat_share": round(self.chats / len(self.input_tokens), 4),
+        }
+
+
+def _timed(send: Callable[[bytes], bytes], bodies: MeasuredBodies) -> float:
+    """One measured request: its time in ms as MeasuredBodies.answered gives it."""
+    body = bodies.next()
+    started = time.perf_counter()
+    answer = send(body)
+    return bodies.answered(answer, (time.perf_counter() - started) * 1000)
+
 
 def measure(
     sagemaker: Client,
@@ -218,30 +287,33 @@ def measure(
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
     report: Callable[[str], None] = lambda line: None,
+    requests: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The measurement file's content. `send(body) -> answer body` raises ops.retry.Retryable
-    for a 503 and anything else for a failure, which ends the measurement."""
+    for a 503 and anything else for a failure, which ends the measurement. `requests`: the
+    decision endpoint's representative bodies (`--body`), else the bench's load decision."""
     before = placement(sagemaker, endpoint)
     if before.instances != 1:
         raise CannotMeasure(
             f"endpoint {endpoint} runs {before.instances} instances: a measurement is of one "
             "(deploy it with `measuring` on, or autoscaling minCapacity = maxCapacity = 1)"
         )
-    flags = server_flags(sagemaker, before.endpoint_config)
+    environment = model_environment(sagemaker, before.endpoint_config)
+    flags = server_flags(environment)
     if flags is not None:
         return _measure_text_generation(
             sagemaker, send, endpoint, limits, before, flags, sleep=sleep, rng=rng, report=report
         )
-    bodies = MeasuredBodies()
+    bodies = MeasuredBodies(requests)
     backoff = Backoff()
     # One decision first: a cold instance's first answer is no measure, and it names the model.
-    first = bodies.next()
+    first = bodies.next(decision=True)
     answered = call_with_retries(lambda: send(first), backoff, sleep=sleep, rng=rng)
     model, at_once = served_model(answered), decisions_at_once(answered)
     # A batching adapter is measured up to the concurrency it admits, where its rate peaks.
     limits = limits.reaching(at_once)
     measured = _measure_levels(
-        lambda: bodies.answered(send(bodies.next())),
+        lambda: _timed(send, bodies),
         limits.levels(),
         limits,
         backoff,
@@ -266,9 +338,15 @@ def measure(
         "model": model,
         "instance_type": before.instance_type,
         "source": _source(endpoint),
-        "workload": "bench/workloads.py load_decision, each state numbered, closed loop",
-        "latency": "the adapter's timing.total_ms",
+        "workload": (
+            "bench/workloads.py load_decision" if requests is None else "the --body requests"
+        )
+        + ", each state numbered, closed loop",
+        "latency": "the adapter's timing.total_ms"
+        + (" (a chat's: its round trip)" if bodies.chats else ""),
         "decisions_at_once": at_once,
+        "shape": bodies.shape(at_once),
+        "concurrency": adapter_concurrency(environment),
         "requests": bodies.as_dict(),
         **{key: value for key, value in result.items() if key not in ("measured", "source")},
     }

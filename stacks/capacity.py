@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +43,15 @@ LATENCY_MARGIN = 1.5
 SCORING_DEADLINE_S = 45.0
 INVOKE_TIMEOUT_S = 60.0
 ALARM_CEILING_MS = 55_000
+
+
+# What the adapter runs with when its environment sets no concurrency (settings.py's defaults):
+# what a measurement that records none was taken at.
+DEFAULT_CONCURRENCY: Mapping[str, int | bool] = {
+    "max_scoring_requests": 1,
+    "max_chat_streams": 1,
+    "chat_shared_batches": False,
+}
 
 
 def measurement_path(model: str, instance_type: str) -> Path:
@@ -60,6 +69,13 @@ class Measurement:
     throughput_rps: float  # decisions per second of one instance, its model slot always busy
     service_p95_ms: float  # one decision with nothing queued ahead of it
     source: str
+    # The adapter's concurrency settings on the measured endpoint (its Model's environment).
+    concurrency: Mapping[str, int | bool] = field(default_factory=lambda: DEFAULT_CONCURRENCY)
+    # What was measured (`shape`): the median request's input tokens (None: not recorded),
+    # the decisions the adapter scored at once, and the share of chats among the requests.
+    input_tokens: int | None = None
+    decisions_at_once: int = 1
+    chat_share: float = 0.0
 
     @classmethod
     def read(
@@ -76,11 +92,79 @@ class Measurement:
                     f"{shown(path)} measured {key} {data.get(key)!r}, not {expected!r}: a "
                     "measurement is filed under the model and instance type it measured"
                 )
+        shape = data.get("shape", {})
         return cls(
             throughput_rps=float(data["throughput_rps"]),
             service_p95_ms=float(data["service_p95_ms"]),
             source=shown(path),
+            concurrency={**DEFAULT_CONCURRENCY, **data.get("concurrency", {})},
+            input_tokens=shape.get("input_tokens"),
+            decisions_at_once=int(shape.get("decisions_at_once", data.get("decisions_at_once", 1))),
+            chat_share=float(shape.get("chat_share", 0.0)),
         )
+
+
+class ContradictedMeasurement(ValueError):
+    """A measurement taken with settings the release does not run with."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What a release expects its decision endpoint to serve (its `traffic` section), which the
+    measurement's shape must match: capacity measured on other requests is not its capacity."""
+
+    input_tokens: int | None = None
+    chat_share: float = 0.0
+    decisions_at_once: int = 1
+
+
+# How far a measured median input length may lie from the expected one, either way.
+INPUT_TOKENS_TOLERANCE = 0.25
+CHAT_SHARE_TOLERANCE = 0.05
+
+
+def check_shape(measurement: Measurement, traffic: Traffic) -> None:
+    """ContradictedMeasurement when what was measured is not what the release expects."""
+    source = measurement.source
+    if measurement.decisions_at_once != traffic.decisions_at_once:
+        raise ContradictedMeasurement(
+            f"{source} scored {measurement.decisions_at_once} decision(s) at once, the release "
+            f"concurrency.maxScoringRequests {traffic.decisions_at_once}: a hybrid-memory model "
+            "or a trained decision head scores one at a time whatever the setting (set 1 there)"
+        )
+    expected = traffic.input_tokens
+    if expected is not None:
+        measured = measurement.input_tokens
+        if measured is None or abs(measured - expected) > INPUT_TOKENS_TOLERANCE * expected:
+            raise ContradictedMeasurement(
+                f"{source} measured requests of {measured or 'unrecorded'} input tokens "
+                f"(median), the release expects traffic.inputTokens {expected}: latency grows "
+                "with length. Measure with `ops measure --body FILE` of representative requests"
+            )
+    if abs(measurement.chat_share - traffic.chat_share) > CHAT_SHARE_TOLERANCE:
+        raise ContradictedMeasurement(
+            f"{source} measured a chat share of {measurement.chat_share:g}, the release "
+            f"expects traffic.chatShare {traffic.chat_share:g}. Measure with `ops measure "
+            "--body FILE` holding chats in that share"
+        )
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def check_concurrency(measurement: Measurement, concurrency: Mapping[str, int | bool]) -> None:
+    """The release runs the adapter as it was measured: a rate measured at other concurrency
+    settings is not this release's rate."""
+    for name, value in concurrency.items():
+        measured = measurement.concurrency.get(name)
+        if measured != value:
+            raise ContradictedMeasurement(
+                f"{measurement.source} was measured at concurrency.{_camel(name)} {measured}, "
+                f"the release sets {value}: its rate is not this release's. Deploy the release "
+                "to be measured (`measuring`) and measure it again, or set the measured value"
+            )
 
 
 class MissingMeasurement(ValueError):
@@ -167,23 +251,36 @@ def slowest(measurements: Sequence[Measurement]) -> Measurement:
         throughput_rps=min(m.throughput_rps for m in measurements),
         service_p95_ms=max(m.service_p95_ms for m in measurements),
         source="slowest of " + ", ".join(m.source for m in measurements),
+        concurrency=measurements[0].concurrency,
+        input_tokens=measurements[0].input_tokens,
+        decisions_at_once=measurements[0].decisions_at_once,
+        chat_share=measurements[0].chat_share,
     )
 
 
-def for_release(model: str, instance_types: Sequence[str]) -> Capacity:
-    """The derivation for `model` served on any of `instance_types`, from each pair's committed
-    measurement; MissingMeasurement names the pairs that have none."""
+def for_release(
+    model: str,
+    instance_types: Sequence[str],
+    *,
+    concurrency: Mapping[str, int | bool] = DEFAULT_CONCURRENCY,
+    traffic: Traffic | None = None,
+) -> Capacity:
+    """The derivation for `model` served on any of `instance_types` at the adapter's
+    `concurrency`, from each pair's committed measurement; MissingMeasurement names the pairs
+    that have none, ContradictedMeasurement a measurement taken at other settings or, with
+    `traffic`, of other requests."""
     missing = [t for t in instance_types if not measurement_path(model, t).is_file()]
     if missing:
         raise MissingMeasurement(model, missing)
-    return derive(
-        slowest(
-            [
-                Measurement.read(measurement_path(model, t), model=model, instance_type=t)
-                for t in instance_types
-            ]
-        )
-    )
+    measured = [
+        Measurement.read(measurement_path(model, t), model=model, instance_type=t)
+        for t in instance_types
+    ]
+    for measurement in measured:
+        check_concurrency(measurement, concurrency)
+        if traffic is not None:
+            check_shape(measurement, traffic)
+    return derive(slowest(measured))
 
 
 if __name__ == "__main__":

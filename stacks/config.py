@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -30,6 +30,7 @@ from stacks import capacity, text_generation_capacity
 from stacks.dlc_registry import DLC_ACCOUNTS, UnsupportedRegion
 from stacks.gpu_instances import COMPUTE_CAPABILITY, cuda_architectures, unknown_gpu_types
 from stacks.inference_amis import check_ami_runs_cuda
+from stacks.kv_memory import check_fits
 
 DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
 _DIGEST = re.compile(rf"^{DIGEST_PATTERN}$")
@@ -277,6 +278,47 @@ class Alarms(_Alarms[int]):
 LogRetentionDays = Literal[7, 14, 30, 60, 90, 180, 365]
 
 
+# A 5-minute alarm period (stacks/constructs/endpoint.py), in seconds.
+ALARM_PERIOD_S = 300
+
+
+class Deployment(_Config):
+    """How a release replaces an endpoint's instances: blue/green, the traffic shifted to the new
+    fleet in steps (`CANARY`: one step, then the rest; `LINEAR`: equal steps), rolled back when
+    the endpoint's 5XX or latency alarm fires while it shifts or bakes."""
+
+    traffic_routing: Literal["ALL_AT_ONCE", "CANARY", "LINEAR"] = Field(
+        "CANARY",
+        description="`TrafficRoutingConfiguration.Type`: how traffic moves to the new fleet",
+    )
+    step_percent: int = Field(
+        10,
+        ge=1,
+        le=99,
+        description="the canary's or each linear step's share of the new fleet's capacity "
+        "(`CAPACITY_PERCENT`)",
+    )
+    wait_interval_seconds: int = Field(
+        600,
+        ge=0,
+        le=3600,
+        description="`WaitIntervalInSeconds`: between steps, at least the alarms' "
+        "`evaluationPeriods` x 5 min so an alarm can fire before the next step",
+    )
+    termination_wait_seconds: int = Field(
+        600,
+        ge=0,
+        le=3600,
+        description="`TerminationWaitInSeconds`: the old fleet is kept this long after the "
+        "shift, and a fired alarm still rolls back to it",
+    )
+    auto_rollback: bool = Field(
+        True,
+        description="roll back when the endpoint's 5XX or latency alarm fires "
+        "(`AutoRollbackConfiguration`)",
+    )
+
+
 class EndpointSettings(_Config):
     enabled: bool = Field(True, description="deploy this endpoint")
     endpoint_name: EndpointName = Field(
@@ -295,9 +337,23 @@ class EndpointSettings(_Config):
     model_data_download_timeout_seconds: ContainerTimeout = Field(
         600, description="`ModelDataDownloadTimeoutInSeconds`"
     )
+    deployment: Deployment = Deployment()
     # Each kind of endpoint's own (a subclass's).
     autoscaling: _Capacity
     alarms: _Alarms[Any]
+
+    @model_validator(mode="after")
+    def _alarms_fire_before_the_next_step(self) -> EndpointSettings:
+        deployment = self.deployment
+        least = self.alarms.evaluation_periods * ALARM_PERIOD_S
+        stepped = deployment.traffic_routing != "ALL_AT_ONCE"
+        if deployment.auto_rollback and stepped and deployment.wait_interval_seconds < least:
+            raise ValueError(
+                f"deployment.waitIntervalSeconds ({deployment.wait_interval_seconds}) is shorter "
+                f"than alarms.evaluationPeriods x 5 min ({least} s): traffic would move on before "
+                "an alarm on the new fleet could fire and roll it back"
+            )
+        return self
 
     @model_validator(mode="after")
     def _initial_count_within_scaling(self) -> EndpointSettings:
@@ -515,7 +571,138 @@ class TextGenerationEndpoint(_MeasuredEndpoint):
         return text_generation_capacity.derive(text_generation_capacity.DESTROY_PLACEHOLDER)
 
 
-class _MeasuredDecisionEndpoint(_MeasuredEndpoint):
+# One KV cell of a Qwen3-4B-class model in f16: K and V (2) of 36 layers of 8 KV heads of 128
+# dimensions, 2 bytes each. A hybrid model such as Qwen3.5 takes less; a larger one, more.
+DEFAULT_KV_BYTES_PER_TOKEN = 2 * 36 * 8 * 128 * 2
+
+
+class Concurrency(_Config):
+    """How many requests the decision adapter serves at once (docs/scoring.md, "Requests at
+    once"), rendered into its environment. A measurement is of one setting: synthesis refuses
+    one taken at another, since the rate it derives from would not be this one's."""
+
+    max_scoring_requests: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="`DECISION_MAX_SCORING_REQUESTS`: decision requests scored at once, sharing "
+        "batches; the asynchronous endpoint sends each instance that many at once",
+    )
+    max_chat_streams: int = Field(
+        1, ge=1, le=64, description="`DECISION_MAX_CHAT_STREAMS`: chat streams generating at once"
+    )
+    chat_shared_batches: bool = Field(
+        False,
+        description="`DECISION_CHAT_SHARED_BATCHES`: the chat streams' next tokens in one "
+        "micro-batch (needs `maxChatStreams` above 1)",
+    )
+    kv_bytes_per_token: int = Field(
+        DEFAULT_KV_BYTES_PER_TOKEN,
+        ge=1,
+        description="bytes of KV cache one context token takes on the release's model (2 x "
+        "layers x KV heads x head dimensions x 2 in f16); the cache of every stream must fit in "
+        "half the instance's memory (checked at synthesis)",
+    )
+
+    @model_validator(mode="after")
+    def _shared_batches_need_streams(self) -> Concurrency:
+        if self.chat_shared_batches and self.max_chat_streams == 1:
+            raise ValueError(
+                "chatSharedBatches needs maxChatStreams above 1: one stream shares no batch"
+            )
+        return self
+
+    def measured_settings(self) -> dict[str, int | bool]:
+        """What a measurement records of it (stacks/capacity.py DEFAULT_CONCURRENCY's keys)."""
+        return self.model_dump(exclude={"kv_bytes_per_token"})
+
+    def environment(self) -> dict[str, str]:
+        """The adapter's variables for it (settings.py reads them)."""
+        return {
+            "DECISION_MAX_SCORING_REQUESTS": str(self.max_scoring_requests),
+            "DECISION_MAX_CHAT_STREAMS": str(self.max_chat_streams),
+            "DECISION_CHAT_SHARED_BATCHES": "true" if self.chat_shared_batches else "false",
+        }
+
+
+class ChatLimits(_Config):
+    """Chat on a real-time decision endpoint: it holds the model a decision would have, so it is
+    capped in tokens and time. Long chat belongs on the text-generation endpoint."""
+
+    max_tokens: int = Field(
+        256,
+        ge=1,
+        le=8192,
+        description="`DECISION_MAX_CHAT_TOKENS`: a chat's default and largest " "`max_tokens`",
+    )
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        le=50,
+        description="`DECISION_CHAT_DEADLINE_S`: a chat stops generating this long after it "
+        "arrived; unset: the endpoint's `admissionWaitS` (at least 1 s), so a decision that "
+        "arrives behind a chat is admitted within its wait",
+    )
+
+    def environment(self, admission_wait_s: float) -> dict[str, str]:
+        """The adapter's variables for it, the deadline following the admission wait."""
+        deadline = self.deadline_s if self.deadline_s is not None else max(1.0, admission_wait_s)
+        return {
+            "DECISION_MAX_CHAT_TOKENS": str(self.max_tokens),
+            "DECISION_CHAT_DEADLINE_S": str(deadline),
+        }
+
+
+class Traffic(_Config):
+    """The requests a decision endpoint is expected to serve. Synthesis refuses a measurement of
+    other requests: latency grows with length, and chat holds the model longer."""
+
+    input_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="the median request's input tokens; a measurement whose median lies over "
+        "25% away is refused; unset: not checked",
+    )
+    chat_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the share of chats among the requests; a measurement's must lie within "
+        "0.05 of it",
+    )
+
+
+class _DecisionAdapter(_Config):
+    """An endpoint that runs the decision adapter: its concurrency, and a KV cache for it that
+    fits the memory of every instance type it may land on."""
+
+    if TYPE_CHECKING:  # each subclass's field, described there
+        n_ctx: int
+    concurrency: Concurrency = Concurrency()
+
+    @property
+    def memory_types(self) -> list[str]:
+        """The instance types whose memory the KV cache must fit."""
+        raise NotImplementedError
+
+    @property
+    def kv_on_gpu(self) -> bool:
+        return False
+
+    @model_validator(mode="after")
+    def _kv_cache_fits(self) -> Self:
+        check_fits(
+            self.memory_types,
+            on_gpu=self.kv_on_gpu,
+            n_ctx=self.n_ctx,
+            scoring_requests=self.concurrency.max_scoring_requests,
+            chat_streams=self.concurrency.max_chat_streams,
+            bytes_per_token=self.concurrency.kv_bytes_per_token,
+        )
+        return self
+
+
+class _MeasuredDecisionEndpoint(_MeasuredEndpoint, _DecisionAdapter):
     """A decision endpoint: its admission queue and wait derive from the measurement too
     (stacks/capacity.py)."""
 
@@ -527,6 +714,8 @@ class _MeasuredDecisionEndpoint(_MeasuredEndpoint):
     max_queue: int | None = Field(
         None, ge=0, le=1024, description="`DECISION_MAX_QUEUE`; unset: derived from the measurement"
     )
+    chat: ChatLimits = ChatLimits()
+    traffic: Traffic = Traffic()
     admission_wait_s: float | None = Field(
         None,
         ge=0.0,
@@ -539,8 +728,22 @@ class _MeasuredDecisionEndpoint(_MeasuredEndpoint):
         """The types its measurement is looked up for (the subclass's type, or its pool's)."""
         raise NotImplementedError
 
+    @property
+    def memory_types(self) -> list[str]:
+        return self.instance_types
+
     def measured_capacity(self, model: str) -> capacity.Capacity:
-        return capacity.for_release(model, self.instance_types)
+        expected = capacity.Traffic(
+            input_tokens=self.traffic.input_tokens,
+            chat_share=self.traffic.chat_share,
+            decisions_at_once=self.concurrency.max_scoring_requests,
+        )
+        return capacity.for_release(
+            model,
+            self.instance_types,
+            concurrency=self.concurrency.measured_settings(),
+            traffic=expected,
+        )
 
     def placeholder_capacity(self) -> capacity.Capacity:
         return capacity.derive(capacity.DESTROY_PLACEHOLDER)
@@ -639,6 +842,10 @@ class DecisionGpuEndpoint(_MeasuredDecisionEndpoint):
         return self
 
     @property
+    def kv_on_gpu(self) -> bool:
+        return self.n_gpu_layers != 0
+
+    @property
     def cuda_architectures(self) -> str:
         """What the GPU image compiles llama.cpp's CUDA kernels for, e.g. `75;86;89`."""
         return cuda_architectures(self.instance_pool)
@@ -674,7 +881,7 @@ class AsyncAutoscaling(_Capacity):
 ASYNC_DEADLINE_S = 3540
 
 
-class DecisionAsyncEndpoint(EndpointSettings):
+class DecisionAsyncEndpoint(EndpointSettings, _DecisionAdapter):
     """An asynchronous decision endpoint on the CPU decision image: requests and answers in the
     artifact bucket (the model archive's) under their own prefixes, SNS notifications, and
     scaling on the backlog down to zero. Off by default."""
@@ -698,6 +905,11 @@ class DecisionAsyncEndpoint(EndpointSettings):
         "async/failure", description="the artifact bucket's prefix of failures"
     )
     autoscaling: AsyncAutoscaling = AsyncAutoscaling()
+
+    @property
+    def memory_types(self) -> list[str]:
+        return [self.instance_type]
+
     # How long the adapter works on one request here (its scoring, JSON Lines and chat
     # deadlines): inside the hour `ops submit` asks SageMaker for (InvocationTimeoutSeconds
     # 3600), so the request ends with the adapter's own retryable error, not SageMaker's cut.

@@ -158,6 +158,7 @@ class EndpointStack(Stack):
             input_prefix=settings.input_prefix,
             output_prefix=settings.output_prefix,
             failure_prefix=settings.failure_prefix,
+            concurrent_invocations=settings.concurrency.max_scoring_requests,
         )
         outputs = {
             "EndpointName": endpoint.endpoint_name,
@@ -182,6 +183,8 @@ class EndpointStack(Stack):
         assert image_uri is not None  # the config requires it for an enabled endpoint
         if settings.unmeasured():  # AppConfig fills them in from measurement, or refuses
             raise ValueError(f"{construct_id}: {', '.join(settings.unmeasured())} not set")
+        wait_s = settings.admission_wait_s
+        assert wait_s is not None  # measured or given: unmeasured() is empty
         self._add(
             construct_id,
             settings,
@@ -189,7 +192,9 @@ class EndpointStack(Stack):
             environment={
                 **_decision_environment(settings, n_gpu_layers=n_gpu_layers),
                 "DECISION_MAX_QUEUE": str(settings.max_queue),
-                "DECISION_ADMISSION_WAIT_S": str(settings.admission_wait_s),
+                "DECISION_ADMISSION_WAIT_S": str(wait_s),
+                # Chat holds the model a decision would have: capped (long chat: text generation).
+                **settings.chat.environment(wait_s),
             },
             adapter_metrics=True,
             **props,
@@ -209,6 +214,7 @@ def _endpoint_props(settings: EndpointSettings) -> dict[str, Any]:
         "initial_instance_count": settings.initial_instance_count,
         "autoscaling": settings.autoscaling,
         "alarms": settings.alarms,
+        "deployment": settings.deployment,
         "log_retention": RETENTION[settings.log_retention_days],
         "container_startup_timeout": Duration.seconds(settings.container_startup_timeout_seconds),
         "model_data_download_timeout": Duration.seconds(
@@ -229,4 +235,5 @@ def _decision_environment(
         "DECISION_N_THREADS": str(settings.n_threads),
         "DECISION_N_CTX": str(settings.n_ctx),
         "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
+        **settings.concurrency.environment(),
     }

@@ -46,6 +46,12 @@ def add_parser(commands: Subcommands) -> None:
         help="duration of the whole run, shared by the levels (default: 10)",
     )
     measure.add_argument(
+        "--body",
+        type=Path,
+        help="JSON Lines of representative requests of a decision endpoint, decisions and chats "
+        "in the shares it will serve, sent in turn (default: the bench's short decision)",
+    )
+    measure.add_argument(
         "--output",
         type=Path,
         help="write the measurement here (default: stacks/measurements/"
@@ -54,7 +60,7 @@ def add_parser(commands: Subcommands) -> None:
 
 
 def run(args: argparse.Namespace, runtime: Runtime) -> int:
-    from ops.measure import CannotMeasure, Limits, measure, write
+    from ops.measure import CannotMeasure, Limits, measure, read_bodies, write
     from ops.retry import RetriesExhausted
     from ops.transports import InvokeFailed, SageMakerTransport
 
@@ -63,6 +69,10 @@ def run(args: argparse.Namespace, runtime: Runtime) -> int:
         limits = Limits(args.max_clients, args.max_requests, args.max_minutes * 60)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        requests = read_bodies(args.body) if args.body is not None else None
+    except (CannotMeasure, OSError) as exc:
+        raise UsageError(f"--body: {exc}") from None
     transport = SageMakerTransport(runtime.clients("sagemaker-runtime"), endpoint)
     try:
         measured = measure(
@@ -73,6 +83,7 @@ def run(args: argparse.Namespace, runtime: Runtime) -> int:
             sleep=runtime.sleep,
             rng=runtime.rng,
             report=_info,
+            requests=requests,
         )
     except (CannotMeasure, RetriesExhausted) as exc:
         _error(str(exc))

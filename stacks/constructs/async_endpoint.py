@@ -25,14 +25,13 @@ from stacks.constructs import nag
 from stacks.constructs.endpoint import Instances, SageMakerEndpoint
 from stacks.constructs.prefix_access import grant_read_prefix
 
-# One request at a time per instance: the adapter has one model slot, a second would get a 503.
-MAX_CONCURRENT_INVOCATIONS_PER_INSTANCE = 1
-
 
 class AsyncDecisionEndpoint(Construct):
     """`bucket` holds the request, output and failure prefixes (the artifact bucket);
     `endpoint`: the properties of the SageMakerEndpoint it wraps (its name, image, model
-    archive, environment, initial instance count, alarms and timeouts)."""
+    archive, environment, initial instance count, alarms and timeouts);
+    `concurrent_invocations`: what SageMaker sends each instance at once, the decisions its
+    adapter scores at once (it runs without a queue, so one more would get a 503)."""
 
     def __init__(
         self,
@@ -45,6 +44,7 @@ class AsyncDecisionEndpoint(Construct):
         input_prefix: str,
         output_prefix: str,
         failure_prefix: str,
+        concurrent_invocations: int,
         **endpoint: Any,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -74,9 +74,7 @@ class AsyncDecisionEndpoint(Construct):
             network_isolation=True,
             async_inference=sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty(
                 client_config=sagemaker.CfnEndpointConfig.AsyncInferenceClientConfigProperty(
-                    max_concurrent_invocations_per_instance=(
-                        MAX_CONCURRENT_INVOCATIONS_PER_INSTANCE
-                    )
+                    max_concurrent_invocations_per_instance=concurrent_invocations
                 ),
                 output_config=sagemaker.CfnEndpointConfig.AsyncInferenceOutputConfigProperty(
                     s3_output_path=bucket.s3_url_for_object(f"{output_prefix}/"),

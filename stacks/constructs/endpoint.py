@@ -22,7 +22,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from stacks import adapter_metrics
-from stacks.config import Alarms, Autoscaling
+from stacks.config import Alarms, Autoscaling, Deployment
 from stacks.constructs import runtime_grants
 from stacks.constructs.artifacts import ContainerImage, ModelArchive
 
@@ -99,12 +99,20 @@ class SageMakerEndpoint(Construct):
         least_outstanding_requests: bool = False,
         adapter_metrics: bool = False,
         async_inference: sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty | None = None,
+        deployment: Deployment | None = None,
     ) -> None:
         """`adapter_metrics`: the container is the decision adapter, which emits the metrics
         of stacks/adapter_metrics.py; its alarms then tell backpressure from failure.
         `autoscaling` None: the caller scales the variant (`scaling_resource_id`);
-        `async_inference` makes it an asynchronous endpoint."""
+        `async_inference` makes it an asynchronous endpoint; `deployment`: how a release
+        replaces its fleet (None: SageMaker's blue/green all at once, without rollback)."""
         super().__init__(scope, construct_id)
+        # Named, not generated: the endpoint's rollback names them, and a reference (Ref) would
+        # close a cycle with their dimension, the endpoint's name.
+        self._alarm_names = {
+            "server_errors": f"{endpoint_name}-server-errors",
+            "latency": f"{endpoint_name}-model-latency",
+        }
         self._adapter_metrics = adapter_metrics
         self.role = iam.Role(
             self,
@@ -186,6 +194,36 @@ class SageMakerEndpoint(Construct):
         self.scaling_resource_id = f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}"
         self.scalable_target = self._autoscale(autoscaling) if autoscaling else None
         self.alarms = self._alarm(alarms)
+        if deployment is not None:
+            self.endpoint.deployment_config = self._deployment_config(deployment)
+
+    def _deployment_config(
+        self, deployment: Deployment
+    ) -> sagemaker.CfnEndpoint.DeploymentConfigProperty:
+        """Blue/green in steps, rolled back on the 5XX and latency alarms (not backpressure:
+        a busy fleet is short of capacity, not broken)."""
+        step = sagemaker.CfnEndpoint.CapacitySizeProperty(
+            type="CAPACITY_PERCENT", value=deployment.step_percent
+        )
+        routing = sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
+            type=deployment.traffic_routing,
+            wait_interval_in_seconds=deployment.wait_interval_seconds,
+            canary_size=step if deployment.traffic_routing == "CANARY" else None,
+            linear_step_size=step if deployment.traffic_routing == "LINEAR" else None,
+        )
+        rollback = sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
+            alarms=[
+                sagemaker.CfnEndpoint.AlarmProperty(alarm_name=name)
+                for name in self._alarm_names.values()
+            ]
+        )
+        return sagemaker.CfnEndpoint.DeploymentConfigProperty(
+            blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
+                traffic_routing_configuration=routing,
+                termination_wait_in_seconds=deployment.termination_wait_seconds,
+            ),
+            auto_rollback_configuration=rollback if deployment.auto_rollback else None,
+        )
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         return iam.Grant.add_to_principal(
@@ -261,6 +299,7 @@ class SageMakerEndpoint(Construct):
         server_errors = self._server_errors().create_alarm(
             self,
             "ServerErrorsAlarm",
+            alarm_name=self._alarm_names["server_errors"],
             alarm_description="The model container answered with 5xx errors"
             + (" other than backpressure 503s." if self._adapter_metrics else "."),
             threshold=alarms.server_errors_per_5_minutes,
@@ -272,6 +311,7 @@ class SageMakerEndpoint(Construct):
         latency = self.metric("ModelLatency", statistic="p90").create_alarm(
             self,
             "ModelLatencyAlarm",
+            alarm_name=self._alarm_names["latency"],
             alarm_description=f"p90 model latency above {alarms.model_latency_p90_ms} ms.",
             threshold=alarms.model_latency_p90_ms * 1000,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,

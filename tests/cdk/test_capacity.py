@@ -449,3 +449,54 @@ def test_the_wait_and_a_decision_end_inside_the_scoring_deadline(p95_ms, wait_s,
 def test_a_decision_that_fills_the_deadline_alone_is_refused_naming_the_measurement():
     with pytest.raises(capacity.NothingFits, match=r"p95 is 45000 ms.*45 s scoring deadline"):
         capacity.derive(_measured(1.0, 45_000.0))
+
+
+# Gemma 3 270M's KV cell in f16: K and V of 18 layers of one 256-dimension head.
+GEMMA_KV_BYTES = 2 * 18 * 256 * 2
+
+
+def test_the_capacity_follows_the_concurrency_it_was_measured_at():
+    """A release that scores two decisions at once takes its rate from a measurement at two:
+    one taken one at a time is refused naming the key, since its rate is not this release's."""
+    at_two = {"maxScoringRequests": 2, "kvBytesPerToken": GEMMA_KV_BYTES}
+    batching = {
+        **SMALL_RELEASE,
+        "decisionCpuEndpoint": {"instanceType": TYPE, "concurrency": at_two},
+    }
+    filed(SMALL, TYPE, rps=2.5, p95_ms=410.0)  # recorded no concurrency: the adapter's defaults
+    (error,) = refusal(**batching)
+    assert error["loc"] == ("decisionCpuEndpoint",)
+    assert "at concurrency.maxScoringRequests 1, the release sets 2" in error["msg"]
+
+    at_two_measured = {"concurrency": {"max_scoring_requests": 2}, "decisions_at_once": 2}
+    filed(SMALL, TYPE, rps=4.5, p95_ms=430.0, **at_two_measured)
+    assert decision_cpu_capacity(config(**batching)) == expect(
+        capacity.derive(_measured(4.5, 430.0))
+    )
+    # The measurement at two is no measurement of the release that scores one at a time.
+    (error,) = refusal(**SMALL_RELEASE)
+    assert "at concurrency.maxScoringRequests 2, the release sets 1" in error["msg"]
+
+
+def chat_limits(release: AppConfig) -> tuple[int, float]:
+    """(max tokens, deadline) of a chat on the CPU decision endpoint, as its adapter reads them
+    from the synthesized Model's environment."""
+    from decision_adapter.settings import Settings
+
+    stack = endpoint_stack(cdk.App(context=cdk_json_context()), "Endpoints", config=release)
+    _, model = one(Template.from_stack(stack), "AWS::SageMaker::Model")
+    settings = Settings.from_environment(model["Properties"]["PrimaryContainer"]["Environment"])
+    return settings.max_chat_tokens, settings.chat_deadline_s
+
+
+def test_chat_on_a_decision_endpoint_ends_within_the_wait_of_a_decision_behind_it():
+    """Not the adapter's 1,024 tokens and 50 s, which hold the model past every queued
+    decision's wait: 256 tokens, and the measured admission wait unless the release says."""
+    filed(SMALL, TYPE, rps=2.5, p95_ms=410.0)
+    wait_s = capacity.derive(_measured(2.5, 410.0)).admission_wait_s
+    assert chat_limits(config(**SMALL_RELEASE)) == (256, wait_s)
+
+    given = {"instanceType": TYPE, "chat": {"maxTokens": 64, "deadlineS": 3.5}}
+    assert chat_limits(config(**{**SMALL_RELEASE, "decisionCpuEndpoint": given})) == (64, 3.5)
+    (error,) = refusal(**{**SMALL_RELEASE, "decisionCpuEndpoint": {"chat": {"deadlineS": 55}}})
+    assert error["loc"] == ("decisionCpuEndpoint", "chat", "deadlineS")

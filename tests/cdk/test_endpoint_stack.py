@@ -154,8 +154,15 @@ def test_decision_cpu_endpoint_runs_our_image_on_a_fixed_cpu_type(endpoints):
         "DECISION_N_THREADS": "8",
         "DECISION_N_CTX": "4096",
         "DECISION_N_GPU_LAYERS": "0",
+        # One request at a time unless the release's `concurrency` says otherwise.
+        "DECISION_MAX_SCORING_REQUESTS": "1",
+        "DECISION_MAX_CHAT_STREAMS": "1",
+        "DECISION_CHAT_SHARED_BATCHES": "false",
         "DECISION_MAX_QUEUE": str(GIVEN_CAPACITY["maxQueue"]),
         "DECISION_ADMISSION_WAIT_S": str(GIVEN_CAPACITY["admissionWaitS"]),
+        # Chat holds the model a decision would have: capped, its deadline the admission wait.
+        "DECISION_MAX_CHAT_TOKENS": "256",
+        "DECISION_CHAT_DEADLINE_S": str(GIVEN_CAPACITY["admissionWaitS"]),
     }
     assert built["variant"]["InstanceType"] == "ml.c6i.2xlarge"
     assert "InstancePools" not in built["variant"]

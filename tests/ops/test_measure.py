@@ -217,6 +217,32 @@ def test_an_adapter_that_scores_decisions_together_is_measured_up_to_its_bound(
     assert [level["clients"] for level in measured["levels"]] == [1, 2]
 
 
+def test_the_measurement_records_the_concurrency_the_endpoints_model_runs_with(
+    clients, measurements
+):
+    """Read from the Model's environment, so synthesis can tell which release it measured."""
+    (_, sagemaker), (_, runtime) = clients
+    batching = {**ADAPTER, "DECISION_MAX_SCORING_REQUESTS": "2", "DECISION_MAX_CHAT_STREAMS": "3"}
+    placed(sagemaker, serving=batching)
+    for _ in range(5):
+        runtime.add_response(
+            "invoke_endpoint", {"Body": streaming(answer(at_once=2))}, expected_params=INVOKE
+        )
+    placed(sagemaker)
+    assert run(["--max-clients", "1", "--max-requests", "1"], clients, []) == 0
+    measured = json.loads((measurements / "gemma3-270m" / "ml.c6i.2xlarge.json").read_text())
+    assert measured["concurrency"] == {
+        "max_scoring_requests": 2,
+        "max_chat_streams": 3,
+        "chat_shared_batches": False,
+    }
+    at_the_release = dict(measured["concurrency"])
+    capacity.for_release("gemma3-270m", ["ml.c6i.2xlarge"], concurrency=at_the_release)
+    contradicted = "maxScoringRequests 2, the release sets 1"
+    with pytest.raises(capacity.ContradictedMeasurement, match=contradicted):
+        capacity.for_release("gemma3-270m", ["ml.c6i.2xlarge"])
+
+
 @pytest.mark.parametrize(
     ("limits", "clients", "reached"),
     [
@@ -737,3 +763,20 @@ def test_answers_that_do_not_name_one_model_refuse_the_run(
         f"ops: error: the answers name models {named}, not one"
     )
     assert not measurements.exists()
+
+
+@pytest.mark.parametrize(
+    ("lines", "complaint"),
+    [
+        ('{"decision": {}}\n{"prompt": "hi"}\n', "line 2: neither a decision"),
+        ('{"decision": {}}\nnot json\n', "line 2: not JSON"),
+        ('{"messages": []}\n', "holds no decision"),
+    ],
+)
+def test_a_body_file_that_is_not_decisions_and_chats_is_refused_naming_the_line(
+    clients, capsys, tmp_path, lines, complaint
+):
+    body = tmp_path / "requests.jsonl"
+    body.write_text(lines)
+    assert run(["--body", str(body)], clients, []) != 0
+    assert complaint in capsys.readouterr().err

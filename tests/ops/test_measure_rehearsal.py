@@ -96,3 +96,69 @@ def test_measure_the_served_model_and_synthesize_from_its_file(
     assert derived.measurement.service_p95_ms == measured["service_p95_ms"]
     assert decision_cpu_capacity(config(**SMALL_RELEASE)) == expect(derived)
     assert expected.is_relative_to(tmp_path)
+
+
+# A production-like mix: two decisions on a long state to one chat. The bench's load decision
+# reads about 100 tokens; these read several times that.
+LONG_STATE = " ".join(
+    f"Ticket {n}: the customer wrote again about the failed reset and the locked account."
+    for n in range(16)
+)
+
+
+def representative_bodies(path):
+    from bench.workloads import QUESTIONS, decision
+
+    chat = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4}
+    lines = [{"decision": decision(LONG_STATE, QUESTIONS[0])}] * 2 + [chat]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_measure_with_representative_bodies_records_their_shape_and_synthesis_holds_it(
+    model_dir, tmp_path, monkeypatch, capsys
+):
+    """`--body`: the real adapter answers the file's decisions and chats in turn; the file
+    records what was measured, and a release that expects other requests is refused."""
+    monkeypatch.setattr(capacity, "MEASUREMENTS", tmp_path / "measurements")
+    expected = capacity.measurement_path("gemma3-270m", TYPE)
+    served = {"DECISION_MODEL_DIR": str(model_dir), "DECISION_ALLOW_BUNDLED_MODEL": "false"}
+    with (
+        running_adapter(tmp_path, **served) as adapter,
+        stubbed_client("sagemaker") as (sagemaker, stubber),
+    ):
+        from tests.support.sagemaker_runtime import runtime_in_front_of
+
+        placed(stubber, TYPE, name=ENDPOINT, serving=ADAPTER)
+        placed(stubber, TYPE, name=ENDPOINT)
+        body = representative_bodies(tmp_path / "requests.jsonl")
+        argv = ["measure", "--endpoint", ENDPOINT, "--max-clients", "1", "--max-requests", "6"]
+        by_service = {"sagemaker": sagemaker, "sagemaker-runtime": runtime_in_front_of(adapter.url)}
+        assert main([*argv, "--body", str(body)], clients=by_service.__getitem__) == 0
+
+    assert capsys.readouterr().out == f"MEASUREMENT={expected}\n"
+    measured = json.loads(expected.read_text())
+    shape = measured["shape"]
+    assert shape["chat_share"] == round(2 / 6, 4)  # 6 requests: the file's 3 twice
+    assert shape["decisions_at_once"] == 1
+    assert measured["requests"]["count"] == 6
+    assert measured["requests"]["state_cache"] == {"miss": 4}
+    tokens = measured["requests"]["input_tokens"]
+    assert tokens["min"] <= shape["input_tokens"] <= tokens["max"]
+    assert tokens["max"] > 150  # the long state, not the bench's decision
+
+    def with_traffic(**traffic) -> dict:
+        endpoint = {**SMALL_RELEASE["decisionCpuEndpoint"], "traffic": traffic}
+        return {**SMALL_RELEASE, "decisionCpuEndpoint": endpoint}
+
+    # What was measured is what the release expects: synthesized from the file.
+    as_measured = with_traffic(inputTokens=shape["input_tokens"], chatShare=0.33)
+    derived = capacity.derive(capacity.Measurement.read(expected))
+    assert decision_cpu_capacity(config(**as_measured)) == expect(derived)
+    # A release without chat, or of requests of the bench's length, is not what was measured.
+    for traffic, key in (
+        ({"inputTokens": shape["input_tokens"]}, "traffic.chatShare 0"),
+        ({"inputTokens": 98, "chatShare": 0.33}, "traffic.inputTokens 98"),
+    ):
+        with pytest.raises(ValidationError, match=key):
+            config(**with_traffic(**traffic))
