@@ -14,6 +14,7 @@ import pytest
 from parliament import analyze_policy_string
 
 from ops.cli import main
+from stacks.stateful_stack import STACK_TAG
 from tests.support.aws_stubs import stack_description, stubbed_client
 from tests.support.iam_actions import operation_action
 
@@ -150,9 +151,7 @@ def test_every_statement_is_scoped_to_this_apps_resources():
         assert ":ACCOUNT_ID:" in resource, resource
         if statement["Action"] == "codebuild:StartBuild" or "ecr:PutImage" in statement["Action"]:
             tag = statement["Condition"]["StringEquals"]
-            assert tag == {
-                "aws:ResourceTag/aws:cloudformation:stack-name": "DecisionModels-Stateful"
-            }
+            assert tag == {f"aws:ResourceTag/{STACK_TAG}": "DecisionModels-Stateful"}
     (stack,) = [s for s in policy()["Statement"] if s["Action"] == "cloudformation:DescribeStacks"]
     assert stack["Resource"].endswith(":stack/DecisionModels-Stateful/*")
 
