@@ -1,5 +1,5 @@
-"""python -m ops {build,invoke,status,load,measure,submit,batch,mark-released,prune-released,
-context}: the operator's view of builds and endpoints."""
+"""python -m ops {build,build-inputs,invoke,status,load,measure,submit,batch,mark-released,
+prune-released,context}: the operator's view of builds and endpoints."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ops.clients import ClientFactory, boto3_clients
 from ops.commands import (
     batch,
     build,
+    build_inputs,
     context,
     invoke,
     load,
@@ -40,6 +41,7 @@ class Command(Protocol):
 # The subcommands in the order `python -m ops --help` lists them.
 COMMANDS: tuple[Command, ...] = (
     build,
+    build_inputs,
     invoke,
     status,
     load,

@@ -47,8 +47,10 @@ def model_of_endpoint(sagemaker: Client, endpoint: str) -> str:
 
 
 def batch_dimension(model: str) -> str:
-    """The `Endpoint` dimension of the metrics a batch job's containers write."""
-    return f"{model}/batch"
+    """The `Endpoint` dimension of the metrics a batch job's containers write. A dash, not a
+    slash: the adapter's settings refuse a slash there, and a container that refuses its
+    settings never answers `/ping`."""
+    return f"{model}-batch"
 
 
 def start_transform(

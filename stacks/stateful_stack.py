@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_logs as logs
@@ -22,6 +22,10 @@ from stacks.log_retention import RETENTION
 # the lifecycle rule that selects them counts far more than a repository ever holds.
 RELEASED_TAG_PREFIX = "released-"
 RELEASED_IMAGES_KEPT = 10_000
+# Every resource of the stack carries this tag, the stack's name its value: policies outside the
+# stack (the CI role's, .github/ci-role-policy.json) select its repository and build projects by
+# it. CloudFormation's own `aws:cloudformation:stack-name` is not on ECR repositories.
+STACK_TAG = "decision-models:stack"
 
 
 class _BuildCommon(TypedDict):
@@ -50,6 +54,7 @@ class StatefulStack(Stack):
     ) -> None:
         """`cuda_architectures`: what the GPU image compiles for (`builds.cudaArchitectures`)."""
         super().__init__(scope, construct_id, **kwargs)
+        Tags.of(self).add(STACK_TAG, self.stack_name)
         removal = RemovalPolicy.RETAIN if retain_artifacts else RemovalPolicy.DESTROY
 
         artifacts = ArtifactStore(

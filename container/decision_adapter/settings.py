@@ -185,7 +185,7 @@ class Settings(BaseModel):
         max_length=255,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="the `Endpoint` dimension of the adapter's metrics; `ops batch` sets "
-        "`<model>/batch` for its jobs, so they never count in a real-time endpoint's alarms",
+        "`<model>-batch` for its jobs, so they never count in a real-time endpoint's alarms",
     )
     max_body_bytes: int = from_env(
         "DECISION_MAX_BODY_BYTES",

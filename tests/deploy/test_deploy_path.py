@@ -56,7 +56,19 @@ def pins(path: Path) -> dict[str, str]:
 
 def test_the_deploy_pins_are_the_runtimes_and_compile_nothing():
     deploy = pins(ROOT / "requirements-deploy.txt")
-    assert set(deploy) == {"aws-cdk-lib", "constructs", "cdk-nag", "boto3", "pydantic"}
+    assert set(deploy) == {"aws-cdk-lib", "constructs", "cdk-nag", "boto3", "pydantic"} | {
+        "botocore",
+        "s3transfer",
+    }
     container = pins(ROOT / "container" / "requirements.txt")
     assert deploy["pydantic"] == container["pydantic"]
     assert "-r requirements-deploy.txt" in (ROOT / "requirements.txt").read_text()
+
+
+def test_boto3s_own_dependencies_are_pinned_at_what_is_installed():
+    """boto3 names ranges for botocore and s3transfer: the install date would pick them."""
+    from importlib.metadata import version
+
+    deploy = pins(ROOT / "requirements-deploy.txt")
+    for package in ("botocore", "s3transfer"):
+        assert deploy[package] == version(package)

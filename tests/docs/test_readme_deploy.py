@@ -204,3 +204,93 @@ def test_readme_says_where_the_operator_cli_runs():
     assert "make ops ARGS=" in section(DEPLOY)
     assert "make ops ARGS=" in section(FIRST_DEPLOYMENT, DEPLOY_PAGE)
     assert Path(ROOT / "Makefile").read_text().count("\nops:") == 1
+
+
+# --- measuring the GPU pool type by type ---------------------------------------------------------
+GPU_ENDPOINT = "decision-models-decision-gpu"
+
+
+def made(block: str, tmp_path: Path) -> list[list[str]]:
+    """The `make` calls of a block that bash runs as pasted (its loop and quoting), each
+    call's arguments recorded instead of run; `git` does nothing."""
+    record = tmp_path / "make-calls"
+    stand_ins = (
+        f"make() {{ printf '%s\\037' \"$@\" >> {record}; echo >> {record}; }}\ngit() {{ :; }}\n"
+    )
+    subprocess.run(["bash", "-euc", stand_ins + block], check=True, timeout=60)
+    return [line.split("\x1f")[:-1] for line in record.read_text().splitlines()]
+
+
+def gpu_variant(template: dict) -> tuple[tuple[str, ...], bool] | None:
+    """The deployed GPU endpoint's instance types and whether its variant is an autoscaling
+    target; None without the endpoint."""
+    resources = template["Resources"]
+    for endpoint_id, endpoint in resources.items():
+        if endpoint["Type"] != "AWS::SageMaker::Endpoint":
+            continue
+        if endpoint["Properties"].get("EndpointName") != GPU_ENDPOINT:
+            continue
+        config_id = endpoint["Properties"]["EndpointConfigName"]["Fn::GetAtt"][0]
+        (variant,) = resources[config_id]["Properties"]["ProductionVariants"]
+        pool = [p["InstanceType"] for p in variant.get("InstancePools", [])]
+        scaled = any(
+            r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget"
+            and f'"{endpoint_id}"' in json.dumps(r["Properties"]["ResourceId"])
+            for r in resources.values()
+        )
+        return tuple(pool or [variant["InstanceType"]]), scaled
+    return None
+
+
+def test_the_gpu_pool_is_measured_type_by_type_without_an_update_sagemaker_refuses(tmp_path):
+    """docs/deploy.md's measuring block after steps 3 and the GPU step, run by bash: each
+    `make deploy` synthesizes the cdk.json the steps wrote, and no deploy changes the instance
+    type of a variant that is an autoscaling target (SageMaker refuses that update). Each pool
+    type is measured once, while the endpoint runs on it, and the last deploy serves the whole
+    pool, measured."""
+    from ops.context import update
+
+    path = tmp_path / "cdk.json"
+    shutil.copy(ROOT / "cdk.json", path)
+    release = {"MODEL_URI": MODEL, "CPU_IMAGE_URI": CPU_IMAGE, "GPU_IMAGE_URI": GPU_IMAGE}
+    for block in (
+        block_with(DEPLOY, 'mark-released $CPU_IMAGE_URI"'),
+        block_with(FIRST_DEPLOYMENT, "$GPU_IMAGE_URI", DEPLOY_PAGE),
+    ):
+        for change in context_commands(block, **release):
+            update(*change, path=path)
+
+    def deploy(name: str) -> tuple[tuple[str, ...], bool] | None:
+        # No GPU measurement is committed: clean-up's placeholder capacity keeps the types.
+        context = {**json.loads(path.read_text())["context"], "forDestroy": True}
+        assembly = synthesize(tmp_path / name, **context)
+        return gpu_variant(json.loads((assembly / f"{ENDPOINTS}.template.json").read_text()))
+
+    deployed = deploy("gpu-step")
+    measured = []
+    measuring = block_with(
+        FIRST_DEPLOYMENT, "measure --endpoint decision-models-decision-gpu", DEPLOY_PAGE
+    )
+    for number, call in enumerate(made(measuring, tmp_path)):
+        target, argument = call[0], call[1]
+        if target == "deploy":
+            assert argument == f"STACKS={ENDPOINTS}"
+            new = deploy(f"deploy-{number}")
+            if deployed and new and deployed[1]:
+                assert new[0] == deployed[0], f"deploy {number}: {deployed[0]} to {new[0]}"
+            deployed = new
+            continue
+        # make's recipe runs `ops $(ARGS)` through a shell: ops gets the words it splits.
+        words = shlex.split(argument.removeprefix("ARGS="))
+        if words[0] == "context":
+            update(words[1], words[2:], path=path)
+        else:
+            assert words == ["measure", "--endpoint", GPU_ENDPOINT]
+            assert deployed is not None
+            (instance_type,) = deployed[0]
+            measured.append(instance_type)
+    pool = AppConfig().decision_gpu_endpoint.instance_pool
+    assert sorted(measured) == sorted(pool)
+    assert deployed == (tuple(pool), True)
+    config = AppConfig.from_context(json.loads(path.read_text())["context"] | {"forDestroy": True})
+    assert config.decision_gpu_endpoint.enabled and not config.decision_gpu_endpoint.measuring

@@ -61,7 +61,7 @@ def transform_request(job, source, output, model="decision-model-1", **extra):
             "DECISION_JSONLINES_TIMEOUT_S": "3600",
             "DECISION_SCORING_DEADLINE_S": "3600",
             # Its own metrics dimension, not the real-time endpoint's.
-            "DECISION_METRICS_ENDPOINT": f"{model}/batch",
+            "DECISION_METRICS_ENDPOINT": f"{model}-batch",
         },
         **extra,
     }
@@ -226,7 +226,7 @@ def test_batch_sends_counts_as_numbers_and_reports_each_step(s3, sagemaker, tmp_
     request["Environment"] = {
         "DECISION_JSONLINES_TIMEOUT_S": "600",
         "DECISION_SCORING_DEADLINE_S": "600",
-        "DECISION_METRICS_ENDPOINT": "decision-model-1/batch",
+        "DECISION_METRICS_ENDPOINT": "decision-model-1-batch",
     }
     queue_job(stubber, "job-7", [("InProgress", {}), ("Completed", {})], request)
     clock = Clock(lambda slept: put(s3, f"{prefix}/output/day.jsonl.out", b"answers\n"))
