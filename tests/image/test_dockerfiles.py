@@ -100,6 +100,19 @@ def test_gpu_build_compiles_the_default_pools_architectures_with_bounded_jobs():
     assert "nproc" not in runs and "CMAKE_BUILD_PARALLEL_LEVEL=" not in runs
 
 
+def test_cpu_build_compiles_with_as_many_jobs_as_codebuild_large_has_vcpus():
+    """$(nproc) counts the CPUs of the machine running the build, not the compute type's 8."""
+    from tests.support.dockerfile_stages import stages
+
+    builder = stages(REPO_ROOT / "container" / "Dockerfile")[0]
+    # An ARG is in the environment of the RUNs after it; CMake reads the job count from there.
+    assert builder.args()["CMAKE_BUILD_PARALLEL_LEVEL"] == "8"  # LARGE: 8 vCPUs, 15 GB
+    (compile_run,) = [run for run in builder.values("RUN") if "llama_build.py image-args" in run]
+    declared = [value for name, value in builder.instructions if name in ("ARG", "RUN")]
+    assert declared.index("CMAKE_BUILD_PARALLEL_LEVEL=8") < declared.index(compile_run)
+    assert "nproc" not in compile_run and "CMAKE_BUILD_PARALLEL_LEVEL=" not in compile_run
+
+
 @pytest.mark.parametrize("name", sorted(DOCKERFILES))
 def test_the_final_stage_resets_the_dlcs_library_path(name):
     """The DLC's LD_LIBRARY_PATH=/opt/llama.cpp/bin would bind its libggml to our bindings."""
