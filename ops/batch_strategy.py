@@ -32,13 +32,17 @@ class Choice:
     reason: str
 
 
-def measured_rate(instance_type: str, cdk_json: Path = capacity.ROOT / "cdk.json") -> float | None:
-    """Decisions per second of one `instance_type` instance serving the release's model (cdk.json's
-    builds.modelSpec), from its committed measurement; None without one."""
-    from stacks.config import Builds
+def measured_rate(
+    instance_type: str, archive: str | None, cdk_json: Path = capacity.ROOT / "cdk.json"
+) -> float | None:
+    """Decisions per second of one `instance_type` instance serving the model archive `archive`
+    (an S3 URI), from its committed measurement; None without one. The model is the spec the
+    archive's key records, as synthesis reads it (stacks.config.release_model); an archive whose
+    key names none holds cdk.json's builds.modelSpec."""
+    from stacks.config import Builds, release_model
 
     context = json.loads(cdk_json.read_text()).get("context", {})
-    model = Builds.model_validate(context.get("builds", {})).model
+    model = release_model(archive or "", Builds.model_validate(context.get("builds", {})))
     path = capacity.measurement_path(model, instance_type)
     if not path.is_file():
         return None

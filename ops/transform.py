@@ -46,6 +46,16 @@ def model_of_endpoint(sagemaker: Client, endpoint: str) -> str:
     return model
 
 
+def archive_of_model(sagemaker: Client, model: str) -> str | None:
+    """The S3 URI of the model archive a SageMaker model serves (its container's
+    ModelDataUrl); None for a model without one."""
+    described = sagemaker.describe_model(ModelName=model)
+    containers = [described["PrimaryContainer"]] if "PrimaryContainer" in described else []
+    containers += described.get("Containers", [])
+    archive: str | None = next((c["ModelDataUrl"] for c in containers if "ModelDataUrl" in c), None)
+    return archive
+
+
 def batch_dimension(model: str) -> str:
     """The `Endpoint` dimension of the metrics a batch job's containers write. A dash, not a
     slash: the adapter's settings refuse a slash there, and a container that refuses its

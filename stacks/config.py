@@ -950,9 +950,11 @@ def release_model(model_data_uri: str, builds: Builds) -> str:
     """The model a release deploys, which its capacity is looked up by: the spec its archive was
     packaged from (the manifest's `spec`), which the model build writes into the archive's key,
     `<artifactPrefix>/<spec>/<sha256>/model.tar.gz`; an archive whose key does not name it (one
-    uploaded by hand, or before keys did) is taken to hold builds.modelSpec's model."""
+    uploaded by hand, or before keys did), or a URI that is no S3 archive, is taken to hold
+    builds.modelSpec's model."""
     matched = _MODEL_DATA.match(model_data_uri)
-    assert matched is not None  # the config's modelDataUri is validated against it
+    if matched is None:  # the config's modelDataUri is validated against it; a model's may not be
+        return builds.model
     key = matched["key"]
     named = re.fullmatch(
         rf"{re.escape(builds.artifact_prefix)}/(?P<spec>[A-Za-z0-9][A-Za-z0-9._-]*)"

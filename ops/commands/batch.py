@@ -26,6 +26,7 @@ from ops.transform import (
     NotForBatch,
     TransformFailed,
     TransformTimedOut,
+    archive_of_model,
     model_of_endpoint,
     result_location,
     start_transform,
@@ -96,7 +97,8 @@ def add_parser(commands: Subcommands) -> None:
         "--lines-per-second",
         type=float,
         help="one instance's rate, for auto (default: the committed"
-        " measurement of the release's model on --instance-type)",
+        " measurement, on --instance-type, of the model the archive of --model or"
+        " --endpoint holds)",
     )
     _waiting_options(batch, poll=30.0, timeout=180.0)
     batch.add_argument(
@@ -141,7 +143,8 @@ def run(args: argparse.Namespace, runtime: Runtime) -> int:
                 if args.input.startswith("s3://")
                 else mean_line_bytes(Path(args.input)),
                 payload_mb=args.max_payload_mb,
-                lines_per_second=args.lines_per_second or measured_rate(args.instance_type),
+                lines_per_second=args.lines_per_second
+                or measured_rate(args.instance_type, archive_of_model(sagemaker, model)),
                 invocation_timeout_s=args.invocation_timeout_seconds,
             )
             strategy = chosen.strategy

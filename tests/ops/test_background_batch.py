@@ -82,7 +82,30 @@ def job_status(job, status, **extra):
     }
 
 
-def queue_job(stubber, job, statuses, request):
+# The archive a SageMaker model serves, its key naming the spec it was packaged from.
+SPEC = "gemma3-270m"
+ARCHIVE = f"s3://{BUCKET}/models/{SPEC}/{'a' * 64}/model.tar.gz"
+
+
+def describes_model(stubber, archive=ARCHIVE, model="decision-model-1"):
+    """DescribeModel answers that `model` serves `archive` (what --batch-strategy auto reads)."""
+    stubber.add_response(
+        "describe_model",
+        {
+            "ModelName": model,
+            "PrimaryContainer": {"Image": "i", "ModelDataUrl": archive},
+            "ExecutionRoleArn": "arn:aws:iam::123456789012:role/r",
+            "CreationTime": "2026-01-01T00:00:00Z",
+            "ModelArn": f"arn:aws:sagemaker:eu-west-1:123456789012:model/{model}",
+        },
+        {"ModelName": model},
+    )
+
+
+def queue_job(stubber, job, statuses, request, *, auto_reads_the_archive=True):
+    """The job's requests; first, unless the rate is given, the model's description."""
+    if auto_reads_the_archive:
+        describes_model(stubber, model=request["ModelName"])
     stubber.add_response("create_transform_job", {"TransformJobArn": "arn:x"}, request)
     for status, extra in statuses:
         stubber.add_response(
@@ -291,6 +314,7 @@ def test_batch_takes_location_and_endpoint_from_the_environment_and_names_the_jo
     monkeypatch.setenv("OPS_BATCH_LOCATION", f"s3://{BUCKET}/env-batch")
     monkeypatch.setenv("OPS_ENDPOINT_NAME", "decision-cpu")
     queue_model_of_endpoint(stubber, "decision-cpu")
+    describes_model(stubber)
     stubber.add_response("create_transform_job", {"TransformJobArn": "arn:x"}, None)
     for status in ("InProgress", "Completed"):
         stubber.add_response("describe_transform_job", job_status("j", status), None)
@@ -361,7 +385,8 @@ def test_batch_sends_one_line_per_request_when_a_full_payload_would_not_finish(
     prefix = f"s3://{BUCKET}/batch/job-8"
     source = f"{prefix}/input/day.jsonl"
     request = transform_request("job-8", source, f"{prefix}/output", BatchStrategy=strategy)
-    queue_job(stubber, "job-8", [("InProgress", {}), ("Completed", {})], request)
+    statuses = [("InProgress", {}), ("Completed", {})]
+    queue_job(stubber, "job-8", statuses, request, auto_reads_the_archive=False)
     clock = Clock(lambda slept: put(s3, f"{prefix}/output/day.jsonl.out", b"answers\n"))
     path = request_file(tmp_path, "day.jsonl", (json.dumps(DECISION) + "\n") * 10)
     argv = ["batch", path, "--model", "decision-model-1", "--job-name", "job-8"]
@@ -372,17 +397,50 @@ def test_batch_sends_one_line_per_request_when_a_full_payload_would_not_finish(
     assert strategy + ": a full payload of about" in capsys.readouterr().err
 
 
-def test_a_committed_measurement_is_the_rate_auto_reads(tmp_path, monkeypatch):
-    from ops import batch_strategy
+def measured(tmp_path, monkeypatch, model, rate):
+    """A committed measurement of `model` on ml.c6i.2xlarge at `rate` decisions/s."""
     from stacks import capacity
 
-    monkeypatch.setattr(capacity, "MEASUREMENTS", tmp_path)
-    path = capacity.measurement_path("qwen3.5-4b-q4_k_m", "ml.c6i.2xlarge")
+    monkeypatch.setattr(capacity, "MEASUREMENTS", tmp_path / "measurements")
+    path = capacity.measurement_path(model, "ml.c6i.2xlarge")
     path.parent.mkdir(parents=True)
-    measured = {"measured": True, "model": "qwen3.5-4b-q4_k_m", "instance_type": "ml.c6i.2xlarge"}
-    path.write_text(json.dumps({**measured, "throughput_rps": 0.8, "service_p95_ms": 1900}))
-    assert batch_strategy.measured_rate("ml.c6i.2xlarge") == 0.8
-    assert batch_strategy.measured_rate("ml.m5.xlarge") is None
+    fields = {"measured": True, "model": model, "instance_type": "ml.c6i.2xlarge"}
+    path.write_text(json.dumps({**fields, "throughput_rps": rate, "service_p95_ms": 1900}))
+
+
+def test_auto_reads_the_rate_of_the_model_the_served_archive_holds(
+    s3, sagemaker, tmp_path, monkeypatch, capsys
+):
+    """The archive's key names its spec (gemma3-270m); cdk.json's builds.modelSpec names another
+    (the default, qwen3.5-4b-q4_k_m), whose rate would be the wrong one or none."""
+    from stacks.config import Builds
+
+    assert Builds().model != SPEC
+    measured(tmp_path, monkeypatch, SPEC, 1.0)  # a full payload: an hour, over half the timeout
+    client, stubber = sagemaker
+    prefix = f"s3://{BUCKET}/batch/job-9"
+    source = f"{prefix}/input/day.jsonl"
+    request = transform_request("job-9", source, f"{prefix}/output", BatchStrategy="SingleRecord")
+    queue_job(stubber, "job-9", [("Completed", {})], request)
+    put(s3, f"{prefix}/output/day.jsonl.out", b"answers\n")
+    path = request_file(tmp_path, "day.jsonl", (json.dumps(DECISION) + "\n") * 10)
+    argv = ["batch", path, "--model", "decision-model-1", "--job-name", "job-9"]
+    argv += ["--location", f"s3://{BUCKET}/batch", "--results", str(tmp_path / "out.jsonl")]
+    assert main(argv, clients=factory(s3=s3, sagemaker=client), sleep=lambda s: None) == 0
+    assert "SingleRecord: a full payload of about" in capsys.readouterr().err
+    stubber.assert_no_pending_responses()
+
+
+def test_an_archive_whose_key_names_no_spec_is_read_as_builds_model_spec(tmp_path, monkeypatch):
+    from ops import batch_strategy
+    from stacks.config import Builds
+
+    measured(tmp_path, monkeypatch, Builds().model, 0.8)
+    by_hand = f"s3://{BUCKET}/uploaded/model.tar.gz"
+    assert batch_strategy.measured_rate("ml.c6i.2xlarge", by_hand) == 0.8
+    assert batch_strategy.measured_rate("ml.c6i.2xlarge", None) == 0.8
+    assert batch_strategy.measured_rate("ml.c6i.2xlarge", ARCHIVE) is None  # gemma3-270m's
+    assert batch_strategy.measured_rate("ml.m5.xlarge", by_hand) is None
 
 
 def test_the_payload_auto_assumes_is_the_containers():
