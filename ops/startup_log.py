@@ -41,7 +41,9 @@ def startup_lines(client: Client, endpoint_name: str) -> dict[str, Any]:
         return {
             "log_group": group,
             "instances": [],
-            "missing": f"no log group {group} yet: no container of this endpoint has started",
+            # The endpoint stack creates the group before the endpoint: SageMaker never has to.
+            "missing": f"no log group {group}: the endpoint stack creates it before the "
+            "endpoint, so this endpoint is not one it deployed, or the group was deleted",
         }
     instances = [line for _, line in sorted(newest.values(), key=lambda n: n[0], reverse=True)]
     missing = None

@@ -377,7 +377,10 @@ def test_the_adapter_names_its_metrics_by_the_endpoint_its_alarms_watch(endpoint
 
 
 def test_every_endpoint_log_group_expires_and_exists_before_its_endpoint(endpoints):
-    """SageMaker writes /aws/sagemaker/Endpoints/<name>; left to SageMaker it never expires."""
+    """SageMaker writes /aws/sagemaker/Endpoints/<name>; left to SageMaker it never expires.
+    It is the group `ops status` reads, so a missing one there is not an endpoint yet to start."""
+    from ops.startup_log import log_group
+
     groups = {
         logical_id: group
         for logical_id, group in resources(endpoints, "AWS::Logs::LogGroup").items()
@@ -385,7 +388,7 @@ def test_every_endpoint_log_group_expires_and_exists_before_its_endpoint(endpoin
     named = {g["Properties"]["LogGroupName"]: (i, g) for i, g in groups.items()}
     for endpoint in resources(endpoints, "AWS::SageMaker::Endpoint").values():
         name = endpoint["Properties"]["EndpointName"]
-        logical_id, group = named[f"/aws/sagemaker/Endpoints/{name}"]
+        logical_id, group = named[log_group(name)]
         assert group["Properties"]["RetentionInDays"] == 30
         assert group["DeletionPolicy"] == "Delete"
         assert logical_id in endpoint["DependsOn"]

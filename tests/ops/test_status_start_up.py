@@ -98,14 +98,20 @@ def test_status_json_holds_the_start_up_lines(sagemaker, logs, capsys):
     assert line["layers"] == {"offloaded": 37, "total": 37}
 
 
-def test_status_without_a_log_group_says_no_container_started(sagemaker, logs, capsys):
+def test_status_without_a_log_group_says_the_stack_did_not_deploy_the_endpoint(
+    sagemaker, logs, capsys
+):
+    """The endpoint stack creates each endpoint's group before the endpoint
+    (tests/cdk/test_endpoint_stack.py): a missing group is not a container yet to start."""
     client, stubber = sagemaker
     logs_client, logs_stubber = logs
     stub_pool_endpoint(stubber, status="Creating")
     no_log_group(logs_stubber)
     code = main(["status", "--endpoint", "decisions"], clients=by_service(client, logs_client))
     assert code == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"  {NO_GROUP}"
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == f"  {NO_GROUP}"
+    assert "yet" not in last and "started" not in last
 
 
 def test_status_with_a_log_group_but_no_start_up_line_says_why(sagemaker, logs, capsys):

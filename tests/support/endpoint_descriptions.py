@@ -14,8 +14,8 @@ IMAGE = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/decision-adapter@sha256:" 
 GROUP = "/aws/sagemaker/Endpoints/decisions"
 PATTERN = '{ $.event = "model_loaded" }'
 NO_GROUP = (
-    "start-up: no log group /aws/sagemaker/Endpoints/decisions yet: "
-    "no container of this endpoint has started"
+    "start-up: no log group /aws/sagemaker/Endpoints/decisions: the endpoint stack creates it "
+    "before the endpoint, so this endpoint is not one it deployed, or the group was deleted"
 )
 
 
@@ -31,7 +31,7 @@ def no_log_group(stubber: Stubber) -> None:
 
 def by_service(client, logs=None):
     """Keyed by service name: a command asking for the wrong client fails the test. Without
-    `logs`, the endpoint has no log group yet."""
+    `logs`, the endpoint has no log group."""
     if logs is None:
         logs = boto3.client(
             "logs", region_name="eu-west-1", aws_access_key_id="t", aws_secret_access_key="t"
