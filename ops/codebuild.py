@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,19 +58,40 @@ def start_build(client: Client, project: str, overrides: dict[str, str]) -> str:
     return build_id
 
 
+# CodeBuild's largest queued and build timeouts, in minutes: what a build that names neither
+# may take.
+MOST_QUEUED_MINUTES, MOST_BUILD_MINUTES = 480, 2160
+# Past its build timeout CodeBuild still stops the build and uploads its logs and artifacts
+# (the FINALIZING and COMPLETED phases) before it reports the build complete.
+FINISHING_SECONDS = 15 * 60
+
+
+def may_run_seconds(build: dict[str, Any]) -> float:
+    """How long CodeBuild may take over `build` before it reports it complete: the queued and the
+    build timeout BatchGetBuilds reports for it (the project's, or StartBuild's overrides), and
+    FINISHING_SECONDS."""
+    queued = build.get("queuedTimeoutInMinutes", MOST_QUEUED_MINUTES)
+    running = build.get("timeoutInMinutes", MOST_BUILD_MINUTES)
+    return float((queued + running) * 60 + FINISHING_SECONDS)
+
+
 def wait_for_build(
     client: Client, build_id: str, polling: Polling, *, report: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Poll until the build completes; report each phase once, as it starts."""
+    """Poll until the build completes; report each phase once, as it starts. A polling without
+    a timeout of its own (math.inf) waits as long as the build may run (may_run_seconds)."""
     build: dict[str, Any]
+    as_long_as_the_build = math.isinf(polling.timeout_seconds)
     build, complete = polling.until(
         lambda: client.batch_get_builds(ids=[build_id])["builds"][0],
         lambda build: bool(build.get("buildComplete")),
         state=lambda build: build.get("currentPhase"),
         report=report,
+        timeout=may_run_seconds if as_long_as_the_build else None,
     )
     if not complete:
-        raise BuildTimedOut(f"build {build_id} still running after {polling.timeout_seconds:.0f}s")
+        waited = may_run_seconds(build) if as_long_as_the_build else polling.timeout_seconds
+        raise BuildTimedOut(f"build {build_id} still running after {waited:.0f}s")
     return build
 
 

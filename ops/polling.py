@@ -27,10 +27,12 @@ class Polling:
         *,
         state: Callable[[T], object] | None = None,
         report: Callable[[str], None] | None = None,
+        timeout: Callable[[T], float] | None = None,
     ) -> tuple[T, bool]:
         """Read until `finished(value)`: the last value and whether it finished, which is False
         once the timeout has passed. `state` comes with `report`, which gets each state
-        once, as it appears, with the seconds elapsed."""
+        once, as it appears, with the seconds elapsed. `timeout`, given, reads the timeout from
+        each value instead (a build says how long it may run)."""
         started = self.clock()
         reported = None
         while True:
@@ -41,6 +43,7 @@ class Polling:
                 reported = current
             if finished(value):
                 return value, True
-            if self.clock() - started >= self.timeout_seconds:
+            limit = self.timeout_seconds if timeout is None else timeout(value)
+            if self.clock() - started >= limit:
                 return value, False
             self.sleep(self.poll_seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 from ops.common import (
@@ -14,8 +15,8 @@ from ops.common import (
     _info,
     _polling,
     _stack_option,
-    _waiting_options,
 )
+from ops.polling import Polling
 
 NAME = "build"
 
@@ -50,7 +51,18 @@ def add_parser(commands: Subcommands) -> None:
         metavar="NAME=VALUE",
         help="environment override for this build," " e.g. MODEL_SPEC=gemma3-270m",
     )
-    _waiting_options(build, poll=10.0, timeout=180.0)
+    build.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=10.0,
+        help="seconds between polls (default: 10)",
+    )
+    build.add_argument(
+        "--timeout-minutes",
+        type=float,
+        help="give up waiting after this long (default: as long as the build may run: the"
+        " queued and build timeouts CodeBuild reports for it, and 15 minutes)",
+    )
 
 
 def run(args: argparse.Namespace, runtime: Runtime) -> int:
@@ -77,7 +89,11 @@ def run(args: argparse.Namespace, runtime: Runtime) -> int:
     build_id = start_build(client, project, overrides)
     _info(f"started {build_id}")
     try:
-        polling = _polling(args, runtime.sleep, runtime.clock)
+        polling = (
+            _polling(args, runtime.sleep, runtime.clock)
+            if args.timeout_minutes is not None
+            else Polling(args.poll_seconds, math.inf, runtime.sleep, runtime.clock)
+        )
         build = wait_for_build(client, build_id, polling, report=_info)
         outputs = build_outputs(build, target)
     except (BuildFailed, BuildTimedOut) as exc:

@@ -176,6 +176,54 @@ def test_waiting_stops_at_the_timeout(codebuild):
         )
 
 
+class Clock:
+    """Time that passes only when the command sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_without_a_timeout_it_waits_as_long_as_the_build_may_run(codebuild, capsys):
+    """A GPU image build past 180 minutes, within its project's 240: CodeBuild's own answer
+    says how long it may run (its queued and build timeouts)."""
+    client, stubber = codebuild
+    starts(stubber, "gpu-project")
+    may_run = {"timeoutInMinutes": 240, "queuedTimeoutInMinutes": 60}
+    poll(stubber, build("QUEUED", **may_run))
+    for _ in range(3):  # at 1, 2 and 3 hours
+        poll(stubber, build("BUILD", **may_run))
+    exported = [{"name": "IMAGE_URI", "value": IMAGE_URI}]
+    done = build("COMPLETED", True, "SUCCEEDED", exportedEnvironmentVariables=exported, **may_run)
+    poll(stubber, done)  # at 4 hours
+    clock = Clock()
+    argv = ["build", "gpu-image", "--project", "gpu-project", "--poll-seconds", "3600"]
+    code = main(argv, clients={"codebuild": client}.__getitem__, sleep=clock.sleep, clock=clock)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert clock.now == 4 * 3600 and captured.out == f"IMAGE_URI={IMAGE_URI}\n"
+    stubber.assert_no_pending_responses()
+
+
+def test_without_a_timeout_it_stops_once_the_build_may_no_longer_run(codebuild, capsys):
+    """Queued 5 minutes and building 5 at most, and 15 for CodeBuild to finish: 1,500 s."""
+    client, stubber = codebuild
+    starts(stubber, "p")
+    for _ in range(4):  # at 0, 600, 1200 and 1800 s
+        poll(stubber, build("BUILD", timeoutInMinutes=5, queuedTimeoutInMinutes=5))
+    clock = Clock()
+    argv = ["build", "model", "--project", "p", "--poll-seconds", "600"]
+    code = main(argv, clients={"codebuild": client}.__getitem__, sleep=clock.sleep, clock=clock)
+    assert code == 1 and clock.now == 1800
+    assert f"build {BUILD_ID} still running after 1500s" in capsys.readouterr().err
+    stubber.assert_no_pending_responses()
+
+
 def test_missing_project_is_a_usage_error(monkeypatch, capsys):
     monkeypatch.delenv("OPS_CPU_IMAGE_BUILD_PROJECT", raising=False)
     monkeypatch.delenv("OPS_STATEFUL_STACK", raising=False)
