@@ -32,7 +32,6 @@ class _BuildCommon(TypedDict):
     """What every build project of the stack is created with (BuildProject's arguments)."""
 
     source: BuildSource
-    timeout: Duration
     log_retention: logs.RetentionDays
 
 
@@ -99,7 +98,6 @@ class StatefulStack(Stack):
         source = BuildSource(self, "BuildSource", repository_root=repository_root)
         common: _BuildCommon = {
             "source": source,
-            "timeout": Duration.minutes(builds.timeout_minutes),
             "log_retention": RETENTION[builds.log_retention_days],
         }
         model_build = BuildProject(
@@ -112,6 +110,7 @@ class StatefulStack(Stack):
                 "ARTIFACT_PREFIX": artifacts.model_prefix,
                 "MODEL_SPEC": builds.model_spec,
             },
+            timeout=Duration.minutes(builds.timeout_minutes),
             **common,
         )
         artifacts.grant_publish_models(model_build.project)
@@ -119,9 +118,15 @@ class StatefulStack(Stack):
         image_builds = {}
         # The CUDA image is compiled for the GPUs of the configured pool and nothing else.
         gpu_build_args = {"CUDA_ARCHITECTURES": cuda_architectures}
-        for flavour, dockerfile, digest, build_args in (
-            ("Cpu", "container/Dockerfile", dlc.cpu_digest, {}),
-            ("Gpu", "container/Dockerfile.gpu", dlc.cuda_digest, gpu_build_args),
+        for flavour, dockerfile, digest, build_args, minutes in (
+            ("Cpu", "container/Dockerfile", dlc.cpu_digest, {}, builds.timeout_minutes),
+            (
+                "Gpu",
+                "container/Dockerfile.gpu",
+                dlc.cuda_digest,
+                gpu_build_args,
+                builds.gpu_image_timeout_minutes,
+            ),
         ):
             base_image = ContainerImage.from_dlc(
                 self, repository_name=dlc.repository, digest=digest
@@ -141,6 +146,7 @@ class StatefulStack(Stack):
                 },
                 docker=True,
                 compute_type=codebuild.ComputeType.LARGE,
+                timeout=Duration.minutes(minutes),
                 **common,
             )
             repository.grant_pull_push(build.project)

@@ -75,10 +75,10 @@ def test_cdk_json_holds_only_overrides_of_existing_fields():
     [
         (
             (
-                "timeout_minutes: int = Field(\n        180,",
-                "timeout_minutes: int = Field(\n        181,",
+                "gpu_image_timeout_minutes: int = Field(\n        240,",
+                "gpu_image_timeout_minutes: int = Field(\n        241,",
             ),
-            lambda c: c.builds.timeout_minutes == 181,
+            lambda c: c.builds.gpu_image_timeout_minutes == 241,
         ),
         (
             (
@@ -322,8 +322,9 @@ def test_timeouts_outside_the_api_ranges_fail(section, field, value):
 
 
 @pytest.mark.parametrize("minutes", [4, 2161])
-def test_build_timeouts_outside_codebuilds_range_fail(minutes):
-    assert "builds.timeoutMinutes" in rejected(builds={"timeoutMinutes": minutes})
+@pytest.mark.parametrize("key", ["timeoutMinutes", "gpuImageTimeoutMinutes"])
+def test_build_timeouts_outside_codebuilds_range_fail(minutes, key):
+    assert f"builds.{key}" in rejected(builds={key: minutes})
 
 
 def test_boundary_timeouts_are_accepted():

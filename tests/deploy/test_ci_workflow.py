@@ -185,7 +185,7 @@ def _build_outputs(tmp_path: Path, gpu_image: str = "true") -> dict[str, str]:
 
     github_env = tmp_path / "github_env"
     github_env.write_text("")
-    env = {"GITHUB_ENV": str(github_env), "GPU_IMAGE": gpu_image}
+    env = {"GITHUB_ENV": str(github_env), "GPU_IMAGE": gpu_image, "RUNNER_TEMP": str(tmp_path)}
     _run_step(OPS_BUILD.sub(printed, script), tmp_path, env)
     return dict(line.split("=", 1) for line in github_env.read_text().splitlines())
 
@@ -230,13 +230,67 @@ def test_the_deploy_page_sets_the_roles_max_session_duration_the_workflow_asks_f
     assert f"`MaxSessionDuration` of at least {duration_s} seconds" in readme
 
 
-def test_the_build_job_outlasts_its_longest_build_within_githubs_limit():
-    """The job waits for each build it starts: the longest one's CodeBuild timeout, with the
-    stateful deploy's quarter of an hour, fits in its own, which GitHub caps at 6 hours."""
-    from stacks.config import Builds
+def test_the_model_build_runs_beside_the_image_builds(tmp_path):
+    """The model build's stand-in finishes only once both image builds have: run before them,
+    not beside them, it would wait for ever (here: fail after 20 s)."""
+    script = step("build", "Builds through the operator CLI")["run"]
+    done = tmp_path / "images-built"
 
+    def stand_in(match: re.Match) -> str:
+        target = match[1]
+        (name,) = TARGETS[target].outputs if target != "model" else ("MODEL_URI",)
+        line = shlex.quote(f"{name}={BUILT[target][name]}")
+        if target == "model":
+            wait = f"for _ in $(seq 200); do [[ -e {done} ]] && break; sleep 0.1; done"
+            return f"{{ {wait}; [[ -e {done} ]] && printf '%s\\n' {line}; }}"
+        mark = f"echo {target} >> {done}" if target == "gpu-image" else "true"
+        return f"{{ printf '%s\\n' {line}; {mark}; }}"
+
+    github_env = tmp_path / "github_env"
+    github_env.write_text("")
+    env = {"GITHUB_ENV": str(github_env), "GPU_IMAGE": "true", "RUNNER_TEMP": str(tmp_path)}
+    _run_step(OPS_BUILD.sub(stand_in, script), tmp_path, env)
+    built = dict(line.split("=", 1) for line in github_env.read_text().splitlines())
+    assert built == {
+        "MODEL_URI": MODEL,
+        "DECISION_CPU_IMAGE": CPU_IMAGE,
+        "DECISION_GPU_IMAGE": GPU_IMAGE,
+    }
+
+
+def test_a_failed_model_build_fails_the_step(tmp_path):
+    script = step("build", "Builds through the operator CLI")["run"]
+
+    def stand_in(match: re.Match) -> str:
+        if match[1] == "model":
+            return "false"
+        return "printf '%s\\n' " + shlex.quote(f"IMAGE_URI={BUILT[match[1]]['IMAGE_URI']}")
+
+    env = {"GITHUB_ENV": str(tmp_path / "env"), "GPU_IMAGE": "true", "RUNNER_TEMP": str(tmp_path)}
+    with pytest.raises(subprocess.CalledProcessError):
+        _run_step(OPS_BUILD.sub(stand_in, script), tmp_path, env)
+
+
+def test_the_build_job_fits_its_builds_at_their_codebuild_timeouts():
+    """The job waits for the model build beside the image builds in series, each as long as its
+    synthesized project may run, with a quarter of an hour for the other steps: all of it fits
+    in the job's timeout, which GitHub caps at 6 hours."""
+    from tests.cdk.test_stateful_stack import bare, project
+
+    stateful = bare()
+    minutes = {
+        target: project(stateful, *where)[1]["TimeoutInMinutes"]
+        for target, where in {
+            "model": ("model_packaging/buildspec.yml",),
+            "cpu-image": ("container/buildspec.yml", "container/Dockerfile"),
+            "gpu-image": ("container/buildspec.yml", "container/Dockerfile.gpu"),
+        }.items()
+    }
     timeout = workflow()["jobs"]["build"]["timeout-minutes"]
-    assert Builds().timeout_minutes + 15 <= timeout <= 360
+    longest = max(minutes["model"], minutes["cpu-image"] + minutes["gpu-image"])
+    assert longest + 15 <= timeout <= 360, (minutes, timeout)
+    # In series, as the step ran them before, they would not fit.
+    assert sum(minutes.values()) + 15 > timeout
 
 
 def test_the_release_configuration_is_checked_before_the_builds(tmp_path):
