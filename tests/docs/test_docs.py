@@ -210,3 +210,18 @@ def test_the_pages_name_the_built_in_readout_and_temperature_the_adapter_serves(
     assert said in " ".join((DOCS / "api.md").read_text().split())
     said = f"`{readout}` at T = {BUILT_IN_TEMPERATURES[readout]:g}"
     assert said in " ".join((DOCS / "scoring.md").read_text().split())
+
+
+def test_operate_says_the_text_generation_queue_has_no_bound():
+    """llama-server queues a request past its `parallel` slots without a limit or deadline;
+    the page says so, and that the decision endpoints bound theirs."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operate.md").read_text()
+    (bullet,) = [
+        part
+        for part in text.split("\n- ")
+        if part.startswith("**The text-generation endpoint's queue")
+    ]
+    flat = " ".join(bullet.split())
+    assert "queue has no bound" in flat and "no length limit and no deadline" in flat
+    assert "nothing answers 503 there" in flat and "InvokeEndpoint's 60 s" in flat
+    assert "`maxQueue`" in flat
