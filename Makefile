@@ -151,6 +151,7 @@ bench: $(VENV)/.dev llama $(MODEL_PACKAGES)
 	$(PYTHON) -m bench $(if $(MODEL),--model $(MODEL)) $(BENCH_ARGS)
 	$(if $(MODEL),,$(PYTHON) -m bench.decision_concurrency $(WITHOUT_SERVER))
 	$(if $(MODEL),,$(PYTHON) -m bench.chat_concurrency $(WITHOUT_SERVER))
+	$(if $(MODEL)$(WITHOUT_SERVER),,$(PYTHON) -m bench.decision_models_versus)
 WITHOUT_SERVER = $(if $(findstring --no-llama-server,$(BENCH_ARGS)),--without-llama-server)
 
 # Mutation testing of the groups in pyproject.toml [tool.mutation.groups]; minutes, not in CI.

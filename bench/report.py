@@ -16,8 +16,10 @@ CHAT_VERSUS_SUFFIX = "-chat-versus.json"  # bench.chat_versus: the chat rows alo
 CHAT_CONCURRENCY_SUFFIX = "-chat-concurrency.json"  # bench.chat_concurrency
 BATCH_EXACTNESS_SUFFIX = "-batch-exactness.json"  # bench.batch_exactness
 DECISION_CONCURRENCY_SUFFIX = "-decision-concurrency.json"  # bench.decision_concurrency
+DECISION_MODELS_SUFFIX = "-decision-models.json"  # bench.decision_models_versus
 GPU_BATCHING_SUFFIX = "-gpu-batching.json"  # bench.gpu_batching, on the device machine
 OTHER_SUFFIXES = (
+    DECISION_MODELS_SUFFIX,
     READOUT_COST_SUFFIX,
     CHAT_VERSUS_SUFFIX,
     CHAT_CONCURRENCY_SUFFIX,

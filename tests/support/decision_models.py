@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import dataclasses
 import importlib.util
 import json
 import mmap
@@ -32,6 +33,7 @@ import shutil
 import struct
 import tempfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -268,12 +270,23 @@ UNSERVED = {
 
 
 # --- building --------------------------------------------------------------------------------
-def build(kind: str, directory: Path, *, decision_type: str | None = None) -> Path:
+def build(
+    kind: str,
+    directory: Path,
+    *,
+    decision_type: str | None = None,
+    shape: Mapping[str, object] | None = None,
+) -> Path:
     """Write `directory/decision-<kind>.gguf` and return its path. `decision_type` overrides
-    the `<arch>.decision.type` written (for refusals: an unknown type)."""
+    the `<arch>.decision.type` written (for refusals: an unknown type); `shape` overrides the
+    body's hyperparameters (`embedding_length`, `block_count`, ...: a model of a realistic
+    size for benchmarks)."""
     if kind not in KINDS:
         raise DecisionModelError(f"{kind}: not a kind that builds ({UNSERVED.get(kind, '?')})")
     spec = KINDS[kind]
+    if shape:
+        family = dataclasses.replace(spec.family, hparams={**spec.family.hparams, **shape})
+        spec = dataclasses.replace(spec, family=family)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"decision-{kind}.gguf"
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
