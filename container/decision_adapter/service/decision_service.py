@@ -57,7 +57,7 @@ from .chat_batching import ChatBatcher
 from .daemon_threads import on_daemon_thread
 from .generation import text_events
 from .identity import model_identity
-from .scoring_batching import LaneDecoder, ScoringBatcher
+from .scoring_batching import LaneDecoder, ScoringBatcher, stream_cells
 
 T = TypeVar("T")
 
@@ -166,7 +166,7 @@ class DecisionService:
             streams = StreamContext(
                 self.engine,
                 2 * lanes,
-                settings.request_token_limit,
+                stream_cells(settings.request_token_limit),
                 swa_full=True,
                 flash_attention=self.engine.config.flash_attention,  # as the engine's own context
             )

@@ -23,7 +23,8 @@ nobody reads, alone as together. The padding is cut once decoded, which a recurr
 cannot do: a hybrid model is scored one request at a time.
 
 A request whose client left, or whose deadline passed, is dropped at the next round (its thread
-ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted.
+ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted. A call
+that fails is tried again a request at a time, so its failure reaches only its own request.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ class Lane:
 def padded_width(tokens: int) -> int:
     """The tokens a piece is padded to."""
     return max(ROW_BLOCK, -(-tokens // ROW_BLOCK) * ROW_BLOCK)
+
+
+def stream_cells(request_tokens: int) -> int:
+    """The cells a stream needs for a request of `request_tokens`: its last piece's padding
+    lies past its last token (a piece ending at the limit runs up to ROW_BLOCK - 1 beyond)."""
+    return request_tokens + ROW_BLOCK
 
 
 def _nothing(*_: Any) -> None:
@@ -251,16 +258,31 @@ class ScoringBatcher:
             each = min(self._context.n_streams, self.n_batch // max(width, 1))
             same = list(alike)
             for start in range(0, len(same), each):
-                try:
-                    self._call(same[start : start + each])
-                except Exception as error:  # noqa: BLE001 - the batch failed (interrupted): all fail
-                    for work in taken:
-                        if not work.outcome.done():
-                            work.outcome.set_exception(error)
-                    return
+                self._call_apart(same[start : start + each])
         for work in taken:
             if not work.outcome.done():  # else one of its pieces failed
                 work.outcome.set_result(None)
+
+    def _call_apart(self, pieces: list[tuple[Work, Piece]]) -> None:
+        """`_call`, and where it fails, each work's pieces again in a call of their own: a
+        failure reaches only the request it belongs to, not the others sharing its call.
+        (Interrupted at shutdown, every call fails: every work then does.)"""
+        try:
+            self._call(pieces)
+        except Exception as error:  # noqa: BLE001 - whose failure: decided below
+            works: list[Work] = []
+            for work, _ in pieces:
+                if not work.outcome.done() and all(work is not w for w in works):
+                    works.append(work)
+            if len(works) == 1:
+                works[0].outcome.set_exception(error)
+                return
+            for work in works:
+                own = [(w, piece) for w, piece in pieces if w is work]
+                try:
+                    self._call(own)
+                except Exception as alone:  # noqa: BLE001 - this request's failure alone
+                    work.outcome.set_exception(alone)
 
     def _call(self, pieces: list[tuple[Work, Piece]]) -> None:
         """One llama_decode: piece k on stream k, padded to its width; logits asked of a

@@ -1,0 +1,108 @@
+"""The modes that share the model (batched decisions, chat streams) keep the promises the
+one-at-a-time mode keeps (docs/hardening.md): no 5xx within the limits, a failure reaching only
+its own request. Each test runs the adapter in the mode that broke the promise."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+
+import httpx
+import numpy as np
+import pytest
+from decision_adapter.contract import Question
+from decision_adapter.errors import EngineError
+from decision_adapter.model.streams import StreamContext
+from decision_adapter.model.tokenizer import TokenLimitExceeded
+from decision_adapter.scoring.budget import TokenBudget
+from decision_adapter.scoring.score import build_plan, score
+from decision_adapter.service.admission import ModelRunner
+from decision_adapter.service.scoring_batching import ScoringBatcher
+
+from launcher import running_adapter
+from tests.support.adapter_process import post_together
+from tests.support.bodies import decision
+
+LIMIT = 1024  # DECISION_MAX_REQUEST_TOKENS: a multiple of llama.cpp's 256-cell rounding
+QUESTION = "Is it?"
+
+
+def _at_the_limit(renderer) -> dict:
+    """A decision that costs exactly LIMIT tokens, its last piece padded past the limit's last
+    cell (a question suffix of no multiple of 8 tokens, ending at the limit)."""
+    question = Question(QUESTION, ["yes", "no"], [None, None], readout="letters")
+    for words in range(LIMIT, 0, -1):
+        state = "ab " * words
+        try:
+            plan = build_plan(renderer, state, [question], TokenBudget(LIMIT))
+        except TokenLimitExceeded:
+            continue
+        suffix = plan.total_tokens - len(plan.prefix_tokens)
+        if plan.cost == LIMIT and plan.total_tokens == LIMIT and suffix % 8:
+            return decision(state, QUESTION, ("yes", "no"), readout="letters")
+    raise AssertionError("no state costs exactly the limit")
+
+
+@pytest.mark.serial
+def test_a_batched_decision_at_the_token_limit_and_its_round_are_answered(renderer, tmp_path):
+    """Finding 1: pieces padded to 8 rows ran past streams of exactly the limit's cells, and
+    the failed call failed every request of its round with a 500."""
+    at_limit = _at_the_limit(renderer)
+    small = [decision("The printer is on fire.", f"Team {i}?", ("it", "ops")) for i in range(6)]
+    with running_adapter(
+        tmp_path,
+        DECISION_MAX_SCORING_REQUESTS="8",
+        DECISION_MAX_REQUEST_TOKENS=str(LIMIT),
+        DECISION_STATE_CACHE_BYTES="0",
+    ) as adapter:
+        url = adapter.url + "/invocations"
+        replies = post_together(url, [at_limit, *small])
+        for reply in replies:
+            assert reply.status_code == 200, reply.text
+        assert replies[0].json()["result"]["timing"]["request_tokens"] == LIMIT
+        over = decision(at_limit["decision"]["state"] + "ab ", QUESTION, ("yes", "no"))
+        over["decision"]["readout"] = "letters"
+        assert httpx.post(url, json=over, timeout=60).status_code == 413
+
+
+def test_a_failed_call_fails_only_the_request_it_belongs_to(engine, renderer):
+    """Finding 1's other half, in-process on streams of 256 cells: one request's question runs
+    past its stream's cells in the call it shares with another request's question; only the
+    request that overflowed fails, the other is answered with the bits it has alone."""
+    runner = ModelRunner(max_queue=8, wait_s=60, retry_after_s=1, max_in_flight=2)
+    context = StreamContext(
+        engine, 4, 256, swa_full=True, flash_attention=engine.config.flash_attention
+    )
+    batcher = ScoringBatcher(context, runner)
+    question = Question(QUESTION, ["yes", "no"], [None, None], readout="letters")
+    words = next(
+        words
+        for words in range(300, 0, -1)
+        if 250 <= build_plan(renderer, "ab " * words, [question]).total_tokens <= 256
+    )
+    overflowing = build_plan(renderer, "ab " * words, [question])
+    fits = build_plan(renderer, "The printer is on fire.", [question])
+    try:
+
+        async def one(plan):
+            (results, _), _ = await batcher.run(lambda d: score(d, plan), math.inf)
+            return results[0].option_logits
+
+        async def together():
+            release = threading.Event()
+            runner.submit(release.wait)  # both queue their first step before a round runs
+            both = asyncio.gather(one(overflowing), one(fits), return_exceptions=True)
+            scoring = asyncio.ensure_future(both)
+            while batcher.queued_steps < 2:
+                await asyncio.sleep(0.001)
+            release.set()
+            return await scoring
+
+        alone = asyncio.run(one(fits))
+        failed, answered = asyncio.run(together())
+        assert isinstance(failed, EngineError), failed
+        assert np.array_equal(answered, alone)
+    finally:
+        runner.close()
+        batcher.close()
