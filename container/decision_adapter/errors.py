@@ -99,7 +99,10 @@ class Loading(Busy):
 
 
 class ShuttingDown(Busy):
-    """The server stopped model work at its shutdown deadline; retryable elsewhere."""
+    """The server stopped model work at its shutdown deadline; retryable elsewhere, not here:
+    its own error type, so a client does not retry a server that is going away."""
+
+    error_type = "shutting_down"
 
     def __init__(self, retry_after_s: int) -> None:
         Exception.__init__(self, "the server is shutting down; retry the request")
