@@ -171,6 +171,10 @@ class DecisionService:
                 flash_attention=self.engine.config.flash_attention,  # as the engine's own context
             )
             self.scoring_batcher = ScoringBatcher(streams, self.scoring_runner)
+            # A one-at-a-time job (a chat answered whole, a trained head's decisions) holds the
+            # model thread from start to end: batched decisions admitted beside it would wait
+            # it out, past their deadline, and it theirs.
+            self.runner.share_model(self.scoring_runner)
         # Rendering and tokenizing run on threads of their own, two at a time, never on the
         # event loop (100 KB of newlines cost llama.cpp seconds before UserTextTokenizer) nor on
         # the model thread (a request over its budget must not hold the model). llama.cpp's

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -21,7 +22,7 @@ from decision_adapter.service.admission import ModelRunner
 from decision_adapter.service.scoring_batching import ScoringBatcher
 
 from launcher import running_adapter
-from tests.support.adapter_process import post_together
+from tests.support.adapter_process import model_held, post_together
 from tests.support.bodies import decision
 
 LIMIT = 1024  # DECISION_MAX_REQUEST_TOKENS: a multiple of llama.cpp's 256-cell rounding
@@ -106,3 +107,23 @@ def test_a_failed_call_fails_only_the_request_it_belongs_to(engine, renderer):
     finally:
         runner.close()
         batcher.close()
+
+
+@pytest.mark.serial
+def test_a_batched_decision_is_not_admitted_behind_a_chat_answered_whole(tmp_path):
+    """Finding 3: with decisions batched and chat one at a time, a decision was admitted beside
+    a running chat and waited out its whole answer (13.4 s; a 503 after 48.5 s on a slow host).
+    Admission sees the chat holding the model: a prompt 503 after the slot grace, as one at a
+    time, and a 200 once the chat has ended."""
+    with running_adapter(tmp_path, DECISION_MAX_SCORING_REQUESTS="4") as adapter:
+        url = adapter.url + "/invocations"
+        body = decision("The printer is on fire.", "Which team?", ("it", "ops"))
+        with model_held(adapter):  # a 1,000-token chat answered whole
+            started = time.monotonic()
+            refused = httpx.post(url, json=body, timeout=120)
+            took = time.monotonic() - started
+            still_held = adapter.stats()["admission"]["in_flight"] == 1
+        assert refused.status_code == 503 and refused.headers["Retry-After"], refused.text
+        assert refused.json()["error_type"] == "overloaded"
+        assert took < 5 and still_held, took
+        assert httpx.post(url, json=body, timeout=60).status_code == 200
