@@ -21,8 +21,8 @@ from decision_adapter.scoring.score import build_plan, score
 from decision_adapter.service.admission import ModelRunner
 from decision_adapter.service.scoring_batching import ScoringBatcher
 
-from launcher import running_adapter
-from tests.support.adapter_process import model_held, post_together
+from launcher import running_adapter, wait_until
+from tests.support.adapter_process import LONG_CHAT, model_held, post_together
 from tests.support.bodies import decision
 
 LIMIT = 1024  # DECISION_MAX_REQUEST_TOKENS: a multiple of llama.cpp's 256-cell rounding
@@ -127,3 +127,63 @@ def test_a_batched_decision_is_not_admitted_behind_a_chat_answered_whole(tmp_pat
         assert refused.json()["error_type"] == "overloaded"
         assert took < 5 and still_held, took
         assert httpx.post(url, json=body, timeout=60).status_code == 200
+
+
+CHAT_DEADLINE_S = 6
+# A decision round's batch and a chat round: what may follow a chat's deadline before it ends.
+ONE_ROUND_S = 3
+# About 6,000 tokens of state: a one-at-a-time decision of many seconds' prefill.
+HEAVY = decision(
+    "The warehouse scanner logs show repeated timeouts on aisle 7. " * 460,
+    "Which team?",
+    ("data", "infra"),
+)
+
+
+@pytest.mark.serial
+def test_chat_streams_end_at_their_deadline_whatever_decisions_run(tmp_path):
+    """Finding 5: with chat streams batched and decisions one at a time, a decision's whole
+    model work ran between two chat rounds; with a 6 s deadline chats ended at 9.4-13.4 s. Each
+    chat now ends within its deadline plus one round; a decision cut short for it is a
+    retryable 503 naming the chat deadline, and one sent alone afterwards a 200."""
+    with running_adapter(
+        tmp_path,
+        DECISION_MAX_CHAT_STREAMS="4",
+        DECISION_CHAT_DEADLINE_S=str(CHAT_DEADLINE_S),
+        DECISION_STATE_CACHE_BYTES="0",
+        DECISION_MAX_QUEUE="4",
+    ) as adapter:
+        chats: list[float] = []
+        answers: list[httpx.Response] = []
+        chatting = threading.Event()
+
+        def chat() -> None:
+            started = time.monotonic()
+            reply = httpx.post(adapter.url + "/v1/chat/completions", json=LONG_CHAT, timeout=120)
+            chats.append(time.monotonic() - started)
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["choices"][0]["finish_reason"] == "length"
+
+        def decide() -> None:
+            while chatting.is_set():
+                answers.append(httpx.post(adapter.url + "/invocations", json=HEAVY, timeout=120))
+
+        talkers = [threading.Thread(target=chat) for _ in range(2)]
+        for talker in talkers:
+            talker.start()
+        wait_until(
+            lambda: adapter.stats()["chat_admission"]["in_flight"] == 2, what="2 chats running"
+        )
+        chatting.set()
+        decider = threading.Thread(target=decide)
+        decider.start()
+        for talker in talkers:
+            talker.join()
+        chatting.clear()
+        decider.join()
+        assert len(chats) == 2 and max(chats) < CHAT_DEADLINE_S + ONE_ROUND_S, chats
+        for answer in answers:
+            assert answer.status_code in (200, 503), answer.text
+            if answer.status_code == 503:
+                assert answer.json()["retryable"] is True
+        assert httpx.post(adapter.url + "/invocations", json=HEAVY, timeout=120).status_code == 200
