@@ -37,7 +37,7 @@ from ..errors import (
 from ..model.decision_head import read_decision_head, reads_embeddings
 from ..model.engine import DeadlinePassed, Engine, EngineConfig, Sampling
 from ..model.files import load_model_file
-from ..model.streams import StreamContext
+from ..model.streams import StreamContext, kv_bytes, memory_left
 from ..model.tokenizer import TokenLimitExceeded
 from ..scoring import trained_head
 from ..scoring.budget import TokenBudget
@@ -146,6 +146,7 @@ class DecisionService:
         # Batched decisions: admitted apart from chat, their rounds on the same model thread.
         self.scoring_runner: ModelRunner | None = None
         self.scoring_batcher: ScoringBatcher | None = None
+        self.shared_kv_bytes = 0  # the batched decisions' KV streams (logged at start-up)
         # A hybrid model's recurrent state cannot drop a round's padding (scoring_batching.py).
         # A decision head decodes each prompt alone in the engine's context (trained_head.py).
         if (
@@ -163,10 +164,23 @@ class DecisionService:
                 model_thread=self.runner.model_thread,
             )
             # A call of a round lends a stream to each piece: a state, a question or a path.
+            cells = stream_cells(settings.request_token_limit)
+            self.shared_kv_bytes = kv_bytes(self.engine, 2 * lanes, cells)
+            left, bound = memory_left()
+            # On the CPU the streams' KV is host memory, reserved (and zeroed) at once: a start
+            # it does not fit would be killed for memory, or be at the next request's mercy.
+            if settings.n_gpu_layers == 0 and self.shared_kv_bytes > left:
+                need, each = self.shared_kv_bytes / 2**30, self.shared_kv_bytes / lanes / 2**20
+                raise EngineError(
+                    f"DECISION_MAX_SCORING_REQUESTS={lanes}: its KV streams need {need:.1f} GiB "
+                    f"({each:.0f} MiB a request at {cells} cells), more than the "
+                    f"{max(left, 0) / 2**30:.1f} GiB {bound} leaves; lower it, or "
+                    "DECISION_MAX_REQUEST_TOKENS"
+                )
             streams = StreamContext(
                 self.engine,
                 2 * lanes,
-                stream_cells(settings.request_token_limit),
+                cells,
                 swa_full=True,
                 flash_attention=self.engine.config.flash_attention,  # as the engine's own context
             )
