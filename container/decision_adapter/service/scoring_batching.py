@@ -46,6 +46,7 @@ from ..errors import EngineError, RequestError
 from ..model.engine import DeadlinePassed
 from ..model.prefix_tree import Node
 from ..model.streams import StreamContext
+from ..scoring.score import ScoringPlan
 from .admission import ModelRunner
 
 T = TypeVar("T")
@@ -60,6 +61,11 @@ CLIENT_CHECK_S = 0.1
 GATHER_S = 0.005
 # The rows every piece and every call's logits come in (see the module).
 ROW_BLOCK = 8
+# Restored cells that cost one prompt token's time. Measured on the bundled model at 2 threads:
+# a restore 2.8 us a cell, a prefill 3-7 ms a token (2,500 cells); the issue 69 repro (32
+# questions of 255 options on a 3,000-token state, 24.5M cells restored) 1.3 us a cell against 3
+# ms a token (2,300). Half of that: a budget that charges it bounds the time with room.
+RESTORED_CELLS_PER_TOKEN = 1024
 
 
 class LeftEarly(EngineError):
@@ -83,6 +89,23 @@ def stream_cells(request_tokens: int) -> int:
     """The cells a stream needs for a request of `request_tokens`: its last piece's padding
     lies past its last token (a piece ending at the limit runs up to ROW_BLOCK - 1 beyond)."""
     return request_tokens + ROW_BLOCK
+
+
+def restore_cost(plan: ScoringPlan) -> int:
+    """What the rounds do for `plan` beyond what its token budget counts, in prompt tokens'
+    worth (RESTORED_CELLS_PER_TOKEN): each question restores its state's saved sequence, and
+    each option path the question's whole one (state and question), since no stream belongs to
+    a request. One at a time, paths share the question's cells and nothing is restored."""
+    cells = 0
+    for question in plan.questions:
+        prefixes = [len(plan.prefix_tokens)]
+        if question.readout == "calibrated" and plan.content_free_prefix is not None:
+            prefixes.append(len(plan.content_free_prefix))  # its second pass, on "N/A"
+        for prefix in prefixes:
+            for reading in question.readings:
+                paths = sum(len(batch) for batch in reading.tree_batches)
+                cells += prefix + paths * (prefix + len(reading.suffix_tokens))
+    return -(-cells // RESTORED_CELLS_PER_TOKEN)
 
 
 def _nothing(*_: Any) -> None:

@@ -187,3 +187,37 @@ def test_chat_streams_end_at_their_deadline_whatever_decisions_run(tmp_path):
             if answer.status_code == 503:
                 assert answer.json()["retryable"] is True
         assert httpx.post(adapter.url + "/invocations", json=HEAVY, timeout=120).status_code == 200
+
+
+def _many_choices(questions: int) -> dict:
+    """`questions` decisions of 255 options on one 3,000-token state, read as option_text: 255
+    option paths each, 3,834 tokens of budget for one, 6,249 for four (of 8,192)."""
+    options = [{"id": f"{n} team"} for n in range(255)]
+    return {
+        "decisions": [
+            {"id": f"q{n}", "state": "ab " * 3000, "question": f"Which team {n}?",
+             "options": options, "readout": "option_text"}
+            for n in range(questions)
+        ]
+    }  # fmt: skip
+
+
+@pytest.mark.serial
+def test_shared_mode_charges_its_restores_so_what_cannot_finish_is_a_413_at_once(tmp_path):
+    """Finding 4: shared, every option path restores its question's whole saved sequence, a
+    cost the budget did not count (32 questions of 255 options on a 3,000-token state: 52% of
+    the limit, always a "retryable" 503 at 45 s). The budget now charges the restores: four
+    such questions, 76% of the limit in tokens, cost 3,039 tokens' worth of restores more: a
+    413 before any model work; one such question is answered."""
+    with running_adapter(
+        tmp_path, DECISION_MAX_SCORING_REQUESTS="4", DECISION_STATE_CACHE_BYTES="0"
+    ) as adapter:
+        url = adapter.url + "/invocations"
+        started = time.monotonic()
+        refused = httpx.post(url, json=_many_choices(4), timeout=120)
+        took = time.monotonic() - started
+        assert refused.status_code == 413, refused.text[:300]
+        assert took < 10, took  # tokenizing 1,020 options, no model work
+        assert adapter.stats()["engine"]["decode_calls"] == 0
+        answered = httpx.post(url, json=_many_choices(1), timeout=120)
+        assert answered.status_code == 200, answered.text[:300]
