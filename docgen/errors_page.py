@@ -117,7 +117,9 @@ ERRORS = (
         "503",
         True,
         "the model and its queue are full (`DECISION_MAX_QUEUE`, `DECISION_ADMISSION_WAIT_S`), or "
-        "a decision's model work ran past `DECISION_SCORING_DEADLINE_S`",
+        "a decision's model work ran past `DECISION_SCORING_DEADLINE_S`, or was stopped at a "
+        "running chat stream's deadline (`DECISION_CHAT_DEADLINE_S`, with "
+        "`DECISION_MAX_CHAT_STREAMS` above 1)",
     ),
     ErrorKind(
         "jsonlines_timeout",

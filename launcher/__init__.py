@@ -128,7 +128,7 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def run_adapter_until_exit(
-    env: dict[str, str], timeout: float = 120
+    env: dict[str, str], timeout: float = 120, *, preexec_fn=None
 ) -> subprocess.CompletedProcess:
     """Start the adapter expecting it to refuse; returns the finished process."""
     return subprocess.run(
@@ -137,4 +137,5 @@ def run_adapter_until_exit(
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=preexec_fn,
     )

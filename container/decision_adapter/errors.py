@@ -99,7 +99,10 @@ class Loading(Busy):
 
 
 class ShuttingDown(Busy):
-    """The server stopped model work at its shutdown deadline; retryable elsewhere."""
+    """The server stopped model work at its shutdown deadline; retryable elsewhere, not here:
+    its own error type, so a client does not retry a server that is going away."""
+
+    error_type = "shutting_down"
 
     def __init__(self, retry_after_s: int) -> None:
         Exception.__init__(self, "the server is shutting down; retry the request")
@@ -110,11 +113,14 @@ class OutOfTime(Busy):
     """Admitted work ran past its request's deadline: this machine was slower than the budget
     assumes (load, fewer cores); retryable, here later or on another instance."""
 
-    def __init__(self, retry_after_s: int, deadline_s: float) -> None:
+    def __init__(self, retry_after_s: int, deadline_s: float, *, for_chat: bool = False) -> None:
         Exception.__init__(
             self,
-            f"the request's model work ran past {deadline_s:g} s (DECISION_SCORING_DEADLINE_S); "
-            "retry the request, or send fewer tokens",
+            "the request's model work was stopped at a running chat's deadline "
+            "(DECISION_CHAT_DEADLINE_S), which it would have held past; retry the request"
+            if for_chat
+            else f"the request's model work ran past {deadline_s:g} s "
+            "(DECISION_SCORING_DEADLINE_S); retry the request, or send fewer tokens",
         )
         self.retry_after_s = retry_after_s
 

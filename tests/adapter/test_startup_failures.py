@@ -213,3 +213,29 @@ def test_an_api_key_of_whitespace_exits_2_with_one_line():
     finished = run_adapter_until_exit({"DECISION_API_KEY": " \t "}, timeout=60)
     assert finished.returncode == 2
     assert "DECISION_API_KEY: only whitespace" in _one_line(finished)
+
+
+GIB = 1 << 30
+
+
+def test_batched_decisions_whose_kv_would_not_fit_refuse_to_start_naming_the_setting(tmp_path):
+    """Issue 69, finding 7: each batched-decision lane reserves two KV streams of the whole
+    request limit (8 lanes: 2.3 GiB on the bundled model; 64: about 18.6 GiB), unchecked. Under
+    an address-space limit of 6 GiB, 64 lanes refuse the start with one line naming the
+    setting; a start that fits logs what its lanes hold in the start-up line."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 * GIB, 6 * GIB))
+
+    finished = run_adapter_until_exit(
+        {"DECISION_MAX_SCORING_REQUESTS": "64"}, timeout=120, preexec_fn=limited
+    )
+    assert finished.returncode == 1, finished.stderr[-2000:]
+    line = _one_line(finished)
+    assert "DECISION_MAX_SCORING_REQUESTS=64" in line and "RLIMIT_AS" in line, line
+    with running_adapter(tmp_path, DECISION_MAX_SCORING_REQUESTS="8") as adapter:
+        loaded = next(
+            json.loads(text) for text in adapter.log().splitlines() if '"shared_kv_bytes"' in text
+        )
+    assert 2.2 * GIB < loaded["shared_kv_bytes"] < 2.5 * GIB, loaded["shared_kv_bytes"]

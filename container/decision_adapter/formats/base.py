@@ -14,6 +14,14 @@ from ..contract import ModelService, Scored, StateQuestion
 from ..errors import LimitExceeded, RequestError, TooManyQuestions, validation_details
 
 
+class Refused(Exception):
+    """A body's validation error, already written as its format's answer (`parse_refusing`)."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
 @dataclass
 class Call:
     """What a format may use of the HTTP request it answers."""
@@ -56,6 +64,15 @@ class WireFormat:
         if not isinstance(body, dict):
             raise RequestError(422, "body: expected a JSON object", field="body")
         return self.schema.model_validate(body)
+
+    def parse_refusing(self, body: Any) -> BaseModel:
+        """`parse`, a validation error answered as Refused, its body written here: where the
+        validation ran, off the event loop for a large body. pydantic builds one error dict per
+        bad item (`errors()`), seconds for hundreds of thousands, which on the loop held /ping."""
+        try:
+            return self.parse(body)
+        except ValidationError as error:
+            raise Refused(*self.validation_error_body(error)) from None
 
     async def answer(
         self, request: Any, service: ModelService, call: Call

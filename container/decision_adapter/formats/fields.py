@@ -15,7 +15,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, StrictStr
+from pydantic import AfterValidator, BeforeValidator, Field, StrictStr
+from pydantic_core import PydanticCustomError
 
 from ..contract import MAX_OPTIONS
 
@@ -101,6 +102,24 @@ def bounded_json(value: Any) -> Any:
 bounded_json.__doc__ = (
     f"At most {MAX_STATE_VALUES:,} JSON values (objects, arrays and the values in them)."
 )
+
+
+def at_most(count: int) -> BeforeValidator:
+    """A list's or an object's cap, checked before any of its items. pydantic validates every
+    item of an object (and of a list without `max_length`) before it counts them, one error per
+    bad item: 500,000 bad items in a 1 MiB body were seconds of validation and of error dicts.
+    Put outside a union (`Annotated[str | list[...], at_most(n)]`) it caps the list member."""
+
+    def capped(value: Any) -> Any:
+        if isinstance(value, (list, dict)) and len(value) > count:
+            raise PydanticCustomError(
+                "too_long",
+                "at most {max_length} items, not {actual_length}",
+                {"max_length": count, "actual_length": len(value)},
+            )
+        return value
+
+    return BeforeValidator(capped)
 
 
 # A decision's state: text, or JSON the prompt shows as indented JSON.

@@ -31,10 +31,13 @@ from ..contract import (
 )
 from ..errors import LimitExceeded, ShuttingDown
 from .base import Call, EventStream, WireFormat
+from .fields import at_most
 
 # Strict types throughout: "stream": "yes" or "n": true is a 422, not a guess, and the OpenAPI
 # schema says what the validators accept.
 STRICT = ConfigDict(extra="forbid", strict=True)
+MAX_STOPS = 4  # OpenAI's
+MAX_METADATA = 16  # OpenAI's
 
 
 def _refuse_unless_null(value: Any) -> None:
@@ -67,7 +70,7 @@ class _MessageFields(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"] = Field(
         description="Who speaks; the chat template renders each role its way."
     )
-    content: StrictStr | list[TextPart] = Field(
+    content: Annotated[StrictStr | list[TextPart], at_most(MAX_REQUEST_ITEMS)] = Field(
         description="Text, or text parts joined one per line (as llama-server joins them)."
     )
 
@@ -177,7 +180,7 @@ class _ChatFields(BaseModel):
         description="llama.cpp's 32-bit seed: the same seed reproduces a sampled answer; -1 "
         "or absent, a random one.",
     )
-    stop: StrictStr | list[StrictStr] | None = Field(
+    stop: Annotated[StrictStr | list[StrictStr] | None, at_most(MAX_STOPS)] = Field(
         None,
         description="Up to 4 non-empty strings that end the answer, besides the prompt's own "
         '(`"\\nUser:"` in completion mode).',
@@ -200,7 +203,9 @@ class _ChatFields(BaseModel):
     # Accepted, no effect (IGNORED_FIELDS).
     user: StrictStr | None = Field(None, description="Accepted; no effect.")
     store: bool | None = Field(None, description="Accepted; no effect.")
-    metadata: dict[StrictStr, StrictStr] | None = Field(None, description="Accepted; no effect.")
+    metadata: Annotated[dict[StrictStr, StrictStr] | None, at_most(MAX_METADATA)] = Field(
+        None, description=f"Accepted (at most {MAX_METADATA} keys, as OpenAI's); no effect."
+    )
     service_tier: StrictStr | None = Field(None, description="Accepted; no effect.")
     stream_options: dict[StrictStr, Any] | None = Field(
         None, description="Accepted; no effect: usage is always in the last chunk."
@@ -233,8 +238,8 @@ class _ChatFields(BaseModel):
     @classmethod
     def _stop_list(cls, stop: str | list[str] | None) -> list[str] | None:
         stops = [stop] if isinstance(stop, str) else stop
-        if stops is not None and (len(stops) > 4 or any(not s for s in stops)):
-            raise ValueError("at most 4 non-empty stop strings")
+        if stops is not None and (len(stops) > MAX_STOPS or any(not s for s in stops)):
+            raise ValueError(f"at most {MAX_STOPS} non-empty stop strings")
         return stops
 
     def as_chat(self) -> Chat:

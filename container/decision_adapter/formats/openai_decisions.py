@@ -15,7 +15,7 @@ import json
 import logging
 import unicodedata
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import (
@@ -41,7 +41,7 @@ from ..contract import (
 )
 from ..errors import LimitExceeded, RequestError, TooManyQuestions, field_path
 from .base import Call, WireFormat
-from .fields import NonBlank, OptionName, bounded_json, min_confidence_field
+from .fields import NonBlank, OptionName, at_most, bounded_json, min_confidence_field
 from .systemone import (
     MAX_SCORE_LEVELS,
     ChoiceQuestion,
@@ -54,6 +54,11 @@ from .systemone import (
 log = logging.getLogger("decision_adapter")
 
 MAX_QUESTIONS = 400  # the SDK's own bound; DECISION_MAX_DECISIONS is the served one
+
+
+# Content and output parts, capped before their items are validated (fields.at_most).
+T = TypeVar("T")
+Capped = Annotated[T, at_most(MAX_REQUEST_ITEMS)]
 
 
 class _Closed(BaseModel):
@@ -125,22 +130,22 @@ class _Message(_Closed):
 
 class UserMessage(_Message):
     role: Literal["user"] = Field(description="The user speaks.")
-    content: StrictStr | list[UserPart] = Field(description=CONTENT)
+    content: Capped[StrictStr | list[UserPart]] = Field(description=CONTENT)
 
 
 class DeveloperMessage(_Message):
     role: Literal["developer"] = Field(description="The developer speaks.")
-    content: StrictStr | list[InputText] = Field(description=CONTENT)
+    content: Capped[StrictStr | list[InputText]] = Field(description=CONTENT)
 
 
 class SystemMessage(_Message):
     role: Literal["system"] = Field(description="The system prompt.")
-    content: StrictStr | list[InputText] = Field(description=CONTENT)
+    content: Capped[StrictStr | list[InputText]] = Field(description=CONTENT)
 
 
 class AssistantMessage(_Message):
     role: Literal["assistant"] = Field(description="The assistant speaks.")
-    content: StrictStr | list[AssistantPart] = Field(description=CONTENT)
+    content: Capped[StrictStr | list[AssistantPart]] = Field(description=CONTENT)
     phase: Literal["commentary", "final_answer"] | None = Field(None, description=UNREAD)
 
 
@@ -161,7 +166,7 @@ class FunctionCall(_ToolItem):
 
 class FunctionCallOutput(_ToolItem):
     type: Literal["function_call_output"] = Field(description="A function call's output.")
-    output: StrictStr | list[ToolOutputPart] = Field(description=CONTENT)
+    output: Capped[StrictStr | list[ToolOutputPart]] = Field(description=CONTENT)
 
 
 class CustomToolCall(_ToolItem):
@@ -173,7 +178,7 @@ class CustomToolCall(_ToolItem):
 
 class CustomToolCallOutput(_ToolItem):
     type: Literal["custom_tool_call_output"] = Field(description="A custom tool call's output.")
-    output: StrictStr | list[ToolOutputPart] = Field(description=CONTENT)
+    output: Capped[StrictStr | list[ToolOutputPart]] = Field(description=CONTENT)
 
 
 Part = InputText | InputImage | InputJson | OutputText | RefusalPart
@@ -225,7 +230,9 @@ TOOL_OUTPUTS = {
 # --- questions -------------------------------------------------------------------------------
 # Never blank, never an empty list: System One would otherwise ask its default question in
 # their place, a question the caller did not ask.
-Instructions = NonBlank | Annotated[list[UserPart], Field(min_length=1)]
+Instructions = Annotated[
+    NonBlank | Annotated[list[UserPart], Field(min_length=1)], at_most(MAX_REQUEST_ITEMS)
+]
 
 
 class _Question(_Closed):

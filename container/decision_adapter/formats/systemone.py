@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
 from ..contract import (
+    MAX_OPTIONS,
     MAX_REQUEST_ITEMS,
     Answer,
     ModelIdentity,
@@ -32,6 +33,7 @@ from .base import Call, WireFormat, score
 from .fields import (
     OptionName,
     State,
+    at_most,
     check_unique_names,
     is_blank,
     min_confidence_field,
@@ -106,7 +108,7 @@ class ChoiceQuestion(BaseModel):
         description='The question; absent or blank: "Which option fits the state best?".',
     )
     # Option names go into the prompt like the decision format's option ids, with its rules.
-    criteria: dict[OptionName, Text | None] = options_field()
+    criteria: Annotated[dict[OptionName, Text | None], at_most(MAX_OPTIONS)] = options_field()
 
     @field_validator("criteria")
     @classmethod
@@ -197,7 +199,7 @@ class SystemOneRequest(BaseModel):
         description="What the questions are about: text, or JSON the prompt shows as indented "
         "JSON."
     )
-    questions: dict[QuestionId, SystemOneQuestion] = Field(
+    questions: Annotated[dict[QuestionId, SystemOneQuestion], at_most(MAX_REQUEST_ITEMS)] = Field(
         min_length=1,
         max_length=MAX_REQUEST_ITEMS,
         description="The questions by id; each answer comes back under its question's id. At "

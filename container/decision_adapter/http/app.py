@@ -29,7 +29,7 @@ from ..errors import (
     RequestError,
 )
 from ..formats import decision, openai_chat, openai_decisions, systemone
-from ..formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
+from ..formats.base import ADAPTER_ERRORS, Call, EventStream, Refused, WireFormat, format_of
 from ..logs import RequestLog
 from ..service.daemon_threads import on_daemon_thread
 from ..service.decision_service import DecisionService
@@ -68,7 +68,9 @@ def error_parts(
 ) -> tuple[int, dict[str, Any], dict[str, str] | None]:
     """A domain error's status, body in `wire_format` and headers."""
     headers = None
-    if isinstance(error, ValidationError):
+    if isinstance(error, Refused):  # its body built where it was validated
+        status, body = error.status, error.body
+    elif isinstance(error, ValidationError):
         status, body = wire_format.validation_error_body(error)
     elif isinstance(error, RequestError):
         headers = error.headers
@@ -107,7 +109,7 @@ def error_parts(
     return status, body, headers
 
 
-ANSWERED_ERRORS = (RequestError, ValidationError, Busy, ChatTemplateError, EngineError)
+ANSWERED_ERRORS = (RequestError, ValidationError, Refused, Busy, ChatTemplateError, EngineError)
 
 
 async def answered_in(wire_format: WireFormat, work: Awaitable[Response]) -> Response:
@@ -134,7 +136,7 @@ async def _answer(wire_format: WireFormat, request: Request, body: Any) -> Respo
     if parsed_in_place(request):
         parsed = wire_format.parse(body)
     else:  # validating a large body, and building its errors, is CPU work: off the loop
-        parsed = await off_loop(wire_format.parse, body)
+        parsed = await off_loop(wire_format.parse_refusing, body)
     call = Call(log=request.scope["state"]["log_fields"], is_disconnected=request.is_disconnected)
     CLIENT_GONE.set(request.is_disconnected)  # this request's task and what it starts
     reply = await wire_format.answer(parsed, _service(request), call)

@@ -21,11 +21,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ..contract import WORK_DEADLINE, ModelService
 from ..errors import Busy, RequestError
-from ..formats.base import ADAPTER_ERRORS, Call, EventStream, WireFormat, format_of
+from ..formats.base import ADAPTER_ERRORS, Call, EventStream, Refused, WireFormat, format_of
 from ..settings import Settings
 from .body import parse_json
 
@@ -42,7 +42,7 @@ class Line:
     number: int  # 1-based, as an editor counts
     wire_format: WireFormat  # the format it is answered in, its errors too
     request: BaseModel | None = None  # parsed and validated, when it is
-    error: Exception | None = None  # RequestError or ValidationError, when it is not
+    error: Exception | None = None  # RequestError or Refused, when it is not
 
 
 def split(raw: bytes, max_lines: int) -> list[bytes]:
@@ -118,8 +118,8 @@ def parse(
                     error_type="unsupported_media_type",
                 )
             wire_format = shape
-            lines.append(Line(number, wire_format, request=wire_format.parse(body)))
-        except (RequestError, ValidationError) as error:
+            lines.append(Line(number, wire_format, request=wire_format.parse_refusing(body)))
+        except (RequestError, Refused) as error:
             lines.append(Line(number, wire_format, error=error))
     return lines
 

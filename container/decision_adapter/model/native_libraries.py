@@ -120,7 +120,10 @@ def offloaded_layers(engine: Engine | None, n_gpu_layers: int) -> dict[str, int]
 
 
 def log_model_loaded(
-    model_info: dict[str, Any], engine: Engine | None, n_gpu_layers: int
+    model_info: dict[str, Any],
+    engine: Engine | None,
+    n_gpu_layers: int,
+    memory: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Log the one start-up line and return its fields."""
     import llama_cpp
@@ -135,6 +138,7 @@ def log_model_loaded(
         "llama_libraries": libraries,
         "llama_cpp_package": str(Path(llama_cpp.__file__).parent),
         "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
+        **(memory or {}),
     }
     log.info("model loaded", extra={"fields": fields})
     return fields

@@ -14,9 +14,12 @@ logits only; the scheduling is the callers'. Not thread-safe: used on the model 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import resource
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import llama_cpp
@@ -24,6 +27,50 @@ import numpy as np
 
 from ..errors import EngineError
 from .engine import Engine, restore_saved_sequence, saved_sequence, sequence_length
+
+CELL_ROUNDING = 256  # llama.cpp gives each stream n_ctx / n_seq_max cells, rounded up to this
+
+
+def kv_bytes(engine: Engine, n_streams: int, n_ctx_per_stream: int) -> int:
+    """What a StreamContext of every cell kept (`swa_full`) reserves for its KV cache: F16 keys
+    and values of every layer for every cell of every stream (an upper bound where a sliding
+    window keeps fewer)."""
+    model = engine.model
+    arch = engine.architecture
+    n_head = max(1, llama_cpp.llama_model_n_head(model))
+    head = llama_cpp.llama_model_n_embd(model) // n_head
+    key = int(engine.metadata(f"{arch}.attention.key_length") or head)
+    value = int(engine.metadata(f"{arch}.attention.value_length") or head)
+    per_cell = int(llama_cpp.llama_model_n_layer(model) * llama_cpp.llama_model_n_head_kv(model))
+    cells = -(-n_ctx_per_stream // CELL_ROUNDING) * CELL_ROUNDING
+    return n_streams * cells * per_cell * (key + value) * 2
+
+
+# A limit that cannot be read (another OS, no cgroup v2) bounds nothing.
+UNREADABLE = (OSError, ValueError, StopIteration)
+
+
+def memory_left() -> tuple[int, str]:
+    """The bytes this process may still allocate, and what bounds them: the host's available
+    memory, the container's cgroup limit less its use, or the address-space limit less its
+    size, whichever is least."""
+    left: list[tuple[int, str]] = []
+    with contextlib.suppress(*UNREADABLE):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                left.append((int(line.split()[1]) * 1024, "the host's available memory"))
+    with contextlib.suppress(*UNREADABLE):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            left.append((int(limit) - used, "the container's memory limit (cgroup)"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        with contextlib.suppress(*UNREADABLE):
+            status = Path("/proc/self/status").read_text().splitlines()
+            size = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+            left.append((soft - size * 1024, "the address-space limit (RLIMIT_AS)"))
+    return min(left, default=(2**63, "no known limit"))
 
 
 class StreamContext:
@@ -41,7 +88,7 @@ class StreamContext:
         config = engine.config
         params = llama_cpp.llama_context_default_params()
         # llama.cpp gives each stream n_ctx / n_seq_max cells, rounded up to 256.
-        params.n_ctx = n_streams * (-(-n_ctx_per_stream // 256) * 256)
+        params.n_ctx = n_streams * (-(-n_ctx_per_stream // CELL_ROUNDING) * CELL_ROUNDING)
         params.n_batch = config.n_batch
         params.n_ubatch = config.n_batch
         params.n_seq_max = n_streams

@@ -8,6 +8,7 @@ numbers (llama.cpp's logits depend on how a prompt is split into batches).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import string
 import sys
@@ -181,6 +182,11 @@ class ScoringPlan:
         ]
 
 
+def json_string_body(text: str) -> str:
+    """`text` as JSON writes it between a string's quotes (non-ASCII kept, as models write it)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
 def _option_words(question: Question, with_descriptions: bool) -> list[str]:
     words = question.answer_words or question.option_ids
     if not with_descriptions:
@@ -253,12 +259,17 @@ def _plan_question(
         return QuestionPlan(readout, labels, readings, prompts[0].sha256, question.kind)
     if readout in JSON_CHOICE_READOUTS:
         words = _option_words(question, with_descriptions=False)
+        # Listed and read as JSON writes each name inside its string: a raw `"` would end the
+        # name early (`Billing"Shipping` read inside `Billing`'s mass), a raw `\` escape the
+        # closing quote. Names without either read as before.
+        spelled = {w: json_string_body(w) for w in words}
         candidates = sorted(
-            zip(words, question.descriptions, strict=False), key=lambda pair: pair[0]
+            ((spelled[w], about) for w, about in zip(words, question.descriptions, strict=False)),
+            key=lambda pair: pair[0],
         )
         prompt = renderer.json_choice(state, question.question, candidates)
         suffix = suffix_tokens(prompt)
-        continuations = [continuation(w + JSON_CHOICE_CLOSE, opened=True) for w in words]
+        continuations = [continuation(spelled[w] + JSON_CHOICE_CLOSE, opened=True) for w in words]
         return QuestionPlan(
             readout, words, [reading(suffix, continuations)], prompt.sha256, question.kind
         )

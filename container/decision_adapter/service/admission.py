@@ -69,6 +69,9 @@ class ModelRunner:
         self._in_grace = 0  # waiters in their grace, not in the queue
         self._retry_after_s = retry_after_s
         self._waiters: deque[asyncio.Future[None]] = deque()
+        # Runners whose work holds the model thread for a whole job (share_model): while one of
+        # them has work in flight, this one admits none, and the other way round.
+        self._rivals: list[ModelRunner] = []
         self.in_flight = 0
         self.stats = AdmissionStats()
         self._stopping = threading.Event()  # set at the shutdown deadline; never cleared
@@ -80,6 +83,17 @@ class ModelRunner:
     @property
     def model_thread(self) -> ThreadPoolExecutor:
         return self._executor
+
+    def share_model(self, rival: ModelRunner) -> None:
+        """Admit nothing while `rival` has work in flight, nor it while this one has: a job of
+        one (a chat answered whole) would otherwise hold the model thread while the other's
+        admitted work (batched decisions' rounds) waits behind it, past its deadline."""
+        self._rivals.append(rival)
+        rival._rivals.append(self)
+
+    def _free(self) -> bool:
+        """A slot is free, and no rival holds the model."""
+        return self.in_flight < self._max_in_flight and not any(r.in_flight for r in self._rivals)
 
     def stop_work(self) -> None:
         """Shutdown deadline: refuse new work; running work ends with ShuttingDown."""
@@ -101,7 +115,7 @@ class ModelRunner:
         if self._stopping.is_set():
             raise ShuttingDown(self._retry_after_s)
         arrived = time.perf_counter()
-        if self.in_flight < self._max_in_flight and not self._waiters:
+        if self._free() and not self._waiters:
             self.in_flight += 1
             self.stats.admitted += 1
             metrics.record_admitted(0.0)
@@ -161,8 +175,17 @@ class ModelRunner:
     def _release(self) -> None:
         if self._waiters:  # hand the slot over: in_flight stays
             self._waiters.popleft().set_result(None)
-        else:
-            self.in_flight -= 1
+            return
+        self.in_flight -= 1
+        if not self.in_flight:  # the model is free of this runner: a rival's waiters may start
+            for rival in self._rivals:
+                rival._hand_over()
+
+    def _hand_over(self) -> None:
+        """Slots to waiters while they are free (a rival just let go of the model)."""
+        while self._waiters and self._free():
+            self.in_flight += 1
+            self._waiters.popleft().set_result(None)
 
     async def admit(self) -> Callable[[], None]:
         """Admit work that runs as many jobs, not one (a batched chat stream); returns its

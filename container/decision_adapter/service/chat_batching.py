@@ -5,8 +5,9 @@ share each round's batch: `shared`, below), each stream its own KV stream and sa
 One job on the model thread is one round: the streams that arrived are prefilled, each prompt
 its own batches (time to first token as alone, plus at most one round of the others); then
 every running stream decodes its next token. Rounds follow each other while any stream runs,
-queued behind whatever else the model thread has (decisions run between two rounds). A stream
-whose reader left is dropped at the next round.
+queued behind whatever else the model thread has (decisions run between two rounds, and stop
+at the soonest running stream's deadline: `earliest_deadline`). A stream whose reader left is
+dropped at the next round.
 
 Each stream's token is a batch of its own. In one micro-batch the streams' rows would share a
 read of the weights, but a row's bits follow the rows beside it: on the bundled model a stream's
@@ -146,6 +147,13 @@ class ChatBatcher:
             job.left.set()
             # As ModelRunner.stream: the answer ends once the stream's slot is free again.
             await asyncio.shield(finished)
+
+    def earliest_deadline(self) -> float:
+        """The soonest deadline of the streams admitted and not ended (time.monotonic; inf for
+        none): a job run between two rounds must not keep their next round past it."""
+        with self._lock:
+            streams = [*self._arrived, *self._running]
+        return min((job.until for job in streams if not job.done), default=float("inf"))
 
     def close(self) -> None:
         """After the model thread has stopped (ModelRunner.close)."""

@@ -37,7 +37,7 @@ from ..errors import (
 from ..model.decision_head import read_decision_head, reads_embeddings
 from ..model.engine import DeadlinePassed, Engine, EngineConfig, Sampling
 from ..model.files import load_model_file
-from ..model.streams import StreamContext
+from ..model.streams import StreamContext, kv_bytes, memory_left
 from ..model.tokenizer import TokenLimitExceeded
 from ..scoring import trained_head
 from ..scoring.budget import TokenBudget
@@ -57,7 +57,7 @@ from .chat_batching import ChatBatcher
 from .daemon_threads import on_daemon_thread
 from .generation import text_events
 from .identity import model_identity
-from .scoring_batching import LaneDecoder, ScoringBatcher
+from .scoring_batching import LaneDecoder, ScoringBatcher, restore_cost, stream_cells
 
 T = TypeVar("T")
 
@@ -146,6 +146,7 @@ class DecisionService:
         # Batched decisions: admitted apart from chat, their rounds on the same model thread.
         self.scoring_runner: ModelRunner | None = None
         self.scoring_batcher: ScoringBatcher | None = None
+        self.shared_kv_bytes = 0  # the batched decisions' KV streams (logged at start-up)
         # A hybrid model's recurrent state cannot drop a round's padding (scoring_batching.py).
         # A decision head decodes each prompt alone in the engine's context (trained_head.py).
         if (
@@ -163,14 +164,31 @@ class DecisionService:
                 model_thread=self.runner.model_thread,
             )
             # A call of a round lends a stream to each piece: a state, a question or a path.
+            cells = stream_cells(settings.request_token_limit)
+            self.shared_kv_bytes = kv_bytes(self.engine, 2 * lanes, cells)
+            left, bound = memory_left()
+            # On the CPU the streams' KV is host memory, reserved (and zeroed) at once: a start
+            # it does not fit would be killed for memory, or be at the next request's mercy.
+            if settings.n_gpu_layers == 0 and self.shared_kv_bytes > left:
+                need, each = self.shared_kv_bytes / 2**30, self.shared_kv_bytes / lanes / 2**20
+                raise EngineError(
+                    f"DECISION_MAX_SCORING_REQUESTS={lanes}: its KV streams need {need:.1f} GiB "
+                    f"({each:.0f} MiB a request at {cells} cells), more than the "
+                    f"{max(left, 0) / 2**30:.1f} GiB {bound} leaves; lower it, or "
+                    "DECISION_MAX_REQUEST_TOKENS"
+                )
             streams = StreamContext(
                 self.engine,
                 2 * lanes,
-                settings.request_token_limit,
+                cells,
                 swa_full=True,
                 flash_attention=self.engine.config.flash_attention,  # as the engine's own context
             )
             self.scoring_batcher = ScoringBatcher(streams, self.scoring_runner)
+            # A one-at-a-time job (a chat answered whole, a trained head's decisions) holds the
+            # model thread from start to end: batched decisions admitted beside it would wait
+            # it out, past their deadline, and it theirs.
+            self.runner.share_model(self.scoring_runner)
         # Rendering and tokenizing run on threads of their own, two at a time, never on the
         # event loop (100 KB of newlines cost llama.cpp seconds before UserTextTokenizer) nor on
         # the model thread (a request over its budget must not hold the model). llama.cpp's
@@ -269,6 +287,17 @@ class DecisionService:
             "preparing": self._preparing,
         }
 
+    def _beside_chats(self, until: float, for_chat: list[bool]) -> float:
+        """On the model thread, as a job that holds it whole starts: its deadline (perf_counter),
+        brought forward to the soonest running chat stream's. The streams' next round waits for
+        the job, so a chat ends at its deadline only if the job ends by then (a decision of
+        45 s ended a 50 s chat at 63.7 s, past InvokeEndpoint's 60). `for_chat[0]`: it was."""
+        if self.chat_batcher is None:
+            return until
+        chat = time.perf_counter() + self.chat_batcher.earliest_deadline() - time.monotonic()
+        for_chat[0] = chat < until
+        return min(until, chat)
+
     # --- scoring -----------------------------------------------------------------------
     async def score(
         self, questions: Sequence[StateQuestion], *, refuse_unfit: bool = False
@@ -311,6 +340,11 @@ class DecisionService:
                 )
                 if refuse_unfit and len(group_plan.prefix_tokens) >= limit:
                     raise over_token_budget("state", len(group_plan.prefix_tokens), limit)
+                if self.scoring_batcher is not None:  # what sharing the model costs beside it
+                    try:
+                        budget.spend(restore_cost(group_plan))
+                    except TokenLimitExceeded:
+                        raise QuestionsOverBudget(limit) from None
                 if unfit:  # the refused: not in the plan, their answers stay None
                     refused = set(unfit)
                     members = [m for k, m in enumerate(members) if k not in refused]
@@ -345,8 +379,10 @@ class DecisionService:
                 outcomes.append((plan.answers(scores, self.engine), timing))
             return outcomes
 
+        for_chat = [False]
+
         def score_alone() -> list[tuple[list[Answer], ScoringTiming]]:
-            with self.engine.deadline(until):
+            with self.engine.deadline(self._beside_chats(until, for_chat)):
                 return score_all(self.engine)
 
         try:
@@ -355,7 +391,7 @@ class DecisionService:
             else:
                 outcomes, waited_ms = await self.scoring_batcher.run(score_all, until)
         except DeadlinePassed:
-            raise OutOfTime(self.settings.retry_after_s, deadline_s) from None
+            raise OutOfTime(self.settings.retry_after_s, deadline_s, for_chat=for_chat[0]) from None
         total_ms = _ms(received)
         answers: list[Any] = [None] * len(questions)
         timings: list[Any] = [None] * len(questions)
@@ -393,9 +429,11 @@ class DecisionService:
         until = min(received + slot_wait_s + deadline_s, WORK_DEADLINE.get() or math.inf)
         prefixes = trained_head.StatePrefixes(self.engine, head, self.state_cache)
 
+        for_chat = [False]
+
         def answer_all() -> tuple[list[Answer], float]:
             started = time.perf_counter()
-            with self.engine.deadline(until):
+            with self.engine.deadline(self._beside_chats(until, for_chat)):
                 try:
                     answers = [
                         trained_head.answer(self.engine, head, item, prefixes) for item in planned
@@ -407,7 +445,7 @@ class DecisionService:
         try:
             (answers, model_ms), waited_ms = await self.runner.run(answer_all)
         except DeadlinePassed:
-            raise OutOfTime(self.settings.retry_after_s, deadline_s) from None
+            raise OutOfTime(self.settings.retry_after_s, deadline_s, for_chat=for_chat[0]) from None
         needed = sum(item.tokens for item in planned)
         total_ms = _ms(received)
         # One timing per state prefix, as the generic path times each state; laya has none.

@@ -23,7 +23,8 @@ nobody reads, alone as together. The padding is cut once decoded, which a recurr
 cannot do: a hybrid model is scored one request at a time.
 
 A request whose client left, or whose deadline passed, is dropped at the next round (its thread
-ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted.
+ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted. A call
+that fails is tried again a request at a time, so its failure reaches only its own request.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ..errors import EngineError, RequestError
 from ..model.engine import DeadlinePassed
 from ..model.prefix_tree import Node
 from ..model.streams import StreamContext
+from ..scoring.score import ScoringPlan
 from .admission import ModelRunner
 
 T = TypeVar("T")
@@ -59,6 +61,11 @@ CLIENT_CHECK_S = 0.1
 GATHER_S = 0.005
 # The rows every piece and every call's logits come in (see the module).
 ROW_BLOCK = 8
+# Restored cells that cost one prompt token's time. Measured on the bundled model at 2 threads:
+# a restore 2.8 us a cell, a prefill 3-7 ms a token (2,500 cells); the issue 69 repro (32
+# questions of 255 options on a 3,000-token state, 24.5M cells restored) 1.3 us a cell against 3
+# ms a token (2,300). Half of that: a budget that charges it bounds the time with room.
+RESTORED_CELLS_PER_TOKEN = 1024
 
 
 class LeftEarly(EngineError):
@@ -76,6 +83,29 @@ class Lane:
 def padded_width(tokens: int) -> int:
     """The tokens a piece is padded to."""
     return max(ROW_BLOCK, -(-tokens // ROW_BLOCK) * ROW_BLOCK)
+
+
+def stream_cells(request_tokens: int) -> int:
+    """The cells a stream needs for a request of `request_tokens`: its last piece's padding
+    lies past its last token (a piece ending at the limit runs up to ROW_BLOCK - 1 beyond)."""
+    return request_tokens + ROW_BLOCK
+
+
+def restore_cost(plan: ScoringPlan) -> int:
+    """What the rounds do for `plan` beyond what its token budget counts, in prompt tokens'
+    worth (RESTORED_CELLS_PER_TOKEN): each question restores its state's saved sequence, and
+    each option path the question's whole one (state and question), since no stream belongs to
+    a request. One at a time, paths share the question's cells and nothing is restored."""
+    cells = 0
+    for question in plan.questions:
+        prefixes = [len(plan.prefix_tokens)]
+        if question.readout == "calibrated" and plan.content_free_prefix is not None:
+            prefixes.append(len(plan.content_free_prefix))  # its second pass, on "N/A"
+        for prefix in prefixes:
+            for reading in question.readings:
+                paths = sum(len(batch) for batch in reading.tree_batches)
+                cells += prefix + paths * (prefix + len(reading.suffix_tokens))
+    return -(-cells // RESTORED_CELLS_PER_TOKEN)
 
 
 def _nothing(*_: Any) -> None:
@@ -251,16 +281,31 @@ class ScoringBatcher:
             each = min(self._context.n_streams, self.n_batch // max(width, 1))
             same = list(alike)
             for start in range(0, len(same), each):
-                try:
-                    self._call(same[start : start + each])
-                except Exception as error:  # noqa: BLE001 - the batch failed (interrupted): all fail
-                    for work in taken:
-                        if not work.outcome.done():
-                            work.outcome.set_exception(error)
-                    return
+                self._call_apart(same[start : start + each])
         for work in taken:
             if not work.outcome.done():  # else one of its pieces failed
                 work.outcome.set_result(None)
+
+    def _call_apart(self, pieces: list[tuple[Work, Piece]]) -> None:
+        """`_call`, and where it fails, each work's pieces again in a call of their own: a
+        failure reaches only the request it belongs to, not the others sharing its call.
+        (Interrupted at shutdown, every call fails: every work then does.)"""
+        try:
+            self._call(pieces)
+        except Exception as error:  # noqa: BLE001 - whose failure: decided below
+            works: list[Work] = []
+            for work, _ in pieces:
+                if not work.outcome.done() and all(work is not w for w in works):
+                    works.append(work)
+            if len(works) == 1:
+                works[0].outcome.set_exception(error)
+                return
+            for work in works:
+                own = [(w, piece) for w, piece in pieces if w is work]
+                try:
+                    self._call(own)
+                except Exception as alone:  # noqa: BLE001 - this request's failure alone
+                    work.outcome.set_exception(alone)
 
     def _call(self, pieces: list[tuple[Work, Piece]]) -> None:
         """One llama_decode: piece k on stream k, padded to its width; logits asked of a

@@ -69,6 +69,7 @@ def test_a_chat_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
     assert reply.result().status_code == 503
     error = reply.result().json()
     assert error["retryable"] is True and "shutting down" in error["error"]
+    assert error["error_type"] == "shutting_down"  # not `overloaded`: this server is going away
 
 
 def test_a_decision_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path):
@@ -87,7 +88,7 @@ def test_a_decision_in_flight_at_the_deadline_gets_a_503_in_its_format(tmp_path)
         reply.result()
         _exits_within_grace(adapter, sigterm_at)
     assert reply.result().status_code == 503, reply.result().text
-    assert reply.result().json()["detail"]["error_type"] == "overloaded"
+    assert reply.result().json()["detail"]["error_type"] == "shutting_down"
 
 
 def test_a_request_being_prepared_at_the_deadline_gets_a_503_and_the_exit_does_not_wait(tmp_path):

@@ -3,6 +3,7 @@ in a shared request, from the state cache, and in another option order)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -256,3 +257,25 @@ def test_an_unknown_readout_is_a_422_naming_the_field_and_the_known_ones():
         (detail,) = reply.json()["detail"]
         assert detail["loc"] == ["body", "x_readout"]
         assert all(name in detail["msg"] for name in READOUTS)
+
+
+@pytest.mark.parametrize("readout", ["json_choice", "json_choice_sum"])
+def test_json_choice_reads_each_name_as_json_writes_it(renderer, readout):
+    """Issue 69, finding 6: names were read raw, so `Billing"Shipping` was scored inside
+    `Billing`'s mass (its closing quote came early), `Billing\\` read as an escaped quote and a
+    literal `caf\\u00e9` as `café`. Each name is now listed and read as JSON writes it: every
+    continuation is the name's JSON string body and its closing quote, none a prefix of
+    another's."""
+    names = ["Billing", 'Billing"Shipping', "Billing\\", "caf\\u00e9", "café"]
+    question = Question("Which team?", names, [None] * len(names), readout=readout)
+    plan = build_plan(renderer, "The invoice is wrong.", [question])
+    (reading,) = plan.questions[0].readings
+    engine = renderer.engine
+    for name, tokens in zip(names, reading.continuations, strict=True):
+        text = b"".join(engine.piece(token) for token in tokens).decode()
+        assert json.loads('"' + text) == name, (name, text)
+    for one in reading.continuations:
+        for other in reading.continuations:
+            assert one is other or one != other[: len(one)], (one, other)
+    listed = b"".join(engine.piece(token) for token in reading.suffix_tokens).decode()
+    assert '- Billing\\"Shipping\n' in listed and "- Billing\\\\\n" in listed, listed

@@ -354,3 +354,4 @@ def test_sigterm_ends_every_batched_decision_with_a_retryable_error(tmp_path):
         wait_until(lambda: adapter.process.poll() is not None, what="the adapter to exit")
     for reply in replies:
         assert reply.status_code == 503 and reply.json()["retryable"] is True
+        assert reply.json()["error_type"] == "shutting_down", reply.text
