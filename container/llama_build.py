@@ -56,8 +56,10 @@ import subprocess
 import sys
 import tarfile
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PACKAGE = "llama-cpp-python"
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
@@ -87,9 +89,9 @@ ALLOW_AMX_ENV = "LLAMA_BUILD_ALLOW_AMX"
 EXCLUDED_VARIANTS = ("sapphirerapids",)
 
 
-def excluded(environ: dict[str, str] | None = None) -> tuple[str, ...]:
-    environ = os.environ if environ is None else environ
-    return () if environ.get(ALLOW_AMX_ENV, "") == "1" else EXCLUDED
+def excluded(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    values = os.environ if environ is None else environ
+    return () if values.get(ALLOW_AMX_ENV, "") == "1" else EXCLUDED
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
@@ -337,11 +339,12 @@ def record_path(python: Path) -> Path:
     return python.parent.parent / "llama-build.json"
 
 
-def installed_record(python: Path) -> dict | None:
+def installed_record(python: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(record_path(python).read_text())
+        record: dict[str, Any] = json.loads(record_path(python).read_text())
     except (OSError, ValueError):
         return None
+    return record
 
 
 def install(python: Path, cmake_args: list[str], version: str | None = None) -> str:
