@@ -39,11 +39,11 @@ from bench.llama_server_build import (
     CMAKE_FLAGS,
     BuildFailed,
     _step,
-    cache_root,
     installed_version,
     vendored_llama_cpp,
 )
 from bench.workloads import THREADS, machine_name
+from launcher import cache_root
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"

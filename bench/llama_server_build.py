@@ -11,7 +11,6 @@ tests or examples. A failed step returns its reason; it never raises.
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -57,11 +56,6 @@ class Build:
 
 class BuildFailed(RuntimeError):
     """One step of the build failed; the message says which and why."""
-
-
-def cache_root() -> Path:
-    configured = os.environ.get("DECISION_BENCH_CACHE", "").strip()
-    return Path(configured) if configured else Path.home() / ".cache" / "decision-bench"
 
 
 def installed_version() -> str:

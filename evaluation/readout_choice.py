@@ -19,8 +19,8 @@ from typing import Any
 
 from decision_adapter.contract import question_kind
 
-from bench import metrics
-from bench.labelled import Case
+from evaluation import metrics
+from evaluation.labelled import Case
 
 Send = Callable[[str, dict[str, Any]], tuple[dict[str, Any], float, int]]
 

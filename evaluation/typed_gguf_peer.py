@@ -1,5 +1,5 @@
 """typed-gguf, a published frozen-model decision server, run on a local GGUF beside the adapter
-for `bench.evaluate --peer typed-gguf` (as `make bench` runs llama-server beside it).
+for `python -m evaluation --peer typed-gguf` (as `make bench` runs llama-server beside it).
 
 typed-gguf is installed once, pinned with its hash (requirements-peer.txt), --no-deps into its
 own folder under the bench cache (~/.cache/decision-bench/typed-gguf-<version>/;
@@ -7,7 +7,7 @@ DECISION_BENCH_CACHE moves it), never into the project's venv. It runs with its 
 answer cue, `{"choice": "` prefill, mean token log-probability, T = 1) on the pinned
 llama-cpp-python's own libraries (TYPED_GGUF_RUNTIME_DIR), so it never downloads a runtime; the
 GGUF is registered through its Python API in a private data home, and its `serve` answers
-`/v1/systemone`, which bench.evaluate posts System One items to.
+`/v1/systemone`, which python -m evaluation posts System One items to.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.llama_server_build import cache_root
-from launcher import RunningServer, free_port, stop, wait_until_healthy
+from launcher import RunningServer, cache_root, free_port, stop, wait_until_healthy
 
 NAME = "typed-gguf"
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "requirements-peer.txt"

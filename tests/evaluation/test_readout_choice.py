@@ -1,12 +1,12 @@
-"""bench.evaluate --choose-readout and bench.readout_choice: ranking readouts on labelled dev
+"""evaluation --choose-readout and evaluation.readout_choice: ranking readouts on labelled dev
 and held-out splits, and the per-model file it writes, with no model (strategies answer like the
-adapter); the committed readout splits are what bench.make_data makes."""
+adapter); the committed readout splits are what evaluation.make_data makes."""
 
 import json
 
 import pytest
 
-from bench import evaluate, labelled, metrics, readout_choice
+from evaluation import cli, labelled, metrics, readout_choice
 from tests.support.labelled_files import write_jsonl
 
 SHA = "cd" * 32
@@ -87,7 +87,7 @@ def test_choose_readout_ranks_by_the_targets_and_writes_the_per_model_file(tmp_p
     ]
     dev = [labelled.parse_line(r, 1) for r in readout_rows("d", states)]
     test = [labelled.parse_line(r, 1) for r in readout_rows("t", states[::-1])]
-    choice = evaluate.choose_readout(
+    choice = cli.choose_readout(
         dev,
         test,
         {"letters": strategy(by_position), "option_text": strategy(by_content)},
@@ -111,15 +111,15 @@ def test_choose_readout_ranks_by_the_targets_and_writes_the_per_model_file(tmp_p
     assert letters["by_question"]["routing.queue"]["auc"] == 0.5
     assert content["by_question"]["routing.queue"]["auc"] == 1.0
     assert content["by_question"]["priority.urgent"]["auc"] == 1.0
-    assert "below their majority" not in evaluate.render_choice(choice)  # all right held out
-    alone = evaluate.choose_readout(
+    assert "below their majority" not in cli.render_choice(choice)  # all right held out
+    alone = cli.choose_readout(
         dev,
         test,
         {"letters": strategy(by_position)},
         dev_file=tmp_path / "dev.jsonl",
         test_file=tmp_path / "test.jsonl",
     )
-    assert evaluate.render_choice(alone).splitlines()[-1] == (
+    assert cli.render_choice(alone).splitlines()[-1] == (
         "  held-out questions below their majority: priority.urgent (AUC 0.50)"
     )
     file = choice["calibration"]
@@ -169,12 +169,12 @@ def test_adapter_readout_names_the_strategy_in_each_format():
 
 def test_choose_readout_needs_a_held_out_file(tmp_path, capsys):
     data = write_jsonl(tmp_path / "dev.jsonl", readout_rows("d", [("billing", "billing")]))
-    assert evaluate.main([str(data), "--url", "http://127.0.0.1:9", "--choose-readout", "a"]) == 2
+    assert cli.main([str(data), "--url", "http://127.0.0.1:9", "--choose-readout", "a"]) == 2
     assert "--choose-readout needs --test" in capsys.readouterr().err
 
 
 def test_the_committed_readout_splits_are_what_make_data_makes():
-    from bench import make_data
+    from evaluation import make_data
 
     assert make_data.main(["--check"]) == 0
     dev = labelled.load(make_data.DATA / "readout_dev.jsonl")

@@ -1,10 +1,10 @@
-"""bench.metrics against values computed by hand on a tiny fixed input (no model involved)."""
+"""evaluation.metrics against values computed by hand on a tiny fixed input (no model involved)."""
 
 import math
 
 import pytest
 
-from bench import metrics
+from evaluation import metrics
 
 # (probabilities, expected index): top-label confidence, hit
 PROBABILITIES = [

@@ -1,4 +1,4 @@
-"""python -m bench.evaluate FILE.jsonl: accuracy and calibration of a served decision model.
+"""python -m evaluation FILE.jsonl: accuracy and calibration of a served decision model.
 
 Runs each labelled decision (or System One question) against a local adapter (--url) or a
 SageMaker endpoint (--endpoint, through boto3's sagemaker-runtime) with the operator CLI's
@@ -17,11 +17,11 @@ again with its options reversed and reports how far the probabilities move.
 adapter offers, ranks them by the targets (every question at or above its majority class, top
 option changes on reversal <= 10%, cost <= 2x letters; then accuracy and NLL), fits the winner's
 temperature on FILE, measures it on --test (a split never tuned on) and writes the per-model
-file (calibration.json) with `readout` and `temperature`. See bench/readout_choice.py.
+file (calibration.json) with `readout` and `temperature`. See evaluation/readout_choice.py.
 
 --peer typed-gguf --gguf PATH runs FILE on typed-gguf (a published decision server, with its
-defaults, bench/typed_gguf_peer.py) serving the same GGUF too, and writes side_by_side.json
-(bench/peer_compare.py) beside both reports: the adapter's column is --url/--endpoint evaluated
+defaults, evaluation/typed_gguf_peer.py) serving the same GGUF too, and writes side_by_side.json
+(evaluation/peer_compare.py) beside both reports: the adapter's column is --url/--endpoint evaluated
 now, or --beside REPORT, a report.json of ours on the same file (it must name the same GGUF).
 """
 
@@ -40,8 +40,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from bench import labelled, metrics, peer_compare, readout_choice
-from bench.labelled import Case, Item, LabelError
+from evaluation import labelled, metrics, peer_compare, readout_choice
+from evaluation.labelled import Case, Item, LabelError
 from ops.retry import Backoff, RetriesExhausted, call_with_retries
 from ops.transports import HttpTransport, InvalidUrl, InvokeFailed, SageMakerTransport
 
@@ -364,11 +364,11 @@ def render(result: dict[str, Any]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.evaluate",
+        prog="python -m evaluation",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", type=Path, help="labelled JSONL (see bench/labelled.py)")
+    parser.add_argument("file", type=Path, help="labelled JSONL (see evaluation/labelled.py)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--url", help="adapter base URL, e.g. http://127.0.0.1:8080")
     where.add_argument("--endpoint", help="SageMaker endpoint name (default: $OPS_ENDPOINT_NAME)")
@@ -377,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         help="directory for report.json and reliability.png "
-        "(default: bench/results/evaluate/<file name>)",
+        "(default: evaluation/results/evaluate/<file name>)",
     )
     parser.add_argument(
         "--fit-temperature",
@@ -438,7 +438,7 @@ TARGET_FAILURES = (RetriesExhausted, InvokeFailed, BotoCoreError, ClientError)
 def _target_failed(error: Exception) -> int:
     detail = f": {error.body}" if getattr(error, "body", None) else ""
     aws = "AWS: " if isinstance(error, (BotoCoreError, ClientError)) else ""
-    print(f"bench.evaluate: error: {aws}{error}{detail}", file=sys.stderr)
+    print(f"evaluation: error: {aws}{error}{detail}", file=sys.stderr)
     return 1
 
 
@@ -447,24 +447,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         items = labelled.load(args.file)
     except (OSError, LabelError) as error:
-        print(f"bench.evaluate: error: {error}", file=sys.stderr)
+        print(f"evaluation: error: {error}", file=sys.stderr)
         return 2
     if args.limit:
         items = items[: args.limit]
     if args.choose_readout and not args.test:
-        print("bench.evaluate: error: --choose-readout needs --test FILE", file=sys.stderr)
+        print("evaluation: error: --choose-readout needs --test FILE", file=sys.stderr)
         return 2
     test_items: list[Item] = []
     if args.test:
         try:
             test_items = labelled.load(args.test)
         except (OSError, LabelError) as error:
-            print(f"bench.evaluate: error: {error}", file=sys.stderr)
+            print(f"evaluation: error: {error}", file=sys.stderr)
             return 2
     if args.peer or args.gguf or args.beside:
         refused = _peer_refusal(args)
         if refused:
-            print(f"bench.evaluate: error: {refused}", file=sys.stderr)
+            print(f"evaluation: error: {refused}", file=sys.stderr)
             return 2
         if args.beside:
             return _peer(args, items, None)
@@ -472,12 +472,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             target = Target.url(args.url, args.max_attempts, args.timeout)
         except InvalidUrl as error:
-            print(f"bench.evaluate: error: --url {error}", file=sys.stderr)
+            print(f"evaluation: error: --url {error}", file=sys.stderr)
             return 2
     else:
         endpoint = args.endpoint or os.environ.get("OPS_ENDPOINT_NAME")
         if not endpoint:
-            print("bench.evaluate: error: pass --url URL or --endpoint NAME", file=sys.stderr)
+            print("evaluation: error: pass --url URL or --endpoint NAME", file=sys.stderr)
             return 2
         try:
             target = Target.endpoint(endpoint, args.region, args.max_attempts)
@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     except TARGET_FAILURES as error:
         return _target_failed(error)
     if args.temperature is not None and args.temperature <= 0:
-        print("bench.evaluate: error: --temperature must be positive", file=sys.stderr)
+        print("evaluation: error: --temperature must be positive", file=sys.stderr)
         return 2
     result = report(
         cases,
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.out or DEFAULT_OUT / args.file.stem
     out.mkdir(parents=True, exist_ok=True)
-    from bench.charts import reliability_diagram
+    from evaluation.charts import reliability_diagram
 
     result["reliability_png"] = str(reliability_diagram(result, out / "reliability.png"))
     if args.fit_temperature:
@@ -545,7 +545,7 @@ def _evaluated(items: list[Item], target: Any, args: argparse.Namespace, out: Pa
     """One column: FILE run on `target`, its report.json and diagram written into `out`."""
     cases, _ = run(items, target, order_check=False, progress=not args.no_progress)
     result = report(cases, source=args.file, target=target.description, fit=False, pairs=None)
-    from bench.charts import reliability_diagram
+    from evaluation.charts import reliability_diagram
 
     out.mkdir(parents=True, exist_ok=True)
     result["reliability_png"] = str(reliability_diagram(result, out / "reliability.png"))
@@ -555,7 +555,7 @@ def _evaluated(items: list[Item], target: Any, args: argparse.Namespace, out: Pa
 
 def _peer(args: argparse.Namespace, items: list[Item], target: Target | None) -> int:
     """The adapter's column (run now on `target`, or --beside) and the peer's, side by side."""
-    from bench import typed_gguf_peer
+    from evaluation import typed_gguf_peer
 
     out = args.out or DEFAULT_OUT / f"{args.file.stem}-{args.peer}"
     sha256 = typed_gguf_peer.sha256_of(args.gguf)
@@ -585,7 +585,7 @@ def _peer(args: argparse.Namespace, items: list[Item], target: Target | None) ->
     except TARGET_FAILURES as error:
         return _target_failed(error)
     except (OSError, ValueError, RuntimeError) as error:  # PeerUnavailable, a report, a GGUF
-        print(f"bench.evaluate: error: {error}", file=sys.stderr)
+        print(f"evaluation: error: {error}", file=sys.stderr)
         return 1
     side["reports"] = {"adapter": ours_source, args.peer: str(out / args.peer / "report.json")}
     (out / "side_by_side.json").write_text(json.dumps(side, indent=2, ensure_ascii=False) + "\n")

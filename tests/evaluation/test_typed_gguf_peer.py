@@ -1,5 +1,5 @@
-"""bench.evaluate --peer typed-gguf: the side-by-side of two reports, the command's refusals,
-and typed-gguf started for real on SmolLM2 beside the adapter, through bench.evaluate's path."""
+"""python -m evaluation --peer typed-gguf: the side-by-side of two reports, the command's refusals,
+and typed-gguf started for real on SmolLM2 beside the adapter, through the evaluation's path."""
 
 import json
 import math
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import evaluate, peer_compare, typed_gguf_peer
-from bench.labelled import Case
+from evaluation import cli, labelled, peer_compare, typed_gguf_peer
+from evaluation.labelled import Case
 from launcher.models import local_model
 
-SPLIT = Path(__file__).resolve().parents[2] / "bench" / "data" / "readout_test.jsonl"
+SPLIT = labelled.DATA / "readout_test.jsonl"
 SHA = "ab" * 32
 
 
@@ -21,7 +21,7 @@ def case(item: str, category: str, probabilities: list[float], expected: str) ->
 
 
 def a_report(cases: list[Case], source: Path, sha256: str | None = SHA) -> dict:
-    result = evaluate.report(cases, source=source, target="t", fit=False, pairs=None)
+    result = cli.report(cases, source=source, target="t", fit=False, pairs=None)
     result["model"] = {"gguf_sha256": sha256} if sha256 else {}
     return result
 
@@ -114,7 +114,7 @@ def test_two_committed_reports_are_set_side_by_side_from_the_command_line(tmp_pa
     ],
 )
 def test_the_peer_options_refuse_what_cannot_make_a_side_by_side(extra, message, capsys):
-    assert evaluate.main([str(SPLIT), *extra]) == 2
+    assert cli.main([str(SPLIT), *extra]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -122,7 +122,7 @@ def test_a_report_of_another_gguf_is_refused_before_the_peer_starts(tmp_path, ca
     committed = SPLIT.parent.parent / "results/readout-default/qwen2.5-coder-1.5b-test/report.json"
     other = tmp_path / "other.gguf"
     other.write_bytes(b"GGUF not the 1.5B")
-    code = evaluate.main(
+    code = cli.main(
         [str(SPLIT), "--peer", "typed-gguf", "--gguf", str(other), "--beside", str(committed)]
     )
     assert code == 1
@@ -132,23 +132,23 @@ def test_a_report_of_another_gguf_is_refused_before_the_peer_starts(tmp_path, ca
 @pytest.mark.real_model
 def test_typed_gguf_answers_a_split_beside_the_adapter_on_smollm2(tmp_path, monkeypatch):
     """Both servers for real on SmolLM2-135M-Instruct, the first items of the held-out split
-    through bench.evaluate --peer: every question the peer answers is a distribution over the
+    through python -m evaluation --peer: every question the peer answers is a distribution over the
     question's own candidates, and both columns score the same questions."""
     from launcher import running_adapter
 
     gguf = local_model("smollm2")
     answers: list[tuple[str, dict, dict]] = []
-    send = evaluate.Target.send
+    send = cli.Target.send
 
     def recorded(self, kind, body):
         answer, seconds, retries = send(self, kind, body)
         answers.append((self.description, body, answer))
         return answer, seconds, retries
 
-    monkeypatch.setattr(evaluate.Target, "send", recorded)
+    monkeypatch.setattr(cli.Target, "send", recorded)
     out = tmp_path / "out"
     with running_adapter(tmp_path, DECISION_MODEL_PATH=str(gguf)) as adapter:
-        code = evaluate.main(
+        code = cli.main(
             [str(SPLIT), "--peer", "typed-gguf", "--gguf", str(gguf), "--url", adapter.url]
             + ["--limit", "2", "--out", str(out), "--no-progress"]
         )

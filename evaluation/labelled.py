@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The committed labelled files: hand-written examples and the readout splits (data/README.md).
+DATA = Path(__file__).resolve().parent / "data"
 DECISION_FIELDS = ("id", "state", "question", "options")
 SYSTEMONE_MODEL = "jev-latest"  # the adapter's alias for whatever model it serves
 

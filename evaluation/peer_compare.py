@@ -1,13 +1,13 @@
-"""Two bench.evaluate reports of one labelled file set side by side: the adapter and a peer
+"""Two python -m evaluation reports of one labelled file set side by side: the adapter and a peer
 server (typed-gguf) on the same GGUF and split, question by question and kind by kind.
 
-Pure: reads the reports `bench.evaluate.report` writes and returns the side-by-side JSON
+Pure: reads the reports `evaluation.cli.report` writes and returns the side-by-side JSON
 (accuracy, ECE(10), NLL, Brier per column; per question category and per kind with its
 majority-class baseline; how many questions and kinds each column answers at or above it).
-`bench.evaluate --peer` writes one after the peer's run; two reports already made (a new
+`python -m evaluation --peer` writes one after the peer's run; two reports already made (a new
 readout of ours beside a committed peer run) are set side by side without running either:
 
-    python -m bench.peer_compare adapter=OURS/report.json typed-gguf=THEIRS/report.json \
+    python -m evaluation.peer_compare adapter=OURS/report.json typed-gguf=THEIRS/report.json \
         --out side_by_side.json
 """
 
@@ -65,7 +65,7 @@ def _at_or_above(groups: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def compare(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The side-by-side of `reports` ({column name: bench.evaluate report}), in their order."""
+    """The side-by-side of `reports` ({column name: an evaluation's report}), in their order."""
     check_comparable(reports)
     base = next(iter(reports.values()))
     return {
@@ -108,7 +108,7 @@ def render(side: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.peer_compare")
+    parser = argparse.ArgumentParser(prog="python -m evaluation.peer_compare")
     parser.add_argument("columns", nargs="+", metavar="NAME=REPORT", help="a column's report")
     parser.add_argument("--out", type=Path, required=True, help="where side_by_side.json goes")
     args = parser.parse_args(argv)
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         side = compare({name: json.loads(Path(path).read_text()) for name, path in paths.items()})
     except (OSError, ValueError) as error:  # NotComparable is a ValueError
-        print(f"bench.peer_compare: error: {error}", file=sys.stderr)
+        print(f"evaluation.peer_compare: error: {error}", file=sys.stderr)
         return 1
     side["reports"] = paths
     args.out.parent.mkdir(parents=True, exist_ok=True)

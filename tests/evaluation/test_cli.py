@@ -1,11 +1,11 @@
-"""bench.evaluate: labelled-file parsing, and the whole command against the live adapter."""
+"""python -m evaluation: labelled-file parsing, and the whole command against the live adapter."""
 
 import json
 import math
 
 import pytest
 
-from bench import evaluate, labelled
+from evaluation import cli, labelled
 from tests.support.labelled_files import write_jsonl
 
 OPTIONS = [
@@ -156,7 +156,7 @@ def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
     )
     data = write_jsonl(tmp_path / "mini.jsonl", rows)
     out = tmp_path / "out"
-    code = evaluate.main(
+    code = cli.main(
         [
             str(data),
             "--url",
@@ -195,15 +195,15 @@ def test_evaluate_end_to_end_against_the_adapter(adapter, tmp_path, capsys):
 
 
 def test_unreadable_file_is_a_usage_error(tmp_path, capsys):
-    assert evaluate.main([str(tmp_path / "missing.jsonl"), "--url", "http://127.0.0.1:9"]) == 2
-    assert "bench.evaluate: error" in capsys.readouterr().err
+    assert cli.main([str(tmp_path / "missing.jsonl"), "--url", "http://127.0.0.1:9"]) == 2
+    assert "evaluation: error" in capsys.readouterr().err
 
 
 def test_a_url_that_is_not_http_is_a_usage_error_before_any_request(tmp_path, capsys):
     data = write_jsonl(tmp_path / "one.jsonl", [ONE_ITEM])
-    assert evaluate.main([str(data), "--url", "notaurl", "--no-progress"]) == 2
+    assert cli.main([str(data), "--url", "notaurl", "--no-progress"]) == 2
     assert capsys.readouterr().err == (
-        "bench.evaluate: error: --url expects an http(s) URL such as http://127.0.0.1:8080, "
+        "evaluation: error: --url expects an http(s) URL such as http://127.0.0.1:8080, "
         "got 'notaurl'\n"
     )
 
@@ -214,8 +214,8 @@ def test_an_endpoint_without_credentials_fails_in_one_line(tmp_path, monkeypatch
     without_aws_credentials(monkeypatch, tmp_path)
     data = write_jsonl(tmp_path / "one.jsonl", [ONE_ITEM])
     argv = [str(data), "--endpoint", "decisions", "--region", "us-east-1", "--no-progress"]
-    assert evaluate.main(argv) == 1
-    assert capsys.readouterr().err == ("bench.evaluate: error: AWS: Unable to locate credentials\n")
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err == ("evaluation: error: AWS: Unable to locate credentials\n")
 
 
 def test_evaluate_an_endpoint_through_sagemaker_runtime(tmp_path, monkeypatch, capsys):
@@ -277,7 +277,7 @@ def test_evaluate_an_endpoint_through_sagemaker_runtime(tmp_path, monkeypatch, c
     data = write_jsonl(tmp_path / "one.jsonl", [{**body["decision"], "expected": "billing"}])
     out = tmp_path / "out"
     assert (
-        evaluate.main(
+        cli.main(
             [
                 str(data),
                 "--endpoint",
@@ -323,8 +323,8 @@ def test_evaluate_waits_the_retry_after_in_a_model_errors_body(monkeypatch):
         stubber.add_response("invoke_endpoint", {"Body": streaming_body(answer)})
         monkeypatch.setattr("ops.clients.boto3_clients", lambda region: lambda service: client)
         sleeps = []
-        monkeypatch.setattr(evaluate.Target, "sleep", staticmethod(sleeps.append))
-        target = evaluate.Target.endpoint("decisions", "us-east-1", max_attempts=3)
+        monkeypatch.setattr(cli.Target, "sleep", staticmethod(sleeps.append))
+        target = cli.Target.endpoint("decisions", "us-east-1", max_attempts=3)
         reply, _, retries = target.send("systemone", {"questions": {}})
     assert reply["result"]["id"] == "r1" and retries == 1 and sleeps == [2.0]
 

@@ -1,6 +1,6 @@
-"""python -m bench.make_data: regenerate the labelled splits in bench/data.
+"""python -m evaluation.make_data: regenerate the labelled splits in evaluation/data.
 
-Every split holds System One lines (see bench/labelled.py) with one `category` per question:
+Every split holds System One lines (see evaluation/labelled.py) with one `category` per question:
 `<kind>.<question>`, the kind being one of routing, priority, policy (yes/no policy checks),
 extraction, agent_action, safety, sentiment, relevance. Most items come from sys1bench's
 seeded generators (pure functions of generator, version, seed and count); agent actions, which
@@ -14,7 +14,7 @@ sys1bench does not cover, come from `agent_action_items` below, seeded the same 
   multi-option routing is measured on 110 questions rather than test's 26.
 
 The file header records every generator, version, seed and count, so `python -m
-bench.make_data --check` proves the committed files are what the recipe makes.
+evaluation.make_data --check` proves the committed files are what the recipe makes.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ AGENT_SCENARIOS: dict[str, list[tuple[str, str]]] = {
 
 
 def agent_action_items(seed: int, count: int) -> list[dict[str, Any]]:
+    # The seed and generator keep the module's first name: renaming them would change the data.
     rng = random.Random(f"bench.make_data:agent_action:{seed}")
     actions = list(AGENT_SCENARIOS)
     lines = []
@@ -187,7 +188,7 @@ def build(split: str) -> str:
     import sys1bench
 
     header = [
-        f"# {split} split: made by `python -m bench.make_data` (sys1bench "
+        f"# {split} split: made by `python -m evaluation.make_data` (sys1bench "
         f"{sys1bench.__version__}); do not edit by hand.",
     ]
     lines: list[dict[str, Any]] = []
@@ -204,7 +205,7 @@ def build(split: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.make_data", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m evaluation.make_data", description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if a file differs")
     args = parser.parse_args(argv)
     stale = []
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path}")
     if stale:
-        print(f"bench.make_data: stale: {', '.join(stale)}", file=sys.stderr)
+        print(f"evaluation.make_data: stale: {', '.join(stale)}", file=sys.stderr)
         return 1
     return 0
 
