@@ -395,7 +395,7 @@ def state_cache_follow_ups(
 
 # --- readouts -------------------------------------------------------------------------------
 READOUTS = ("letters", "option_text", "option_text_desc", "calibrated", "permuted_letters")
-READOUT_COST_TARGET = 2.0  # issue 15: the default readout costs at most 2x letters
+READOUT_COST_TARGET = 2.0  # the default readout costs at most 2x letters (readout_choice)
 SIX_OPTIONS = [
     {"id": "account_access", "description": "Login, password and account access problems."},
     {"id": "billing", "description": "Invoices, refunds and payment problems."},

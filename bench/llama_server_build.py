@@ -5,7 +5,7 @@ one build with itself. `vendored_llama_cpp` is that tree (its models/ holds the 
 vocabularies and chat templates, its tools/ and gguf-py/ upstream's own code).
 
 CMAKE_FLAGS and `_step` serve the benchmarks that compile other builds of the same tree
-(bench.builds, the GPU kit): what a server needs offline, no web UI download, no HTTPS, no
+(research.builds, the GPU kit): what a server needs offline, no web UI download, no HTTPS, no
 tests or examples. A failed step returns its reason; it never raises.
 """
 

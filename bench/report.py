@@ -10,13 +10,15 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-# bench.readout_cost's files are dated like a `make bench` result: `latest` passes over them.
+# research.readout_cost's files are dated like a `make bench` result: `latest` passes over them.
 READOUT_COST_SUFFIX = "-readout-cost.json"
 CHAT_VERSUS_SUFFIX = "-chat-versus.json"  # bench.chat_versus: the chat rows alone
 CHAT_CONCURRENCY_SUFFIX = "-chat-concurrency.json"  # bench.chat_concurrency
-BATCH_EXACTNESS_SUFFIX = "-batch-exactness.json"  # bench.batch_exactness
+BATCH_EXACTNESS_SUFFIX = "-batch-exactness.json"  # research.batch_exactness
 DECISION_CONCURRENCY_SUFFIX = "-decision-concurrency.json"  # bench.decision_concurrency
-GPU_BATCHING_SUFFIX = "-gpu-batching.json"  # bench.gpu_batching, on the device machine
+GPU_BATCHING_SUFFIX = (
+    "-gpu-batching.json"  # research.gpu_batching.gpu_batching, on the device machine
+)
 OTHER_SUFFIXES = (
     READOUT_COST_SUFFIX,
     CHAT_VERSUS_SUFFIX,

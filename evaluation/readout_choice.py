@@ -4,7 +4,7 @@ A strategy is anything that answers a request body the way the adapter would wit
 readout: `send(kind, body) -> (answer, seconds, retries)`. `AdapterReadout` asks a served
 adapter for one strategy by name; tests and studies may pass their own callables. Each strategy
 runs over the dev split (with the reversed-order twins), the strategies are ranked by the
-issue's targets, the winner's temperature is fitted on dev, and its held-out metrics are
+targets below, the winner's temperature is fitted on dev, and its held-out metrics are
 measured on the test split at that temperature. The result is the per-model file beside the
 GGUF (`calibration.json`: `temperature`, `readout`, `gguf_sha256`).
 """
@@ -24,8 +24,10 @@ from evaluation.labelled import Case
 
 Send = Callable[[str, dict[str, Any]], tuple[dict[str, Any], float, int]]
 
-MAX_ORDER_CHANGE = 0.10  # issue 15: top option changes on reversal in at most 10% of examples
-MAX_COST_RATIO = 2.0  # issue 15: the default readout costs at most 2x the letter readout
+# A readout the adapter defaults to must keep its answer when the options are reversed, and
+# cost little more than the cheapest readout.
+MAX_ORDER_CHANGE = 0.10  # top option changes on reversal in at most 10% of examples
+MAX_COST_RATIO = 2.0  # the default readout costs at most 2x the letter readout
 # A question kind gets a temperature of its own only from this many dev cases of it: fewer fit
 # noise (a split holds 40-90 cases of each kind).
 MIN_KIND_CASES = 20

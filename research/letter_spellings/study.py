@@ -1,8 +1,8 @@
-"""python -m research.letter_spellings: the `letters` readout summed over every spelling of a label
-(decision_adapter.scoring.letter_spellings) against today's single spelling, as JSON.
+"""python -m research.letter_spellings: the `letters` readout summed over every spelling of a
+label (decision_adapter.scoring.letter_spellings) against today's single spelling, as JSON.
 
-Per model, on the held-out split (evaluation/data/readout_test.jsonl, System One questions read with
-`x_readout: letters`, temperature 1): accuracy, NLL, Brier, ECE and the allowed token mass of
+Per model, on the held-out split (evaluation/data/readout_test.jsonl, System One questions read
+with `x_readout: letters`, temperature 1): accuracy, NLL, Brier, ECE and the allowed token mass of
 each reading, and how many answers fall under MIN_CONFIDENT_MASS. Per vocabulary: how many
 tokens each label counts. Both readings decode the same plan in this process (the spellings
 dropped for the single one), so they differ by the readout alone.

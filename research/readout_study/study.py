@@ -1,6 +1,6 @@
 """python -m research.readout_study: which readout should read a decision from this model?
 
-Measures, straight on llama.cpp (no adapter), every readout strategy of issue 15 on the
+Measures, straight on llama.cpp (no adapter), every readout strategy the adapter offers on the
 labelled splits in evaluation/data (tune on dev, report held-out numbers on test):
 
 - letters: the adapter's prompt (decision-prompt-v1) and the letter after "Answer:";

@@ -4,8 +4,9 @@ service)."""
 
 import json
 
-from bench import experiments, readout_cost, report
+from bench import experiments, report
 from bench.timing import Caller
+from research.readout_cost import study as readout_cost
 from tests.support.fake_service import FakeService, app_client
 
 

@@ -4,7 +4,7 @@ its output copied into the log, and a run past its time stopped, then killed."""
 import signal
 import sys
 
-from bench import gpu_device as gd
+from research.gpu_batching import gpu_device as gd
 
 
 def test_the_kits_wheels_install_offline_into_the_site_folder(tmp_path):
@@ -19,7 +19,7 @@ def test_the_kits_wheels_install_offline_into_the_site_folder(tmp_path):
 
 def test_the_benchmark_gets_the_deadline_and_the_words_after_the_command(tmp_path):
     command = gd.batching_command(tmp_path, 487.25, ["--bisect-only"])
-    assert command[1:3] == ["-m", "bench.gpu_batching"]
+    assert command[1:3] == ["-m", "research.gpu_batching.gpu_batching"]
     assert command[command.index("--deadline-s") + 1] == "487.25"
     assert command[-1] == "--bisect-only"
 

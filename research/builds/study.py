@@ -1,4 +1,5 @@
-"""`python -m bench.builds`: the same decision on each way of building llama.cpp, on this machine.
+"""`python -m research.builds`: the same decision on each way of building llama.cpp, on the
+machine it runs on.
 
 Experiment (a) (one decision over HTTP against llama.cpp's own prefill of the same tokens) and
 the floor's prefill of a 1,024-token prompt, for:
@@ -16,7 +17,7 @@ the floor's prefill of a 1,024-token prompt, for:
 and the floor alike, in a child process per build; the result records which CPU backend each
 really ran (the adapter's start-up line).
 
-Writes bench/results/<date>-<machine>-builds.json.
+Writes results/<date>-<machine>-builds.json here.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def _tokens(gguf: Path, state, question, options, prompt_tokens) -> tuple[list[i
     return short, long
 
 
-MARKERS = ("<!-- bench.builds report: begin -->", "<!-- bench.builds report: end -->")
+MARKERS = ("<!-- research.builds report: begin -->", "<!-- research.builds report: end -->")
 SIMD = ("AVX2", "AVX512", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI", "AMX_INT8")
 
 
@@ -257,7 +258,7 @@ def report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.builds", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m research.builds", description=__doc__)
     parser.add_argument("--builds", nargs="+", choices=BUILDS, default=list(BUILDS))
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--image", default=IMAGE, help="the CPU image (image_dispatch)")
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 sys.executable,
                 "-m",
-                "bench.builds",
+                "research.builds.study",
                 "--measure",
                 name,
                 "--repeats",

@@ -1,7 +1,7 @@
-"""`python -m bench.gpu_kit`: assemble `.gpukit/`, what one GPU machine without a package
-registry needs to run `python -m bench.gpu_device` (the bisect of the model load, then the
-batching benchmark: bench.gpu_bisect, bench.gpu_batching), carried beside the working tree
-(`carry: [".gpukit"]`, 64 MiB for the whole tree).
+"""`python -m research.gpu_batching.gpu_kit`: assemble `.gpukit/`, what one GPU host without a
+package registry needs to run `python -m research.gpu_batching.gpu_device` (the bisect of the
+model load, then the batching benchmark: gpu_bisect.py, gpu_batching.py), carried beside the
+working tree (`carry: [".gpukit"]`, 64 MiB for the whole tree).
 
 - `llama-src.tar.xz`: the engine's source as container/llama_build.py prepares it for every
   build (`prepare_source`: llama-cpp-python 0.3.36's package with its vendored llama.cpp
@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the repository root
 sys.path.insert(0, str(REPO / "container"))
 
 import llama_build  # noqa: E402
@@ -243,7 +243,7 @@ def download_wheels(folder: Path, versions: dict[str, str]) -> list[str]:
 def check_configure(archive: Path) -> str:
     """Unpack the kit's source and configure its package root for CPU, with the device's flags
     (no compiling): every folder CMake adds must still be there. Returns CMake's last line."""
-    from bench.gpu_batching import cmake_flags
+    from research.gpu_batching.gpu_batching import cmake_flags
 
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(archive) as source:
@@ -279,7 +279,9 @@ def folder_bytes(folder: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu_kit", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.gpu_batching.gpu_kit", description=__doc__
+    )
     parser.add_argument("--out", type=Path, default=KIT, help="the kit's folder (.gpukit)")
     parser.add_argument(
         "--source",

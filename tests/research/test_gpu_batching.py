@@ -8,9 +8,9 @@ from pathlib import Path
 import llama_build
 import pytest
 
-from bench import gpu_batching as gb
-from bench.gpu_kit import kept
-from bench.random_gguf import LLAMA_3_2_1B, TINY, Shape
+from research.gpu_batching import gpu_batching as gb
+from research.gpu_batching.gpu_kit import kept
+from research.gpu_batching.random_gguf import LLAMA_3_2_1B, TINY, Shape
 
 LLAMA3_VOCAB = 128256
 

@@ -1,4 +1,4 @@
-"""`python -m bench.hostile_bodies [--url URL]`: bodies that were slow to tokenize, timed.
+"""`python -m research.hostile_bodies [--url URL]`: bodies that were slow to tokenize, timed.
 
 Each body is sent while another thread polls `/ping`; prints (and with --output writes) the
 status, the seconds to the answer and the slowest `/ping`. Without --url it starts the adapter

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import gpu_bisect as gbi
+from research.gpu_batching import gpu_bisect as gbi
 
 CRASHING_CHILD = f"""
 import json, os, signal

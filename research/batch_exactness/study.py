@@ -12,8 +12,8 @@ context:
 - `token`: one token of A and one of B in one batch (the step of two chat streams).
 
 A scenario is exact when every logit A reads (each suffix position and the token's) has the
-same bits as alone. `python -m bench.batch_exactness` writes the sweep to
-bench/results/<date>-<machine>-batch-exactness.json;
+same bits as alone. `python -m research.batch_exactness` writes the sweep to
+research/batch_exactness/results/<date>-<machine>-batch-exactness.json;
 tests/adapter/model/test_batch_exactness.py asserts the finding the scheduler relies on.
 """
 
@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 from decision_adapter.model.engine import Engine, EngineConfig
+
+RESULTS = Path(__file__).resolve().parent / "results"  # the study's committed results
 
 SCENARIOS = ("cache", "prefill", "suffix", "token")
 # Sizes past llama.cpp's CPU kernel switches: A's state over 512 cells (flash attention splits
@@ -183,7 +185,7 @@ def sweep(models: dict[str, Path], threads: int) -> dict:
     return {"threads": threads, "scenarios": list(SCENARIOS), "rows": rows}
 
 
-if __name__ == "__main__":
+def main() -> None:
     from launcher.models import local_model
     from tests.support.model_matrix import SERVED, ensure_matrix
 
@@ -192,7 +194,7 @@ if __name__ == "__main__":
     models.update({name: local_model(name) for name in ("gemma3", "smollm2")})
     import datetime
 
-    from bench.report import BATCH_EXACTNESS_SUFFIX, RESULTS
+    from bench.report import BATCH_EXACTNESS_SUFFIX
     from bench.workloads import machine_name
 
     result = sweep(models, threads=2)
@@ -200,3 +202,7 @@ if __name__ == "__main__":
     output = RESULTS / f"{today}-{machine_name()}{BATCH_EXACTNESS_SUFFIX}"
     output.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,11 +1,11 @@
-"""`python -m bench.budget_worst_case`: the heaviest request the budget admits, per readout.
+"""`python -m research.budget_worst_case`: the heaviest request the budget admits, per readout.
 
 For each readout, the request shaped to cost the most time per budget token (a long state for
 `letters`; one long option, whose every token reads a vocabulary row, for the option-text
 readouts; long listings for `permuted_letters`), grown word by word to the largest the default
 `DECISION_MAX_REQUEST_TOKENS` admits (found on the adapter's own plan, in process), is sent to a
 fresh adapter with the benchmark's settings; one word more is sent too and must be refused at
-once. Writes bench/results/<date>-<machine>-budget.json, or --output: each readout's seconds,
+once. Writes results/<date>-<machine>-budget.json here, or --output: each readout's seconds,
 tokens and status, and the refusal's seconds.
 """
 
@@ -22,11 +22,13 @@ from pathlib import Path
 
 import httpx
 
-from bench.__main__ import ADAPTER_ENV, RESULTS
+from bench.__main__ import ADAPTER_ENV
 from bench.timing import REQUEST_TIMEOUT_S
 from bench.workloads import THREADS, machine_name
 from launcher import running_adapter
 from tests.support.bodies import decision
+
+RESULTS = Path(__file__).resolve().parent / "results"  # the study's committed results
 
 LIMIT = 8192  # DECISION_MAX_REQUEST_TOKENS's default
 WORD = "ab "  # one token on Gemma 3
@@ -116,7 +118,9 @@ def _timed(client: httpx.Client, url: str, body: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.budget_worst_case", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.budget_worst_case", description=__doc__
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     now = datetime.now(UTC)

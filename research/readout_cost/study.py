@@ -1,8 +1,8 @@
-"""`python -m bench.readout_cost`: only `make bench`'s readout row, in about a minute.
+"""`python -m research.readout_cost`: only `make bench`'s readout row, in about a minute.
 
 One 6-option decision read by each strategy, taking turns request by request
 (`bench.experiments.readout_cost`), against a fresh adapter with the benchmark's settings or the
-one at --url. Writes bench/results/<date>-<machine>-readout-cost.json, or --output.
+one at --url. Writes results/<date>-<machine>-readout-cost.json here, or --output.
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ from pathlib import Path
 import httpx
 
 from bench import experiments
-from bench.__main__ import ADAPTER_ENV, RESULTS
+from bench.__main__ import ADAPTER_ENV
 from bench.report import READOUT_COST_SUFFIX
 from bench.timing import REQUEST_TIMEOUT_S, Caller
 from bench.workloads import THREADS, machine_name
 from launcher import running_adapter
 
+RESULTS = Path(__file__).resolve().parent / "results"  # the study's committed results
+
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.readout_cost", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m research.readout_cost", description=__doc__)
     parser.add_argument("--repeats", type=int, default=experiments.Plan().readout_repeats)
     parser.add_argument("--url", help="an adapter already running (default: start one)")
     parser.add_argument("--output", type=Path)

@@ -3,11 +3,11 @@ shared batches (DECISION_MAX_SCORING_REQUESTS=64), the adapter one at a time, an
 with 64 slots and continuous batching, over the very prompt tokens the adapter decodes (the
 load decision of `make bench`'s (d)), one token each, prompt caches off (target: the batched
 adapter within 1.2x of llama-server's decisions/s at 64 clients). Before it measures, it
-bisects how llama-cpp-python's model load fares on the CUDA build (bench.gpu_bisect).
+bisects how llama-cpp-python's model load fares on the CUDA build (gpu_bisect.py).
 
-It runs on the device machine (one H100 or H200, 16 cores, nvcc, no package registry) from the
-kit that `python -m bench.gpu_kit` assembles here (`.gpukit/`, carried with the working tree),
-started by `python -m bench.gpu_device` (the one device command: see there):
+It runs on a GPU host with nvcc and no package registry, from the kit that
+`python -m research.gpu_batching.gpu_kit` assembles (`.gpukit/`, carried with the working tree),
+started by `python -m research.gpu_batching.gpu_device` (the one command on the GPU host):
 
 1. Build. The kit's source is the engine as container/llama_build.py prepares it for every
    build: llama-cpp-python 0.3.36's package over the b11434 llama.cpp tree. Its package root
@@ -25,10 +25,10 @@ started by `python -m bench.gpu_device` (the one device command: see there):
    NCCL. `--backends linked` builds the backends into libggml instead, with the machine's own
    CPU features less AMX (the local recipe). Where the toolkit lacks cuBLAS (one assembled
    from NVIDIA's pip wheels), it comes from the wheels beside PyTorch (cuda_hints).
-2. Two random-weight llama GGUFs with Llama 3's real vocabulary (bench.random_gguf), written
+2. Two random-weight llama GGUFs with Llama 3's real vocabulary (random_gguf.py), written
    with the kit's gguf-py while the build runs: the benchmark's, shaped like Llama 3.2 1B, and
    a 2-layer one that makes a bisect case cost seconds.
-3. The bisection (bench.gpu_bisect, `$OUT/gpu-bisect.json`): about 27 ways of loading the
+3. The bisection (gpu_bisect.py, `$OUT/gpu-bisect.json`): about 27 ways of loading the
    model, each in a child process, so a crash is recorded with its signal. A flip that makes
    the adapter's way load and that an adapter setting expresses (extra buffer types off) is
    applied to the adapters measured next, and said so in the report.
@@ -78,16 +78,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the repository root
 for _path in (REPO / "container", REPO):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
 import llama_build  # noqa: E402
 
-from bench import gpu_bisect  # noqa: E402
 from bench.llama_server import ServerSettings  # noqa: E402
-from bench.random_gguf import TINY, Shape  # noqa: E402
+from research.gpu_batching import gpu_bisect  # noqa: E402
+from research.gpu_batching.random_gguf import TINY, Shape  # noqa: E402
 
 KIT = REPO / ".gpukit"
 SOURCE_ARCHIVE = "llama-src.tar.xz"
@@ -167,7 +167,7 @@ def level_row(clients: int, measured: dict[str, dict[str, Any]]) -> dict[str, An
     """One level: each server's load result (bench.concurrency.LoadResult.as_dict) and the
     ratios that say how far each adapter run is from llama-server: `ours_over_server` is the
     adapter's decisions/s over llama-server's (above 1: faster), `server_over_ours` its inverse
-    (the issue's target: at most 1.2 at 64 clients)."""
+    (the target: at most 1.2 at 64 clients)."""
     row: dict[str, Any] = {"clients": clients, **measured}
     server = measured.get(SERVER, {}).get("throughput_rps", 0.0)
     for name in (BATCHED, ONE_AT_A_TIME):
@@ -292,7 +292,7 @@ def unpack(kit: Path, work: Path) -> Path:
     if not (top / ENGINE_MARKER).is_file():
         raise RuntimeError(
             f"{kit / SOURCE_ARCHIVE} holds no {ENGINE_MARKER}: not the engine's "
-            f"{llama_build.ENGINE.build} tree; run `python -m bench.gpu_kit` again"
+            f"{llama_build.ENGINE.build} tree; run `python -m research.gpu_batching.gpu_kit` again"
         )
     return top
 
@@ -474,7 +474,7 @@ def sass_targets(library: Path) -> list[str] | None:
 
 
 def make_model(args: argparse.Namespace, source: Path) -> dict[str, Any]:
-    from bench.random_gguf import LLAMA3_TEMPLATE, write_model
+    from research.gpu_batching.random_gguf import LLAMA3_TEMPLATE, write_model
 
     shape = TINY if args.cpu_smoke else Shape()
     if args.layers:
@@ -490,7 +490,7 @@ def make_model(args: argparse.Namespace, source: Path) -> dict[str, Any]:
 
 def make_bisect_model(args: argparse.Namespace, source: Path) -> Path:
     """The bisection's 2-layer model (the benchmark's own where that is the tiny one)."""
-    from bench.random_gguf import write_model
+    from research.gpu_batching.random_gguf import write_model
 
     work: Path = args.work
     if args.cpu_smoke and not args.layers:
@@ -569,8 +569,8 @@ def run_bisect(
     started: float,
     deadline: float,
 ) -> dict[str, str]:
-    """bench.gpu_bisect over this build, within its budget and what the measurement leaves;
-    its verdict goes into the report. Returns the adapter settings it found to load."""
+    """gpu_bisect over this build, within its budget and what the measurement leaves; its
+    verdict goes into the report. Returns the adapter settings it found to load."""
     budget = bisect_budget(args.bisect_budget_s, deadline - time.monotonic(), args.bisect_only)
     plan = gpu_bisect.Plan(
         models=models,
@@ -817,7 +817,9 @@ print(json.dumps({"tokens": tokens, "llama_cpp": {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu_batching", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.gpu_batching.gpu_batching", description=__doc__
+    )
     parser.add_argument("--kit", type=Path, default=KIT)
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-batching"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))

@@ -1,4 +1,4 @@
-"""bench.builds: the comparison of llama.cpp builds, its committed result and the table that
+"""research.builds: the comparison of llama.cpp builds, its committed result and the table that
 docs/benchmarks.md shows of it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import llama_build
 
-from bench.builds import BUILDS, COMPILED, MARKERS, NO_AMX, newest_result, report
+from research.builds.study import BUILDS, COMPILED, MARKERS, NO_AMX, newest_result, report
 
 ROOT = Path(__file__).resolve().parents[2]
 

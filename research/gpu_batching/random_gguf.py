@@ -1,5 +1,5 @@
 """A random-weight llama-architecture GGUF of a realistic size with a real vocabulary: what the
-GPU batching benchmark serves (bench.gpu_batching), written where it runs because a model of
+GPU batching benchmark serves (gpu_batching.py), written where it runs because a model of
 that size is too large to carry to the device.
 
 The shape defaults to Llama 3.2 1B's (hidden 2048, 16 layers, 32 query and 8 key-value heads,

@@ -1,6 +1,6 @@
 """Which way of loading a GGUF through llama-cpp-python survives a CUDA build of the engine:
-the bisection the GPU batching run (bench.gpu_batching) makes first on the device machine,
-before it measures the adapter against llama-server.
+the bisection the GPU batching run (gpu_batching.py) makes first on the GPU host, before it
+measures the adapter against llama-server.
 
 Why: on an H200, llama-cpp-python's `llama_model_load_from_file` died of a segmentation fault
 on the CUDA build with the GPU visible, even with no layer offloaded, while llama-server from the
@@ -8,12 +8,13 @@ same build served and the same load with the GPU hidden worked. The adapter cann
 until the factor is known.
 
 Each case loads the same GGUF in a child process of its own (`python -X faulthandler -m
-bench.gpu_bisect child`), so a crash is a result, with its signal, not the end of the run. A
-case records: loaded or not, the exit code or signal, seconds, the last step the child reported
-(`died_in`: the llama.cpp call under way, each traced with a marker before and after), the
-backends and devices ggml registered, the default model parameters as the bindings read them
-(a non-NULL pointer there is a struct the bindings describe differently from the library), and,
-loaded, one decision: the prompt of bench.workloads' load decision, decoded, its options
+research.gpu_batching.gpu_bisect child`), so a crash is a result, with its signal, not the end
+of the run. A case records: loaded or not, the exit code or signal, seconds, the last step the
+child reported (`died_in`: the llama.cpp call under way, each traced with a marker before and
+after), the backends and devices ggml registered, the default model parameters as the
+bindings read them (a non-NULL pointer there is a struct the bindings describe differently
+from the library), and, loaded, one decision: the prompt of the load decision
+(ops/workloads.py), decoded, its options
 compared by the logit of their first token (`top_option`, `option_logits`: the same readout for
 every loader, so the GPU cases can be compared with the GPU-hidden ones).
 
@@ -54,8 +55,8 @@ into an adapter setting where one exists (DECISION_EXTRA_BUFFER_TYPES), so the m
 follows in the same call can use it.
 
 Standalone, e.g. the CPU path here against the venv's build (no GPU, backends linked):
-`python -m bench.gpu_bisect run --model tiny=PATH.gguf --out DIR`; on the device,
-`python -m bench.gpu_device` runs it through bench.gpu_batching (see there).
+`python -m research.gpu_batching.gpu_bisect run --model tiny=PATH.gguf --out DIR`; on the GPU
+host, `python -m research.gpu_batching.gpu_device` runs it through gpu_batching.py (see there).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the repository root
 REPORT = "gpu-bisect.json"
 MARK = "@bisect "  # the child's stage lines on stdout, told apart from anything else there
 STDERR_TAIL_BYTES = 3000
@@ -376,7 +377,7 @@ def child_command(case: Case, model: Path) -> list[str]:
         "-X",
         "faulthandler",
         "-m",
-        "bench.gpu_bisect",
+        "research.gpu_batching.gpu_bisect",
         "child",
         "--case",
         json.dumps(dataclasses.asdict(case)),
@@ -463,7 +464,7 @@ class BisectReport:
         self.data: dict[str, Any] = {
             "what": "loading one GGUF through llama-cpp-python, one case per child process",
             "design": "the two ends, one factor at a time from each, the cheap factors' product "
-            "(bench/gpu_bisect.py's docstring)",
+            "(research/gpu_batching/gpu_bisect.py's docstring)",
             "dynamic_backends": plan.dynamic,
             "models": {name: str(path) for name, path in plan.models.items()},
             "case_timeout_s": plan.case_timeout_s,
@@ -837,7 +838,9 @@ def dynamic_build(lib_dir: Path | None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpu_bisect", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.gpu_batching.gpu_bisect", description=__doc__
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="the whole bisection; gpu-bisect.json into --out")
     run.add_argument("--model", action="append", required=True, metavar="NAME=PATH")

@@ -1,30 +1,31 @@
-"""`python3 -m bench.gpu_device`: the one command a session runs on the GPU device machine. It
+"""`python3 -m research.gpu_batching.gpu_device`: the one command to run on the GPU host. It
 builds the engine with CUDA from the kit, bisects how llama-cpp-python's model load fares on
-that build (bench.gpu_bisect: each case in a child process with its own timeout), then
-measures the adapter against llama-server at 1 to 64 clients (bench.gpu_batching), all
-writing to $OUT.
+that build (gpu_bisect.py: each case in a child process with its own timeout), then measures
+the adapter against llama-server at 1 to 64 clients (gpu_batching.py), all writing to $OUT.
 
-Before the call, here: `python -m bench.gpu_kit` (assembles `.gpukit/`: the engine's trimmed
-source and the wheels the device's Python lacks). The device call, exactly:
+Before the call, on the working tree: `python -m research.gpu_batching.gpu_kit` (assembles
+`.gpukit/`: the engine's trimmed source and the wheels the GPU host's Python lacks). The call
+on the GPU host, exactly:
 
-    command:   python3 -m bench.gpu_device
+    command:   python3 -m research.gpu_batching.gpu_device
     carry:     [".gpukit"]
     timeout_s: 560
 
 What it does there, in order:
-1. installs the kit's wheels into /tmp/site (`pip --no-index`: the machine reaches no
-   registry) and puts that folder first on PYTHONPATH;
+1. installs the kit's wheels into /tmp/site (`pip --no-index`: the GPU host reaches
+   no registry) and puts that folder first on PYTHONPATH;
 2. writes `nvidia-smi -L` into the log;
-3. runs `python3 -m bench.gpu_batching --out $OUT --deadline-s 500` (its plan: build about
-   5 minutes, bisection at most 90 s, the measurement in what is left), its output copied into
-   `$OUT/log.txt` as it comes;
+3. runs `python3 -m research.gpu_batching.gpu_batching --out $OUT --deadline-s 500` (its
+   plan: build about 5 minutes, bisection at most 90 s, the measurement in what is left), its
+   output copied into `$OUT/log.txt` as it comes;
 4. at 520 s sends it SIGTERM (it stops its servers and writes its report), at 535 s kills
    what is left of its process group, so the call ends before its 560 s, with every file
    written so far: gpu-batching.json, gpu-bisect.json, log.txt and the log tails.
 
-Words after the command go to bench.gpu_batching (`python3 -m bench.gpu_device --bisect-only`
-builds and bisects only; `--no-bisect` measures only). `GPU_DEADLINE_S` moves the deadline
-(the stop and the kill follow it). Standard library only: it runs before the wheels are in.
+Words after the command go to gpu_batching.py (`python3 -m research.gpu_batching.gpu_device
+--bisect-only` builds and bisects only; `--no-bisect` measures only). `GPU_DEADLINE_S` moves
+the deadline (the stop and the kill follow it). Standard library only: it runs before the
+wheels are in.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the repository root
 KIT = REPO / ".gpukit"
 SITE = Path("/tmp/site")
 DEADLINE_S = 500.0
@@ -76,7 +77,7 @@ def batching_command(out: Path, deadline_s: float, extra: Sequence[str]) -> list
     return [
         sys.executable,
         "-m",
-        "bench.gpu_batching",
+        "research.gpu_batching.gpu_batching",
         "--out",
         str(out),
         "--deadline-s",
@@ -162,7 +163,9 @@ def note(log_path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m bench.gpu_device", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python3 -m research.gpu_batching.gpu_device", description=__doc__
+    )
     parser.add_argument("--kit", type=Path, default=KIT)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
     args, extra = parser.parse_known_args(argv)

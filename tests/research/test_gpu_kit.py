@@ -7,8 +7,8 @@ import tarfile
 import llama_build
 import pytest
 
-from bench import gpu_batching as gb
-from bench import gpu_kit
+from research.gpu_batching import gpu_batching as gb
+from research.gpu_batching import gpu_kit
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""bench.budget_worst_case's search for the heaviest request each readout admits, on the real
-tokenizer: the request it finds fits the default budget and one word more does not."""
+"""research.budget_worst_case's search for the heaviest request each readout admits, on the
+real tokenizer: the request it finds fits the default budget and one word more does not."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from decision_adapter.model.tokenizer import TokenLimitExceeded
 from decision_adapter.scoring.budget import TokenBudget
 from decision_adapter.scoring.score import build_plan
 
-from bench.budget_worst_case import LIMIT, SHAPES, largest_admitted
+from research.budget_worst_case.study import LIMIT, SHAPES, largest_admitted
 
 
 def _cost(renderer, body: dict) -> int:
