@@ -54,15 +54,15 @@ $(VENV)/.models-large: requirements-models-large.txt $(VENV)/.runtime
 LARGE_MODELS = qwen2.5-coder-1.5b
 MODEL_PACKAGES = $(if $(MODEL),$(VENV)/.models) $(if $(filter $(LARGE_MODELS),$(MODEL)),$(VENV)/.models-large)
 
-# typed-gguf, the peer bench.evaluate --peer runs, goes into its own folder under the bench
-# cache (bench/typed_gguf_peer.py), not this venv: installed here so no test fetches it.
+# typed-gguf, the peer `python -m evaluation --peer` runs, goes into its own folder under the
+# bench cache (evaluation/typed_gguf_peer.py), not this venv: installed here so no test fetches it.
 $(VENV)/.dev: requirements-dev.txt requirements-peer.txt $(VENV)/.models
 	$(PYTHON) -m pip install --quiet -r requirements-dev.txt
-	$(PYTHON) -m bench.typed_gguf_peer
+	$(PYTHON) -m evaluation.typed_gguf_peer
 	touch $@
 
-# The bundled model's readout and temperature (bench.evaluate --choose-readout) come from its
-# profile; a GGUF without a profile there is served with the built-in readout.
+# The bundled model's readout and temperature (`python -m evaluation --choose-readout`) come
+# from its profile; a GGUF without a profile there is served with the built-in readout.
 # MODEL=smollm2 serves SmolLM2-135M-Instruct instead, MODEL=qwen2.5-coder-0.5b or
 # MODEL=qwen2.5-coder-1.5b a Qwen2.5-Coder instruct model (launcher/models.py).
 DECISION_CALIBRATION_PROFILES ?= $(CURDIR)/model_packaging/profiles

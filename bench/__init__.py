@@ -1,1 +1,1 @@
-"""Benchmarks that write JSON results to bench/results/ (run with `make bench`)."""
+"""The benchmark `make bench` runs, writing JSON results to bench/results/."""

@@ -49,11 +49,12 @@ from bench.workloads import (
     prompt_tokens,
     state_for_prompt_length,
 )
+from evaluation import labelled
 from launcher import running_adapter
 from launcher.models import DEFAULT, LOCAL_MODELS, local_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
-EXAMPLES = Path(__file__).resolve().parent / "data" / "examples.jsonl"
+EXAMPLES = labelled.DATA / "examples.jsonl"
 SHARED_STATE_TOKENS = 1000
 QUEUED_ADMISSION_WAIT_S = 5.0
 STATE_CACHE_BYTES = 256 << 20

@@ -1,5 +1,5 @@
-"""PNG charts (matplotlib, Agg backend): one per benchmark experiment, and the reliability
-diagram of an evaluation. Each function takes the JSON-ready result dict and a path."""
+"""PNG charts (matplotlib, Agg backend): one per benchmark experiment. Each function takes the
+JSON-ready result dict and a path."""
 
 from __future__ import annotations
 
@@ -29,58 +29,6 @@ def _subtitle(result: dict[str, Any]) -> str:
     machine = result.get("machine", {})
     threads = machine.get("threads", "?")
     return f"{result.get('model', '')}, {machine.get('name', '')}, {threads} threads"
-
-
-# --- evaluation ------------------------------------------------------------------------------
-def reliability_diagram(result: dict[str, Any], path: Path) -> Path:
-    bins = result["reliability"]
-    m = result["metrics"]
-    width = bins[0]["upper"] - bins[0]["lower"]
-    figure, (top, bottom) = plt.subplots(
-        2, 1, figsize=(6, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
-    )
-    filled = [b for b in bins if b["count"]]
-    top.bar(
-        [b["lower"] for b in filled],
-        [b["accuracy"] for b in filled],
-        width=width,
-        align="edge",
-        color=ADAPTER,
-        edgecolor="white",
-        label="accuracy in bin",
-    )
-    top.bar(
-        [b["lower"] for b in filled],
-        [b["confidence"] - b["accuracy"] for b in filled],
-        bottom=[b["accuracy"] for b in filled],
-        width=width,
-        align="edge",
-        color=SECOND,
-        alpha=0.3,
-        edgecolor=SECOND,
-        label="gap to mean confidence",
-    )
-    top.plot([0, 1], [0, 1], linestyle="--", color=FLOOR, label="perfect calibration")
-    top.set_ylim(0, 1)
-    top.set_ylabel("accuracy")
-    top.set_title(
-        f"Reliability: n={m['n']}, accuracy {m['accuracy']:.2f}, ECE {m['ece']:.3f}, "
-        f"Brier {m['brier']:.3f}",
-        fontsize=10,
-    )
-    top.legend(loc="upper left", fontsize=8)
-    bottom.bar(
-        [b["lower"] for b in bins],
-        [b["count"] for b in bins],
-        width=width,
-        align="edge",
-        color=FLOOR,
-        edgecolor="white",
-    )
-    bottom.set_xlim(0, 1)
-    bottom.set_xlabel("top-option probability (confidence)")
-    bottom.set_ylabel("items")
-    return _save(figure, path)
 
 
 # --- benchmark experiments -------------------------------------------------------------------

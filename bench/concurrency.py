@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from bench.metrics import latency_summary
+from evaluation.metrics import latency_summary
 from ops.retry import parse_retry_after
 
 

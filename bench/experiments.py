@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 
-from bench import metrics
 from bench.concurrency import run_load
 from bench.floor import Floor
 from bench.timing import REQUEST_TIMEOUT_S, Budget, Caller, median_ms, ms, samples_ms
@@ -31,6 +30,7 @@ from bench.workloads import (
     load_decision,
     parse_letter,
 )
+from evaluation import metrics
 
 OVERHEAD_TARGET = 1.15
 SHARING_TARGET = 4.0
@@ -395,7 +395,7 @@ def state_cache_follow_ups(
 
 # --- readouts -------------------------------------------------------------------------------
 READOUTS = ("letters", "option_text", "option_text_desc", "calibrated", "permuted_letters")
-READOUT_COST_TARGET = 2.0  # issue 15: the default readout costs at most 2x letters
+READOUT_COST_TARGET = 2.0  # the default readout costs at most 2x letters (readout_choice)
 SIX_OPTIONS = [
     {"id": "account_access", "description": "Login, password and account access problems."},
     {"id": "billing", "description": "Invoices, refunds and payment problems."},
@@ -410,7 +410,7 @@ CHOICE = Path(__file__).parent / "results" / "readout-choice" / "choose_readout.
 def readout_cost(caller: Caller, url: str, repeats: int) -> dict[str, Any]:
     """The same 6-option request read by each strategy, taking turns request by request; the
     first `calibrated` request also pays its content-free pass (cold), later ones not (warm).
-    The default and each strategy's accuracy come from the last `bench.evaluate
+    The default and each strategy's accuracy come from the last `python -m evaluation
     --choose-readout` run (its winner; `calibrated`, the study's choice, without one)."""
     choice = json.loads(CHOICE.read_text()) if CHOICE.is_file() else {}
     default = choice.get("winner", "calibrated")

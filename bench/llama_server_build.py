@@ -5,13 +5,12 @@ one build with itself. `vendored_llama_cpp` is that tree (its models/ holds the 
 vocabularies and chat templates, its tools/ and gguf-py/ upstream's own code).
 
 CMAKE_FLAGS and `_step` serve the benchmarks that compile other builds of the same tree
-(bench.builds, the GPU kit): what a server needs offline, no web UI download, no HTTPS, no
+(research.builds, the GPU kit): what a server needs offline, no web UI download, no HTTPS, no
 tests or examples. A failed step returns its reason; it never raises.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -57,11 +56,6 @@ class Build:
 
 class BuildFailed(RuntimeError):
     """One step of the build failed; the message says which and why."""
-
-
-def cache_root() -> Path:
-    configured = os.environ.get("DECISION_BENCH_CACHE", "").strip()
-    return Path(configured) if configured else Path.home() / ".cache" / "decision-bench"
 
 
 def installed_version() -> str:

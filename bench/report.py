@@ -10,14 +10,14 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-# bench.readout_cost's files are dated like a `make bench` result: `latest` passes over them.
+# research.readout_cost's files are dated like a `make bench` result: `latest` passes over them.
 READOUT_COST_SUFFIX = "-readout-cost.json"
 CHAT_VERSUS_SUFFIX = "-chat-versus.json"  # bench.chat_versus: the chat rows alone
 CHAT_CONCURRENCY_SUFFIX = "-chat-concurrency.json"  # bench.chat_concurrency
-BATCH_EXACTNESS_SUFFIX = "-batch-exactness.json"  # bench.batch_exactness
+BATCH_EXACTNESS_SUFFIX = "-batch-exactness.json"  # research.batch_exactness
 DECISION_CONCURRENCY_SUFFIX = "-decision-concurrency.json"  # bench.decision_concurrency
 DECISION_MODELS_SUFFIX = "-decision-models.json"  # bench.decision_models_versus
-GPU_BATCHING_SUFFIX = "-gpu-batching.json"  # bench.gpu_batching, on the device machine
+GPU_BATCHING_SUFFIX = "-gpu-batching.json"  # research.gpu_batching, on the GPU host
 OTHER_SUFFIXES = (
     DECISION_MODELS_SUFFIX,
     READOUT_COST_SUFFIX,

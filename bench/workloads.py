@@ -1,5 +1,6 @@
 """What the benchmark sends: decisions, states of a chosen token length, and the chat prompt
-that asks the same question as a decision."""
+that asks the same question as a decision. The load decision is `ops measure`'s
+(ops/workloads.py), so local and deployed concurrency figures measure the same request."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ import os
 import platform
 from typing import Any
 
+# The load decision and its parts are ops' (what `ops measure` sends), named here again (the
+# `as` re-exports them) so the benchmark's modules read every workload from this one module.
+from ops.workloads import LOAD_QUESTION
+from ops.workloads import OPTIONS as OPTIONS
+from ops.workloads import SHORT_STATE as SHORT_STATE
+from ops.workloads import decision as decision
+from ops.workloads import load_decision as load_decision
+
 THREADS = 2
-SHORT_STATE = "The customer cannot receive a password reset email. They checked the spam folder."
-OPTIONS = [
-    {"id": "account_access", "description": "Login, password and account access problems."},
-    {"id": "billing", "description": "Invoices, refunds and payment problems."},
-    {"id": "shipping", "description": "Delivery and tracking problems."},
-]
+# The load decision's question first: the other fifteen vary a decision's suffix over one state.
 QUESTIONS = [
-    "Which queue should handle this ticket?",
+    LOAD_QUESTION,
     "Which team owns the next action?",
     "Where should this be escalated first?",
     "Which specialist should reply?",
@@ -50,17 +54,6 @@ FILLER = (
 
 def machine_name() -> str:
     return f"{platform.machine()}-{os.cpu_count()}cpu"
-
-
-def decision(
-    state: Any, question: str, index: int = 0, options: list[dict[str, str]] | None = None
-) -> dict[str, Any]:
-    return {"id": f"d{index}", "state": state, "question": question, "options": options or OPTIONS}
-
-
-def load_decision() -> dict[str, Any]:
-    """The request of the concurrency runs: `make bench` (d) and `python -m ops measure`."""
-    return {"decision": decision(SHORT_STATE, QUESTIONS[0])}
 
 
 def long_state(tokens_wanted: int, renderer) -> str:

@@ -18,6 +18,13 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent  # the repository root
 
 
+def cache_root() -> Path:
+    """Where local runs keep what they build or install once per machine (llama-server, the
+    model matrix, the evaluation's peer): ~/.cache/decision-bench, or DECISION_BENCH_CACHE."""
+    configured = os.environ.get("DECISION_BENCH_CACHE", "").strip()
+    return Path(configured) if configured else Path.home() / ".cache" / "decision-bench"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

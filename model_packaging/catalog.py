@@ -42,7 +42,7 @@ GEMMA3_270M = parse_spec(
             "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         },
         "tokenizer": None,
-        # The readout and temperature `bench.evaluate --choose-readout` chose for this GGUF.
+        # The readout and temperature `python -m evaluation --choose-readout` chose for this GGUF.
         "calibration": {
             "path": "profiles/gemma3-270m.json",
             "sha256": "aea5d6336f8679789cf6aa26476731870990dafa20f9828884cd5676c9f5e41a",

@@ -57,7 +57,7 @@ class HuggingFaceTokenizer(_Strict):
 
 class ReadoutFile(_Strict):
     """The model's per-model file (the adapter's calibration.json: its readout strategy and
-    temperature, from `bench.evaluate --choose-readout`), packaged beside the GGUF."""
+    temperature, from `python -m evaluation --choose-readout`), packaged beside the GGUF."""
 
     path: str = Field(
         description="the file; a relative path is relative to the model_packaging package"

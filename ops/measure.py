@@ -8,8 +8,8 @@ SM_LLAMA_CPP_*, make it the DLC's text-generation endpoint) and the model from i
 packaged manifest's spec; llama-server's alias), so the file lands under the (model, instance
 type) pair it belongs to. It measures one instance, and each answer's latency is the
 container's own timing (the adapter's `timing.total_ms`, llama-server's `timings`), not the
-operator's round trip. A decision endpoint gets the bench's concurrency decision
-(bench/workloads.py) at rising concurrency, closed loop; the text-generation endpoint gets
+operator's round trip. A decision endpoint gets the load decision (ops/workloads.py, which
+`make bench` sends too) at rising concurrency, closed loop; the text-generation endpoint gets
 completions of its release's most tokens (n-predict) from one client, then one per slot. The
 levels share a request count and a time limit equally; a 503 is waited out with ops/retry.py's
 backoff, which honours the adapter's retry hint.
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.workloads import load_decision
 from ops.clients import Client
 from ops.endpoint_status import endpoint_status
 from ops.load import Level, figures, p95, run_level
 from ops.retry import Backoff, call_with_retries
+from ops.workloads import load_decision
 from stacks import capacity, text_generation_capacity
 
 
@@ -195,7 +195,7 @@ def read_bodies(path: Path) -> list[dict[str, Any]]:
 
 
 class MeasuredBodies:
-    """Each measured request's body: the given requests in turn (the bench's load decision when
+    """Each measured request's body: the given requests in turn (the load decision when
     none are given), each decision's state numbered, so every one is a state-cache miss and the
     model's prefill is measured, not the cache (which serves a repeated state without it); what
     each answer says it read is kept, and a hit refuses the run. A chat's time is its round trip
@@ -291,7 +291,7 @@ def measure(
 ) -> dict[str, Any]:
     """The measurement file's content. `send(body) -> answer body` raises ops.retry.Retryable
     for a 503 and anything else for a failure, which ends the measurement. `requests`: the
-    decision endpoint's representative bodies (`--body`), else the bench's load decision."""
+    decision endpoint's representative bodies (`--body`), else the load decision."""
     before = placement(sagemaker, endpoint)
     if before.instances != 1:
         raise CannotMeasure(
@@ -339,7 +339,7 @@ def measure(
         "instance_type": before.instance_type,
         "source": _source(endpoint),
         "workload": (
-            "bench/workloads.py load_decision" if requests is None else "the --body requests"
+            "ops/workloads.py load_decision" if requests is None else "the --body requests"
         )
         + ", each state numbered, closed loop",
         "latency": "the adapter's timing.total_ms"

@@ -73,7 +73,7 @@ LONG_FILES = {
     "adapter/test_logs_metrics.py": 17,
     "bench/test_readout_cost.py": 15,
     "adapter/model/test_chat_templates.py": 13,
-    "bench/test_evaluate.py": 12,
+    "evaluation/test_cli.py": 12,
     "adapter/http/test_jsonlines.py": 11,
 }
 

@@ -9,7 +9,7 @@ another model is refused), else the file bound to it in a folder of profiles
 (`DECISION_CALIBRATION_PROFILES`, for a GGUF served from where no file lies beside it), or
 `DECISION_CALIBRATION_TEMPERATURE`, which wins over both.
 The file also names the readout it was fitted for (`readout`, chosen on labelled data by
-`bench.evaluate --choose-readout`), which the adapter then uses by default; a file without one
+`python -m evaluation --choose-readout`), which the adapter then uses by default; a file without one
 was fitted before readouts had names, on the letter readout.
 """
 
@@ -55,7 +55,7 @@ READOUTS: tuple[str, ...] = get_args(ReadoutName)
 # accurate as the mean per token on each, reading multi-token names far better on the 1.5B, and
 # it never flips on reversed options (research/instruct_readouts/README.md). A base model (a
 # plain completion prompt) keeps `letters`, the one it was measured with; base models get cloze
-# readouts through their files (bench.evaluate --choose-readout).
+# readouts through their files (python -m evaluation --choose-readout).
 BUILT_IN_READOUTS = {"chat-template": "json_choice_sum", "completion": "letters"}
 # The built-in readout's own temperature (other readouts read raw, at T = 1). A whole name's
 # log-probability counts a one-token name's closing quote as a second token, so it is sharper
@@ -86,7 +86,7 @@ class CalibrationFile(BaseModel):
     gguf_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     readout: ReadoutName = "letters"
     # Per question kind, over `temperature` for the questions of that kind (kinds not named
-    # keep it): bench.evaluate --choose-readout keeps a kind's own only where it improved that
+    # keep it): python -m evaluation --choose-readout keeps a kind's own only where it improved that
     # kind's held-out calibration.
     temperatures: dict[QuestionKind, Annotated[float, Field(gt=0.0, le=100.0)]] = Field(
         default_factory=dict

@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import metrics, readout_choice
-from bench.labelled import Case
+from evaluation import metrics, readout_choice
+from evaluation.labelled import Case
 
 from .held_out import cases_of, report
 

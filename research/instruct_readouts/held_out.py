@@ -4,7 +4,7 @@ A variant that reads better but is sharper (the whole log-probability) can only 
 temperature, and a temperature fitted on the split it is measured on flatters it. This reads
 two runs of `variants.py` over the same served model, one on the dev split and one on the test
 split, fits each variant's temperature (and per question kind, where it earns it) on dev with
-the same rule `bench.evaluate --choose-readout` uses, and measures test at T = 1 and at the
+the same rule `python -m evaluation --choose-readout` uses, and measures test at T = 1 and at the
 fitted temperature.
 
     python -m research.instruct_readouts.held_out results/variants-NAME-dev.json \\
@@ -21,8 +21,8 @@ from typing import Any
 
 from decision_adapter.contract import question_kind
 
-from bench import readout_choice
-from bench.labelled import Case
+from evaluation import readout_choice
+from evaluation.labelled import Case
 
 from .variants import case_from_record, report
 

@@ -3,15 +3,15 @@
 A model served without a profile gets the built-in readout at the built-in temperatures. Those
 cannot come from one model: this fits them on the dev splits of the three instruct models
 together (Qwen2.5-Coder 1.5B and 0.5B, SmolLM2 135M, each served with no profile at T = 1),
-with the rule `bench.evaluate --choose-readout` applies to one model's profile
-(`bench.readout_choice.fit_by_kind`: a kind keeps its own temperature only where it lowers that
+with the rule `python -m evaluation --choose-readout` applies to one model's profile
+(`evaluation.readout_choice.fit_by_kind`: a kind keeps its own temperature only where it lowers that
 kind's held-out ECE), and reports every model's held-out split at the single temperature, at
 T = 1 and at the kept ones, so a kind's temperature that helps one model and hurts another shows.
 
     python -m research.instruct_readouts.kind_temperatures \\
         --model NAME DEV_REPORT TEST_REPORT [--model ...] --out results/kind-temperatures.json
 
-The reports are `bench.evaluate`'s report.json; items served at T = 1 carry their probabilities,
+The reports are the evaluation's report.json; items served at T = 1 carry their probabilities,
 whose logarithms are the option logits up to a constant the softmax ignores (newer reports carry
 the logits themselves).
 """
@@ -26,8 +26,8 @@ from typing import Any
 
 from decision_adapter.contract import question_kind
 
-from bench import metrics, readout_choice
-from bench.labelled import Case
+from evaluation import metrics, readout_choice
+from evaluation.labelled import Case
 
 
 def cases_of(report_path: Path) -> list[Case]:

@@ -20,7 +20,8 @@ Every variant is measured per question (accuracy against the majority class, ECE
 yes/no question by the share of answers on its commoner side against its labels'.
 
     python -m research.instruct_readouts.variants --url http://127.0.0.1:8080 \\
-        bench/data/readout_dev.jsonl --out research/instruct_readouts/results/variants-NAME.json
+        evaluation/data/readout_dev.jsonl \\
+        --out research/instruct_readouts/results/variants-NAME.json
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from typing import Any
 import numpy as np
 from decision_adapter.contract import question_kind
 
-from bench import labelled, metrics, readout_choice
-from bench.evaluate import Target
-from bench.labelled import Case, SystemOneItem
+from evaluation import labelled, metrics, readout_choice
+from evaluation.cli import Target
+from evaluation.labelled import Case, SystemOneItem
 
 CONTENT_FREE_STATE = "N/A"  # the adapter's own content-free state (prompts.CONTENT_FREE_STATE)
 WORDS_SUFFIX = "__by_words"

@@ -1,16 +1,16 @@
-"""python -m research.letter_spellings: the `letters` readout summed over every spelling of a label
-(decision_adapter.scoring.letter_spellings) against today's single spelling, as JSON.
+"""python -m research.letter_spellings: the `letters` readout summed over every spelling of a
+label (decision_adapter.scoring.letter_spellings) against today's single spelling, as JSON.
 
-Per model, on the held-out split (bench/data/readout_test.jsonl, System One questions read with
-`x_readout: letters`, temperature 1): accuracy, NLL, Brier, ECE and the allowed token mass of
+Per model, on the held-out split (evaluation/data/readout_test.jsonl, System One questions read
+with `x_readout: letters`, temperature 1): accuracy, NLL, Brier, ECE and the allowed token mass of
 each reading, and how many answers fall under MIN_CONFIDENT_MASS. Per vocabulary: how many
 tokens each label counts. Both readings decode the same plan in this process (the spellings
 dropped for the single one), so they differ by the readout alone.
 
     python -m research.letter_spellings --model gemma3 --model smollm2 [--matrix] [--limit N]
 
-The metrics are bench.metrics.summary, the ones bench.evaluate reports; the readings run in this
-process (not over HTTP) so that both spellings read the very same decoded logits.
+The metrics are evaluation.metrics.summary, the ones the evaluation reports; the readings run in
+this process (not over HTTP) so that both spellings read the very same decoded logits.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ from decision_adapter.formats.systemone import SystemOneRequest
 from decision_adapter.scoring.letter_spellings import letter_spellings
 from decision_adapter.scoring.score import build_plan, score
 
-from bench import labelled, metrics
+from evaluation import labelled, metrics
 
-ROOT = Path(__file__).resolve().parents[2]
-HELD_OUT = ROOT / "bench" / "data" / "readout_test.jsonl"
+HELD_OUT = labelled.DATA / "readout_test.jsonl"
 RESULTS = Path(__file__).resolve().parent / "results"  # where its committed result lives
 MASS_CUTS = (0.05, 0.1, 0.2, 0.3, 0.5)
 

@@ -1,7 +1,7 @@
 """python -m research.readout_study: which readout should read a decision from this model?
 
-Measures, straight on llama.cpp (no adapter), every readout strategy of issue 15 on the
-labelled splits in bench/data (tune on dev, report held-out numbers on test):
+Measures, straight on llama.cpp (no adapter), every readout strategy the adapter offers on the
+labelled splits in evaluation/data (tune on dev, report held-out numbers on test):
 
 - letters: the adapter's prompt (decision-prompt-v1) and the letter after "Answer:";
 - letters.cal: letters divided by what the same prompt gives for a content-free state ("N/A",
@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from bench import labelled, metrics
+from evaluation import labelled, metrics
 
 # The study is research behind the readout choice, not part of `make bench`; it reads the same
-# labelled splits as bench.evaluate and keeps its own results beside it.
+# labelled splits as the evaluation and keeps its own results beside it.
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA = Path(__file__).resolve().parents[2] / "bench" / "data"
+DATA = labelled.DATA
 
 # decision-prompt-v1, as container/decision_adapter/scoring/prompts.py renders it without a chat
 # template (the bundled Gemma 3 270M GGUF has none). Copied, not imported: this study must keep

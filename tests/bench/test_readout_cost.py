@@ -4,8 +4,9 @@ service)."""
 
 import json
 
-from bench import experiments, readout_cost, report
+from bench import experiments, report
 from bench.timing import Caller
+from research.readout_cost import study as readout_cost
 from tests.support.fake_service import FakeService, app_client
 
 
@@ -31,7 +32,7 @@ def test_the_report_row_names_the_default_its_ratio_and_each_accuracy():
         "median_ms": {"letters": 200.0, "calibrated": 110.0},
         "ratio_to_letters": {"letters": 1.0, "calibrated": 0.55},
         "dev_accuracy": {"letters": 0.3, "calibrated": 0.41},
-        "accuracy_source": "bench/results/readout-choice/choose_readout.json",
+        "accuracy_source": "evaluation/results/readout-choice/choose_readout.json",
         "target_max_ratio": 2.0,
     }
     row = report.readout_row(cost)

@@ -9,7 +9,7 @@ def test_latest_is_the_newest_dated_bench_result(tmp_path: Path):
     for name in (
         "2026-11-29-x86_64-2cpu.json",
         "2026-11-30-x86_64-2cpu.json",
-        "2026-12-01-x86_64-2cpu-readout-cost.json",  # bench.readout_cost, a day later
+        "2026-12-01-x86_64-2cpu-readout-cost.json",  # research.readout_cost, a day later
         "2026-12-01-x86_64-2cpu-chat-versus.json",  # bench.chat_versus
         "hostile-bodies.json",
         "overload.json",

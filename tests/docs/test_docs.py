@@ -105,7 +105,7 @@ def test_the_link_check_fails_on_a_broken_link_and_a_broken_anchor(tmp_path):
 
 
 def test_readmes_held_out_figures_are_the_committed_profiles():
-    """README's decision-quality table, row by row, against each profile `bench.evaluate
+    """README's decision-quality table, row by row, against each profile `python -m evaluation
     --choose-readout` wrote (its held-out metrics, readout and fitted temperature)."""
     rows = re.findall(
         r"^\| ([^|]+) \| `([a-z0-9.-]+\.json)` \| `(\w+)`, T = ([\d.]+) \| ([\d.]+) \| ([\d.]+) "
@@ -188,7 +188,7 @@ def test_the_codebuild_quotas_are_those_of_the_build_projects_compute_types(tmp_
 
 
 def test_readmes_figures_of_the_peer_are_its_committed_reports():
-    """README's rows of typed-gguf serving the same GGUF (bench.evaluate --peer), against the
+    """README's rows of typed-gguf serving the same GGUF (python -m evaluation --peer), against the
     held-out report each links to."""
     rows = re.findall(
         r"^\| ([^|]+), served by typed-gguf 0\.3\.0 \| \[its defaults\]\(([^)]+/report\.json)\) "

@@ -1,6 +1,6 @@
 """The product's floor plan: no loops (no module imports, directly or through others, a module
-that imports it back), the adapter's layers import only downwards, and ops' subcommands import
-none of one another (docs/architecture.md).
+that imports it back), the adapter's layers import only downwards, ops' subcommands import
+none of one another, and the product never imports the lab (docs/architecture.md).
 Read from the source with ast, so an import inside a function (the usual way a loop or a
 crossing is hidden) counts as much as one at the top."""
 
@@ -18,6 +18,7 @@ PACKAGES = {
     "ops": ROOT / "ops",
     "stacks": ROOT / "stacks",
     "bench": ROOT / "bench",
+    "evaluation": ROOT / "evaluation",
     "research": ROOT / "research",
     "launcher": ROOT / "launcher",
     "docgen": ROOT / "docgen",
@@ -218,6 +219,54 @@ def test_ops_subcommands_share_only_through_modules_of_their_own():
     # and cli does assemble them: the rule is about the real layout
     commands = {name for name in graph if name.startswith(OPS_COMMANDS)}
     assert len(commands) >= 10 and commands <= graph[OPS_CLI]
+
+
+# What serves, deploys or packages a model never imports the lab or the tools beside it: the
+# benchmark, the studies, the evaluation tool (which reads the product, never the reverse) and the
+# tests. A shipped image or CDK app then carries none of them.
+PRODUCT = ("decision_adapter", "ops", "stacks", "model_packaging", "model_manifest")
+LAB = ("bench", "research", "evaluation", "tests")
+
+
+def lab_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a product module's from the lab, as "importer -> imported"."""
+    return [
+        f"{module} -> {target}"
+        for module, imported in sorted(graph.items())
+        if module.split(".")[0] in PRODUCT
+        for target in sorted(imported)
+        if target.split(".")[0] in LAB
+    ]
+
+
+def test_the_product_never_imports_the_lab():
+    # every module each names, so `tests`, outside PACKAGES, is seen too
+    graph = {name: _imported(name, path, None) for name, path in _modules().items()}
+    assert lab_crossings(graph) == []
+    # and the lab does lean on the product: the rule is about the real layout
+    assert "ops.workloads" in graph["bench.workloads"]
+    assert "ops.transports" in graph["evaluation.cli"]
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"bench.workloads": {"ops.workloads"}}, []),
+        ({"evaluation.cli": {"ops.retry"}}, []),
+        ({"ops.measure": {"bench.workloads"}}, ["ops.measure -> bench.workloads"]),
+        ({"stacks.app": {"evaluation"}}, ["stacks.app -> evaluation"]),
+        (
+            {"decision_adapter.calibration": {"research.readout_study.study"}},
+            ["decision_adapter.calibration -> research.readout_study.study"],
+        ),
+        (
+            {"model_packaging.spec": {"tests.support.bodies"}},
+            ["model_packaging.spec -> tests.support.bodies"],
+        ),
+    ],
+)
+def test_lab_crossings_finds_the_product_importing_the_lab(graph, expected):
+    assert lab_crossings(graph) == expected
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from tests.support.readme_steps import DOCS, README
 
 # A date standing alone, not part of a file name such as bench/results/2026-12-03-x86_64.json.
 DATE = re.compile(r"(?<![\w/-])20\d\d-\d\d-\d\d(?![\w-])")
-# Blocks other tools write between their own markers (bench.builds --report).
+# Blocks other tools write between their own markers (research.builds --report).
 TOOL_BLOCK = re.compile(r"<!-- ([\w. -]+): begin -->.*?<!-- \1: end -->", re.DOTALL)
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 
@@ -32,7 +32,9 @@ def test_a_reference_page_carries_no_dated_history(page):
 
 def test_the_rule_sees_a_date_in_prose_but_not_in_a_generated_block_or_a_file_name():
     generated = "<!-- BEGIN GENERATED t: x -->\nMeasured 2026-12-03\n<!-- END GENERATED t -->\n"
-    tool = "<!-- bench.builds report: begin -->\n2026-12-03\n<!-- bench.builds report: end -->\n"
+    tool = (
+        "<!-- research.builds report: begin -->\n2026-12-03\n<!-- research.builds report: end -->\n"
+    )
     path = "see bench/results/2026-12-03-x86_64-2cpu.json\n"
     assert DATE.findall(written(generated + tool + path)) == []
     assert DATE.findall(written("Measured on 2026-12-03 here.\n")) == ["2026-12-03"]

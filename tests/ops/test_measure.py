@@ -9,11 +9,11 @@ import time
 import pytest
 from botocore.stub import ANY
 
-from bench.workloads import load_decision
 from ops.cli import main
 from ops.load import run_level
 from ops.measure import CHAT_PROMPT, Limits
 from ops.retry import Backoff, Retryable
+from ops.workloads import load_decision
 from stacks import capacity, text_generation_capacity
 from stacks.config import TextGenerationEndpoint
 from tests.ops.test_invoke import streaming
@@ -24,7 +24,7 @@ from tests.support.fake_service import overload_bodies
 ENDPOINT = "decisions"
 INVOKE = {
     "EndpointName": ENDPOINT,
-    "Body": ANY,  # the bench's decision, its state numbered (test_every_measured_state_...)
+    "Body": ANY,  # the load decision, its state numbered (test_every_measured_state_...)
     "ContentType": "application/json",
     "Accept": "application/json",
 }

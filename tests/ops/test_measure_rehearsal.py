@@ -107,10 +107,10 @@ LONG_STATE = " ".join(
 
 
 def representative_bodies(path):
-    from bench.workloads import QUESTIONS, decision
+    from ops.workloads import LOAD_QUESTION, decision
 
     chat = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4}
-    lines = [{"decision": decision(LONG_STATE, QUESTIONS[0])}] * 2 + [chat]
+    lines = [{"decision": decision(LONG_STATE, LOAD_QUESTION)}] * 2 + [chat]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
@@ -145,7 +145,7 @@ def test_measure_with_representative_bodies_records_their_shape_and_synthesis_ho
     assert measured["requests"]["state_cache"] == {"miss": 4}
     tokens = measured["requests"]["input_tokens"]
     assert tokens["min"] <= shape["input_tokens"] <= tokens["max"]
-    assert tokens["max"] > 150  # the long state, not the bench's decision
+    assert tokens["max"] > 150  # the long state, not the load decision
 
     def with_traffic(**traffic) -> dict:
         endpoint = {**SMALL_RELEASE["decisionCpuEndpoint"], "traffic": traffic}

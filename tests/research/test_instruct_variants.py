@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from bench import labelled, metrics
-from bench.evaluate import Target
-from bench.labelled import SystemOneItem
+from evaluation import labelled, metrics
+from evaluation.cli import Target
+from evaluation.labelled import SystemOneItem
 from launcher import running_adapter
 from launcher.models import local_model
 from research.instruct_readouts import held_out, variants
 
-DEV = labelled.load(variants.Path("bench/data/readout_dev.jsonl"))
+DEV = labelled.load(variants.Path("evaluation/data/readout_dev.jsonl"))
 
 
 def test_a_score_question_is_asked_again_by_its_levels_words():

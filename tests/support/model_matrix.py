@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.llama_server_build import cache_root, engine_version, vendored_llama_cpp
+from bench.llama_server_build import engine_version, vendored_llama_cpp
+from launcher import cache_root
 from tests.support.gguf_variants import with_chat_template
 
 # Bump when a model's recipe changes: the cache directory is keyed by it.

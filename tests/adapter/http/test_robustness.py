@@ -13,8 +13,8 @@ import httpx
 import pytest
 from decision_adapter.http.openapi import DECISION_EXAMPLE as DECISION
 
-from bench import hostile_bodies
 from launcher import running_adapter
+from research.hostile_bodies import study as hostile_bodies
 from tests.support.adapter_process import model_held, post_in_flight, slow_decision
 
 # Asserts on wall-clock time: runs in make test's serial part, alone on the machine.

@@ -1,5 +1,5 @@
 """Whether llama.cpp's CPU backend gives a sequence the same logits whatever other sequences share
-its batches and KV cache (bench/batch_exactness.py; the whole sweep of configurations is in
+its batches and KV cache (research/batch_exactness/study.py; the whole sweep of configurations is in
 bench/results/, summed up in docs/scoring.md, "Requests at once").
 
 The finding the adapter builds on, on every family of the matrix and the real bundled Gemma 3
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.batch_exactness import SCENARIOS, Configuration, measure
 from launcher.models import local_model
+from research.batch_exactness.study import SCENARIOS, Configuration, measure
 from tests.conftest import MODEL_THREADS
 from tests.support.model_matrix import SERVED, ensure_matrix
 

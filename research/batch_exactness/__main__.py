@@ -1,0 +1,3 @@
+from research.batch_exactness.study import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The heaviest request the token budget admits, per readout, timed."""

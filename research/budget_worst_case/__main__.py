@@ -1,0 +1,3 @@
+from research.budget_worst_case.study import main
+
+raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""`python -m research.budget_worst_case`: the heaviest request the budget admits, per readout.
+
+For each readout, the request shaped to cost the most time per budget token (a long state for
+`letters`; one long option, whose every token reads a vocabulary row, for the option-text
+readouts; long listings for `permuted_letters`), grown word by word to the largest the default
+`DECISION_MAX_REQUEST_TOKENS` admits (found on the adapter's own plan, in process), is sent to a
+fresh adapter with the benchmark's settings; one word more is sent too and must be refused at
+once. Writes results/<date>-<machine>-budget.json here, or --output: each readout's seconds,
+tokens and status, and the refusal's seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from bench.__main__ import ADAPTER_ENV
+from bench.timing import REQUEST_TIMEOUT_S
+from bench.workloads import THREADS, machine_name
+from launcher import running_adapter
+from tests.support.bodies import decision
+
+RESULTS = Path(__file__).resolve().parent / "results"  # the study's committed results
+
+LIMIT = 8192  # DECISION_MAX_REQUEST_TOKENS's default
+WORD = "ab "  # one token on Gemma 3
+
+
+def _long_option(readout: str) -> Callable[[int], dict]:
+    return lambda n: decision("s", "Is it?", (WORD * n + "x", "no"), readout=readout)
+
+
+def _long_description(n: int) -> dict:
+    body = decision("s", "Is it?", ("yes", "no"), readout="option_text_desc")
+    body["decision"]["options"][0]["description"] = WORD * n
+    return body
+
+
+def _long_candidate_description(readout: str) -> Callable[[int], dict]:
+    def shape(n: int) -> dict:
+        body = decision("s", "Is it?", ("yes", "no"), readout=readout)
+        body["decision"]["options"][0]["description"] = WORD * n
+        return body
+
+    return shape
+
+
+def _long_listing(n: int) -> dict:
+    body = decision("s", "Which one?", [f"o{i}" for i in range(8)], readout="permuted_letters")
+    for option in body["decision"]["options"]:
+        option["description"] = WORD * n
+    return body
+
+
+SHAPES: dict[str, Callable[[int], dict]] = {
+    "letters": lambda n: decision(WORD * n, "Is it?", ("yes", "no"), readout="letters"),
+    "option_text": _long_option("option_text"),
+    "option_text_desc": _long_description,
+    "calibrated": _long_option("calibrated"),
+    "permuted_letters": _long_listing,
+    "json_choice": _long_candidate_description("json_choice"),
+    "json_choice_sum": _long_candidate_description("json_choice_sum"),
+}
+
+
+def largest_admitted(shape: Callable[[int], dict], renderer) -> int:
+    """The largest n whose request fits the budget, by the adapter's own plan (no model work)."""
+    from decision_adapter.formats.decision import DecisionRequest
+    from decision_adapter.model.tokenizer import TokenLimitExceeded
+    from decision_adapter.scoring.budget import TokenBudget
+    from decision_adapter.scoring.score import build_plan
+
+    def fits(n: int) -> bool:
+        item = DecisionRequest.model_validate(shape(n)).items[0]
+        try:
+            build_plan(renderer, item.state, [item.as_question()], TokenBudget(LIMIT))
+        except TokenLimitExceeded:
+            return False
+        return True
+
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def _renderer():
+    """The bundled model's renderer, as the adapter's (one thread: it only tokenizes)."""
+    from decision_adapter.model.engine import Engine, EngineConfig
+    from decision_adapter.scoring.prompts import PromptRenderer
+
+    from tests.conftest import bundled_gguf
+
+    config = EngineConfig(n_ctx=LIMIT, n_batch=512, n_threads=1, n_gpu_layers=0, n_seq_max=64)
+    return PromptRenderer(Engine(bundled_gguf(), config))
+
+
+def _timed(client: httpx.Client, url: str, body: dict) -> dict:
+    started = time.perf_counter()
+    response = client.post(url, json=body)
+    seconds = round(time.perf_counter() - started, 3)
+    row = {"status": response.status_code, "seconds": seconds}
+    if response.status_code == 200:
+        timing = response.json()["result"]["timing"]
+        row.update({k: timing[k] for k in ("request_tokens", "prefill_ms", "branches_ms")})
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m research.budget_worst_case", description=__doc__
+    )
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args(argv)
+    now = datetime.now(UTC)
+    renderer = _renderer()
+    sizes = {readout: largest_admitted(shape, renderer) for readout, shape in SHAPES.items()}
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+        with running_adapter(Path(tmp), **ADAPTER_ENV) as adapter:
+            url = adapter.url + "/invocations"
+            for readout, shape in SHAPES.items():
+                n = sizes[readout]
+                rows[readout] = {
+                    "words": n,
+                    "admitted": _timed(client, url, shape(n)),
+                    "one_word_more": _timed(client, url, shape(n + 1)),
+                }
+                print(readout, json.dumps(rows[readout]), flush=True)
+    result = {
+        "date": now.isoformat(timespec="seconds"),
+        "machine": machine_name(),
+        # Other work on the machine slows every figure: the load over the last 15 minutes.
+        "load_average_15min": round(os.getloadavg()[2], 2),
+        "adapter": f"started here, {THREADS} threads, state cache off, limit {LIMIT}",
+        "worst_case": rows,
+    }
+    output = args.output or RESULTS / f"{now:%Y-%m-%d}-{machine_name()}-budget.json"
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    print(output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The same decision on each way of building llama.cpp, on one machine."""

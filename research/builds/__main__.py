@@ -1,0 +1,3 @@
+from research.builds.study import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Request bodies that were slow to tokenize, timed against the adapter."""

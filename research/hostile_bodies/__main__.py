@@ -1,0 +1,3 @@
+from research.hostile_bodies.study import main
+
+raise SystemExit(main())

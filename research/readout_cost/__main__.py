@@ -1,0 +1,3 @@
+from research.readout_cost.study import main
+
+raise SystemExit(main())
