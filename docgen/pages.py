@@ -17,6 +17,14 @@ PAGES: dict[str, list[Block]] = {
     "docs/benchmarks.md": [
         Block("bench", bench_page.SOURCE, bench_page.render),
         Block(
+            "decision-concurrency",
+            bench_page.CONCURRENCY_SOURCE,
+            bench_page.render_decision_concurrency,
+        ),
+        Block(
+            "chat-concurrency", bench_page.CONCURRENCY_SOURCE, bench_page.render_chat_concurrency
+        ),
+        Block(
             "decision-models",
             bench_page.DECISION_MODELS_SOURCE,
             bench_page.render_decision_models,
