@@ -9,7 +9,7 @@ import pytest
 from docgen.prose import count, sentences, words
 from tests.support.readme_steps import DOCS
 
-PAGES = [DOCS / "deploy.md", DOCS / "operate.md"]
+PAGES = [DOCS / "deploy.md", DOCS / "operate.md", DOCS / "development.md"]
 MEAN_WORDS_PER_SENTENCE = 25
 
 
