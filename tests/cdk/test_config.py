@@ -504,3 +504,34 @@ def test_endpoint_names_follow_the_stack_prefix_unless_given():
         "my-async",
     ]
     assert "stackPrefix" in rejected(**RELEASE, stackPrefix="A" * 60)
+
+
+def test_the_gpu_check_is_one_function_which_ops_uses_too():
+    from ops import transform
+    from stacks.gpu_instances import is_gpu_instance
+
+    assert [is_gpu_instance(t) for t in ("ml.g5.2xlarge", "ml.g4dn.xlarge", "ml.p5.48xlarge")] == [
+        True,
+        True,
+        True,
+    ]
+    assert not any(is_gpu_instance(t) for t in ("ml.c6i.2xlarge", "ml.m5.large", "ml.inf2.xlarge"))
+    assert transform.is_gpu_instance is is_gpu_instance
+
+
+def test_each_decision_container_setting_is_declared_once_on_the_base():
+    from stacks.config import (
+        DecisionAsyncEndpoint,
+        DecisionContainer,
+        DecisionCpuEndpoint,
+        DecisionGpuEndpoint,
+    )
+
+    shared = {"n_threads", "n_ctx", "concurrency"}
+    assert shared <= set(DecisionContainer.__annotations__)
+    for endpoint in (DecisionCpuEndpoint, DecisionGpuEndpoint, DecisionAsyncEndpoint):
+        redeclared = shared & set(endpoint.__annotations__)
+        # The GPU endpoint's fewer threads: a default of its own, the same declared type.
+        assert redeclared == ({"n_threads"} if endpoint is DecisionGpuEndpoint else set())
+        assert endpoint.__annotations__.get("n_threads", "Threads") == "Threads"
+        assert issubclass(endpoint, DecisionContainer)
