@@ -22,7 +22,7 @@ DEFAULT_DLC_CPU_DIGEST = "sha256:1f19c220f5f169228f20cdddca00f4838be22a3a1ce9002
 DEFAULT_DLC_CUDA_DIGEST = "sha256:9f2eb2d9cbdc3172c2046117c4a43401bc95dbabdc3e2aeaa35daa11565c8b36"
 
 
-def not_pinned(reference: str, *, repository: str, tag: str, registry: str = "") -> str:
+def _not_pinned(reference: str, *, repository: str, tag: str, registry: str = "") -> str:
     registry_id = f"--registry-id {registry} " if registry else ""
     return (
         f"{reference!r} is not pinned by digest (sha256:<64 hex>); tags move, digests do not. "
@@ -35,7 +35,7 @@ def _ecr_image(value: str) -> str:
     if "@" not in value:
         path, _, tag = value.partition("/")[2].partition(":")
         raise ValueError(
-            not_pinned(value, repository=path or "REPOSITORY", tag=tag or "TAG")
+            _not_pinned(value, repository=path or "REPOSITORY", tag=tag or "TAG")
             + ", or use the URI that `python -m ops build cpu-image|gpu-image` prints"
         )
     if not _ECR_IMAGE.match(value):
@@ -81,7 +81,7 @@ class DlcImages(Section):
             flavour = "cpu" if info.field_name == "cpu_digest" else "cuda"
             tag = value.rpartition(":")[2] if ":" in value else f"server-sagemaker-{flavour}-v1"
             raise ValueError(
-                not_pinned(
+                _not_pinned(
                     value,
                     repository=info.data.get("repository", "llama-cpp"),
                     tag=tag,
