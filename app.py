@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """CDK app entry point: `npx cdk synth` runs this. Configuration comes from cdk.json context and
-`-c key=value` only, validated once here (see stacks/config.py)."""
+`-c key=value` only, validated once here (see stacks/config/)."""
 
 import sys
 from pathlib import Path

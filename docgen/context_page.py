@@ -13,7 +13,7 @@ from stacks.config import AppConfig
 
 from .tables import annotated_constraints, constraints, default, table, type_name
 
-SOURCE = "stacks/config.py"
+SOURCE = "stacks/config/"
 
 
 def _section_model(field: FieldInfo) -> type[BaseModel] | None:

@@ -2,7 +2,7 @@
 
 The spec's name in the key (the manifest's `spec`) travels with the URI the build prints: the
 release's `modelDataUri` names the model it deploys, which capacity is looked up by
-(stacks/config.py, `AppConfig.release_model`)."""
+(stacks/config/builds.py, `release_model`)."""
 
 from __future__ import annotations
 

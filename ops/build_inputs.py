@@ -2,7 +2,7 @@
 
 The builds read their source zip (`SOURCE_PATHS`) and, from the configuration, the model spec,
 the CUDA architectures and the DLC images they build from. The configuration is read as each
-revision's own code reads its own cdk.json: a default changed in `stacks/config.py` counts as
+revision's own code reads its own cdk.json: a default changed in `stacks/config/` counts as
 much as a value changed in cdk.json. Switching the GPU decision endpoint on counts too: CI
 builds the GPU image only while that endpoint is enabled.
 """

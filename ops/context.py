@@ -44,7 +44,7 @@ def _path(key: str) -> list[str]:
         raise ContextError(f"{key!r} is not a context key (names joined by dots)")
     known = {field.alias for field in AppConfig.model_fields.values()}
     if path[0] not in known:
-        raise ContextError(f"{path[0]!r} is not a key the app reads (stacks/config.py, AppConfig)")
+        raise ContextError(f"{path[0]!r} is not a key the app reads (stacks/config/, AppConfig)")
     return path
 
 

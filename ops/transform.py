@@ -8,6 +8,7 @@ from typing import Any
 from ops.clients import Client
 from ops.polling import Polling
 from ops.s3_objects import S3Location
+from stacks.gpu_instances import is_gpu_instance
 
 JSON_LINES = "application/jsonlines"
 
@@ -24,9 +25,6 @@ class NotForBatch(Exception):
     """The model cannot run as a batch transform job."""
 
 
-_GPU_FAMILIES = ("ml.g", "ml.p")
-
-
 def model_of_endpoint(sagemaker: Client, endpoint: str) -> str:
     """The SageMaker model an endpoint serves (its config's first variant). A GPU endpoint's
     model is refused: it is the CUDA 13 image, which needs NVIDIA driver 580, and batch
@@ -36,7 +34,7 @@ def model_of_endpoint(sagemaker: Client, endpoint: str) -> str:
     variant = config["ProductionVariants"][0]
     types = [variant.get("InstanceType", "")]
     types += [pool["InstanceType"] for pool in variant.get("InstancePools", [])]
-    if any(t.startswith(_GPU_FAMILIES) for t in types):
+    if any(is_gpu_instance(t) for t in types):
         raise NotForBatch(
             f"endpoint {endpoint} runs on GPUs: its CUDA 13 image needs NVIDIA driver 580, and "
             "batch transform offers drivers 470 and 535 only; run the batch on the CPU decision "

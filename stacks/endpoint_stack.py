@@ -58,23 +58,14 @@ class EndpointStack(Stack):
                 raise ValueError(f"TextGeneration: {', '.join(text.unmeasured())} not set")
             cuda = text.image == "cuda"
             digest = dlc.cuda_digest if cuda else dlc.cpu_digest
-            # The DLC turns SM_LLAMA_CPP_FOO_BAR=value into llama-server's --foo-bar value. The
-            # alias names the model in every answer: `ops measure` files its measurement so.
-            server_args = {**text.server_args, "alias": text.served_model(release_model)}
-            environment = {
-                "SM_LLAMA_CPP_" + flag.upper().replace("-", "_"): value
-                for flag, value in server_args.items()
-            }
+            # A Hub GGUF: the DLC prefers a GGUF under /opt/ml/model, so the archive is left
+            # off; the download needs the internet, which network isolation would cut.
             hub = text.hugging_face
-            if hub is not None:
-                # The DLC prefers a GGUF under /opt/ml/model, so the archive is left off; the
-                # download needs the internet, which network isolation would cut.
-                environment |= {"SM_LLAMA_CPP_HF_REPO": hub.repo, "SM_LLAMA_CPP_HF_FILE": hub.file}
             self._add(
                 "TextGeneration",
                 text,
                 image=ContainerImage.from_dlc(self, repository_name=dlc.repository, digest=digest),
-                environment=environment,
+                environment=text.environment(release_model),
                 instances=Instances.fixed(text.instance_type),
                 inference_ami_version=text.inference_ami_version if cuda else None,
                 **({"model_archive": None, "network_isolation": False} if hub else {}),
@@ -84,7 +75,6 @@ class EndpointStack(Stack):
                 "DecisionCpu",
                 decision_cpu,
                 decision_cpu_image,
-                n_gpu_layers=0,
                 instances=Instances.fixed(decision_cpu.instance_type),
             )
             if decision_cpu.batch_prefix is not None:
@@ -99,7 +89,6 @@ class EndpointStack(Stack):
                 "DecisionGpu",
                 gpu,
                 decision_gpu_image,
-                n_gpu_layers=gpu.n_gpu_layers,
                 instances=Instances.pool(
                     gpu.instance_pool,
                     provision_timeout=Duration.seconds(gpu.provision_timeout_seconds),
@@ -142,17 +131,7 @@ class EndpointStack(Stack):
             **_endpoint_props(settings),
             image=ContainerImage.from_ecr_uri(image_uri),
             model_archive=self._model_archive,
-            environment={
-                **_decision_environment(settings, n_gpu_layers=0),
-                **{
-                    variable: str(settings.request_deadline_s)
-                    for variable in (
-                        "DECISION_SCORING_DEADLINE_S",
-                        "DECISION_JSONLINES_TIMEOUT_S",
-                        "DECISION_CHAT_DEADLINE_S",
-                    )
-                },
-            },
+            environment=settings.environment(),
             instance_type=settings.instance_type,
             bucket=bucket,
             input_prefix=settings.input_prefix,
@@ -175,27 +154,18 @@ class EndpointStack(Stack):
         construct_id: str,
         settings: DecisionCpuEndpoint | DecisionGpuEndpoint,
         image_uri: str | None,
-        *,
-        n_gpu_layers: int,
         **props: Any,
     ) -> None:
-        """A decision endpoint: our image, configured through the adapter's variables."""
+        """A decision endpoint: our image, configured through the adapter's variables, which
+        its settings render (stacks/config/decision_container.py)."""
         assert image_uri is not None  # the config requires it for an enabled endpoint
         if settings.unmeasured():  # AppConfig fills them in from measurement, or refuses
             raise ValueError(f"{construct_id}: {', '.join(settings.unmeasured())} not set")
-        wait_s = settings.admission_wait_s
-        assert wait_s is not None  # measured or given: unmeasured() is empty
         self._add(
             construct_id,
             settings,
             image=ContainerImage.from_ecr_uri(image_uri),
-            environment={
-                **_decision_environment(settings, n_gpu_layers=n_gpu_layers),
-                "DECISION_MAX_QUEUE": str(settings.max_queue),
-                "DECISION_ADMISSION_WAIT_S": str(wait_s),
-                # Chat holds the model a decision would have: capped (long chat: text generation).
-                **settings.chat.environment(wait_s),
-            },
+            environment=settings.environment(),
             adapter_metrics=True,
             **props,
         )
@@ -220,20 +190,4 @@ def _endpoint_props(settings: EndpointSettings) -> dict[str, Any]:
         "model_data_download_timeout": Duration.seconds(
             settings.model_data_download_timeout_seconds
         ),
-    }
-
-
-def _decision_environment(
-    settings: DecisionCpuEndpoint | DecisionGpuEndpoint | DecisionAsyncEndpoint,
-    *,
-    n_gpu_layers: int,
-) -> dict[str, str]:
-    """The adapter's variables for a decision endpoint. SageMaker does not tell a container
-    its endpoint's name; the metrics' Endpoint dimension must match the alarms'."""
-    return {
-        "DECISION_METRICS_ENDPOINT": settings.endpoint_name,
-        "DECISION_N_THREADS": str(settings.n_threads),
-        "DECISION_N_CTX": str(settings.n_ctx),
-        "DECISION_N_GPU_LAYERS": str(n_gpu_layers),
-        **settings.concurrency.environment(),
     }

@@ -36,3 +36,8 @@ def cuda_architectures(instance_types: list[str]) -> str:
     """CMake's CUDA_ARCHITECTURES for these types, e.g. `75;86;89`: each GPU's real arch once."""
     capabilities = sorted({COMPUTE_CAPABILITY[instance_family(t)] for t in instance_types})
     return ";".join(f"{major}{minor}" for major, minor in capabilities)
+
+
+def is_gpu_instance(instance_type: str) -> bool:
+    """Whether a SageMaker instance type has a GPU: the `ml.g*` and `ml.p*` families."""
+    return instance_type.startswith(("ml.g", "ml.p"))

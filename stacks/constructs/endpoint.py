@@ -51,9 +51,9 @@ class Instances:
     @classmethod
     def pool(cls, instance_types: Sequence[str], *, provision_timeout: Duration) -> Instances:
         """`instance_types` in priority order; the config checks SageMaker's rule (1-5 distinct
-        types, stacks/config.py `DecisionGpuEndpoint`), so it is checked in one place. A pool
-        of one type (one type deployed to be measured) has nothing to fall back to: it is that
-        type, as every endpoint API and tool knows it."""
+        types, `DecisionGpuEndpoint` in stacks/config/decision_endpoints.py), so it is checked
+        in one place. A pool of one type (one type deployed to be measured) has nothing to fall
+        back to: it is that type, as every endpoint API and tool knows it."""
         if len(instance_types) == 1:
             return cls.fixed(instance_types[0])
         return cls(instance_types=tuple(instance_types), provision_timeout=provision_timeout)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import shlex
 import sys
-import types
 
 import boto3
 import jmespath
@@ -59,7 +59,7 @@ def leaves(value, path=()):
 
 
 def test_cdk_json_holds_only_overrides_of_existing_fields():
-    """A default repeated in cdk.json would silently win over an edit of stacks/config.py."""
+    """A default repeated in cdk.json would silently win over an edit of stacks/config/."""
     overrides = app_context(cdk_json_context())
     assert set(overrides) <= {field.alias for field in AppConfig.model_fields.values()}
     defaults = AppConfig().model_dump(by_alias=True)
@@ -93,17 +93,28 @@ def test_cdk_json_holds_only_overrides_of_existing_fields():
         ),
     ],
 )
-def test_an_edited_default_in_config_py_takes_effect_with_the_shipped_cdk_json(
-    edit, read, monkeypatch
+def test_an_edited_default_in_stacks_config_takes_effect_with_the_shipped_cdk_json(
+    edit, read, tmp_path, monkeypatch
 ):
-    source = (ROOT / "stacks" / "config.py").read_text()
+    # A copy of the package with the one edit, imported under another name (its modules import
+    # one another relatively, so the copy is whole).
+    package = ROOT / "stacks" / "config"
+    sources = {path.name: path.read_text() for path in sorted(package.glob("*.py"))}
     old, new = edit
-    assert source.count(old) == 1, old
-    edited = types.ModuleType("edited_config")
-    monkeypatch.setitem(sys.modules, edited.__name__, edited)  # pydantic resolves names there
-    exec(compile(source.replace(old, new), "edited_config.py", "exec"), edited.__dict__)
-    assert read(edited.AppConfig.from_context(cdk_json_context()))
-    assert not read(AppConfig.from_context(cdk_json_context()))
+    assert sum(source.count(old) for source in sources.values()) == 1, old
+    edited = tmp_path / "edited_config"
+    edited.mkdir()
+    for name, source in sources.items():
+        (edited / name).write_text(source.replace(old, new))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    edited_config = importlib.import_module(edited.name)
+    try:
+        assert read(edited_config.AppConfig.from_context(cdk_json_context()))
+        assert not read(AppConfig.from_context(cdk_json_context()))
+    finally:
+        for name in list(sys.modules):
+            if name.partition(".")[0] == edited.name:
+                del sys.modules[name]
 
 
 def test_cdk_json_yields_the_documented_defaults():
@@ -493,3 +504,34 @@ def test_endpoint_names_follow_the_stack_prefix_unless_given():
         "my-async",
     ]
     assert "stackPrefix" in rejected(**RELEASE, stackPrefix="A" * 60)
+
+
+def test_the_gpu_check_is_one_function_which_ops_uses_too():
+    from ops import transform
+    from stacks.gpu_instances import is_gpu_instance
+
+    assert [is_gpu_instance(t) for t in ("ml.g5.2xlarge", "ml.g4dn.xlarge", "ml.p5.48xlarge")] == [
+        True,
+        True,
+        True,
+    ]
+    assert not any(is_gpu_instance(t) for t in ("ml.c6i.2xlarge", "ml.m5.large", "ml.inf2.xlarge"))
+    assert transform.is_gpu_instance is is_gpu_instance
+
+
+def test_each_decision_container_setting_is_declared_once_on_the_base():
+    from stacks.config import (
+        DecisionAsyncEndpoint,
+        DecisionContainer,
+        DecisionCpuEndpoint,
+        DecisionGpuEndpoint,
+    )
+
+    shared = {"n_threads", "n_ctx", "concurrency"}
+    assert shared <= set(DecisionContainer.__annotations__)
+    for endpoint in (DecisionCpuEndpoint, DecisionGpuEndpoint, DecisionAsyncEndpoint):
+        redeclared = shared & set(endpoint.__annotations__)
+        # The GPU endpoint's fewer threads: a default of its own, the same declared type.
+        assert redeclared == ({"n_threads"} if endpoint is DecisionGpuEndpoint else set())
+        assert endpoint.__annotations__.get("n_threads", "Threads") == "Threads"
+        assert issubclass(endpoint, DecisionContainer)

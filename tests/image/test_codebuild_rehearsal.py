@@ -105,7 +105,7 @@ def test_model_build_uploads_the_archive_at_its_content_addressed_key(
 
     archive_sha256 = result.exported["MODEL_ARCHIVE_SHA256"]
     bucket, prefix = variables["ARTIFACT_BUCKET"], variables["ARTIFACT_PREFIX"]
-    # The spec in the key: the release's URI names the model it holds (stacks/config.py).
+    # The spec in the key: the release's URI names the model it holds (stacks/config/builds.py).
     key = f"{prefix}/{SMALL_MODEL}/{archive_sha256}/model.tar.gz"
     assert result.exported["MODEL_URI"] == f"s3://{bucket}/{key}"
     assert result.exported["MODEL_GGUF_SHA256"] == EXPECTED_SHA256
