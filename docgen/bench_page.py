@@ -4,6 +4,7 @@ result, and the decision model beside llama-server (bench.decision_models_versus
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from bench.report import latest, markdown
 
@@ -30,7 +31,7 @@ def render_decision_models() -> str:
 CONCURRENCY_SOURCE = "the newest bench/results/<date>-<machine>-{decision,chat}-concurrency.json"
 
 
-def _newest(suffix: str) -> tuple[dict, str]:
+def _newest(suffix: str) -> tuple[dict[str, Any], str]:
     from bench.report import RESULTS
 
     newest = sorted(RESULTS.glob(f"*{suffix}"))[-1]
@@ -92,6 +93,6 @@ def render_chat_concurrency() -> str:
     )
 
 
-def _load(result: dict) -> str:
+def _load(result: dict[str, Any]) -> str:
     before, after = result["load_average_before"][0], result["load_average_after"][0]
     return f"{before:.1f} before and {after:.1f} after"

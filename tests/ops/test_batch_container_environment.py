@@ -9,6 +9,7 @@ import pytest
 from decision_adapter.settings import Settings
 
 from ops.cli import main
+from tests.ops.test_background_batch import describes_model
 from tests.support.aws_stubs import stubbed_client
 from tests.support.cdk_templates import ENDPOINTS, RELEASE, ROOT, one, synthesize, template
 from tests.support.dockerfile_stages import stages
@@ -37,6 +38,7 @@ def job_environment(model: str, tmp_path) -> dict[str, str]:
             "provide-client-params.sagemaker.CreateTransformJob",
             lambda params, **_: sent.update(params),
         )
+        describes_model(stubber, model=model)  # --batch-strategy auto reads the served archive
         stubber.add_response("create_transform_job", {"TransformJobArn": "arn:x"})
         stubber.add_response(
             "describe_transform_job",
