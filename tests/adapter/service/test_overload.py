@@ -3,7 +3,7 @@
 Every answer must be 200 or a retryable 503 with Retry-After, /ping must answer within 2 s
 throughout (SageMaker's health check), the server must answer normally afterwards, and its
 resident memory after 5,000 requests must stay within 10% of its value after the first 500.
-OVERLOAD_SECONDS lengthens the load phase (CI default: 12 s; CHANGELOG.md's figures: 30 s), and
+OVERLOAD_SECONDS lengthens the load phase (CI default: 12 s; bench/results/overload.json: 30 s), and
 OVERLOAD_REPORT names a file for the measured figures.
 """
 
