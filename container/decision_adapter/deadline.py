@@ -1,4 +1,4 @@
-"""The one deadline type: an instant on time.monotonic() past which no model work starts.
+"""One deadline type on one clock: an instant on time.monotonic() past which no model work starts.
 
 Every deadline of the adapter is one: a request's scoring or chat deadline, a JSON Lines body's
 time bound (contract.WORK_DEADLINE), the soonest running chat's. Durations (the timings an

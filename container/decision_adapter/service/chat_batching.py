@@ -1,22 +1,10 @@
-"""Chat streams admitted together take turns on the model thread, a token each per round (or
-share each round's batch: `shared`, below), each stream its own KV stream and sampler
-(streams.StreamContext), so a stream's text has the same bits alone and beside others.
+"""Chats admitted together take turns on the model thread, a token each per round, or share
+each round's call (DECISION_CHAT_SHARED_BATCHES): the chat rounds. How a round runs:
+docs/architecture.md, "Batching"; why a chat keeps its bits in turns, and not shared:
+docs/scoring.md, "Requests at once".
 
-One job on the model thread is one round: the streams that arrived are prefilled, each prompt
-its own batches (time to first token as alone, plus at most one round of the others); then
-every running stream decodes its next token. Rounds follow each other while any stream runs,
-queued behind whatever else the model thread has (decisions run between two rounds, and stop
-at the soonest running stream's deadline: `earliest_deadline`). A stream whose reader left is
-dropped at the next round.
-
-Each stream's token is a batch of its own. In one micro-batch the streams' rows would share a
-read of the weights, but a row's bits follow the rows beside it: on the bundled model a stream's
-logits move beside three others (repacked weights multiply four rows at a time, one alone), on
-F16 weights beside one (tinyBLAS from two rows); test_chat_batching.py measures it. A token is
-one row, so padding it to a block as scoring_batching.py does would cost a stream alone several
-times its time per token. `shared` (DECISION_CHAT_SHARED_BATCHES) trades that exactness for the
-shared reads: every running stream's token in one batch, on consecutive KV streams (each stream
-takes the lowest free one), which llama.cpp decodes as one micro-batch.
+Each chat has its own KV stream and sampler. A chat whose reader left ends at the next round;
+one past its deadline ends after its next token, its text ending with `length`.
 """
 
 from __future__ import annotations

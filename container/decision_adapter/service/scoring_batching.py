@@ -1,30 +1,14 @@
-"""Decisions admitted together share the model's forward passes (DECISION_MAX_SCORING_REQUESTS).
+"""Decisions admitted together share the model's calls (DECISION_MAX_SCORING_REQUESTS): the
+decision rounds. How a round runs: docs/architecture.md, "Batching"; why each answer keeps the
+bits of its request alone: docs/scoring.md, "Requests at once".
 
-Each admitted request scores (score.score) on a thread of its own through a `LaneDecoder`:
-every model step it takes becomes a `Work` that waits for the next round. A round, one job on
-the model thread, takes the waiting works in arrival order while their tokens fit one batch,
-and decodes their pieces (a stream's tokens each: a state chunk, a question suffix, an option
-path) in calls of equal width. No stream belongs to a request: every piece starts from a saved
-sequence (its state, its question) or from nothing, restored into whichever stream its call
-gives it, and a piece that is continued later (a long state's next chunk) is saved again.
-
-Why calls of equal width: llama.cpp splits a batch of several KV streams into micro-batches of
-as many tokens from each of a run of consecutive streams, so pieces of mixed widths, or on
-streams apart, split into many small micro-batches. A call of k pieces of width w on streams
-0..k-1, k*w within a batch, is one micro-batch, the weights read once for all of them.
-
-Exact: each answer has the bits of the same request alone. Every piece is a KV stream of its
-own (streams.py), so no request reads another's cells; and every call shows each row what it
-shows it alone. llama.cpp's CPU matrix products round a row by the rows beside it (a 1-row
-kernel, 4-row blocks of repacked weights, tinyBLAS from 2 rows; measured in
-tests/adapter/service/test_scoring_batching.py), so every piece is padded to a multiple of 8
-tokens and every call asks for logits in a multiple of 8 rows: the rows it reads, then rows
-nobody reads, alone as together. The padding is cut once decoded, which a recurrent memory
-cannot do: a hybrid model is scored one request at a time.
-
-A request whose client left, or whose deadline passed, is dropped at the next round (its thread
-ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted. A call
-that fails is tried again a request at a time, so its failure reaches only its own request.
+Here, what the pages leave to the code. Each span is padded to a multiple of ROW_BLOCK tokens and
+each call asks for logits in a multiple of ROW_BLOCK rows (the rows it reads, then rows nobody
+reads): llama.cpp's CPU matrix products round a row by the rows beside it (measured in
+tests/adapter/service/test_scoring_batching.py). The padding is cut once decoded, which a
+recurrent memory cannot do: a hybrid model is scored one request at a time. A call that fails is
+tried again a request at a time, so its failure reaches only its own request; at shutdown the
+call in progress is interrupted, and every step fails.
 """
 
 from __future__ import annotations
