@@ -192,7 +192,7 @@ def _rows_beside(context: StreamContext, tokens: list[int], lengths: list[int]) 
 
 
 def test_a_rows_bits_follow_the_rows_beside_it_in_the_cpu_kernels():
-    """Why a round pads its work (scoring_batching.Work), on Qwen2.5-Coder-0.5B's real weights:
+    """Why a round pads its steps (scoring_batching.Step), on Qwen2.5-Coder-0.5B's real weights:
     the same 20 tokens of stream 0 read the same bits beside streams of 20 tokens each (every
     micro-batch holds as many of each stream), but not beside streams of 3 (llama.cpp splits
     stream 0's tokens 3 + 17 between micro-batches), nor 2 tokens beside one more stream of 2
