@@ -15,6 +15,7 @@ import numpy as np
 
 from . import sampling
 from .calibration import BUILT_IN_READOUT, READOUTS, Calibration, QuestionKind, ReadoutName
+from .deadline import Deadline
 
 # The formats name readouts and kinds from here.
 __all__ = ["BUILT_IN_READOUT", "READOUTS", "QuestionKind", "ReadoutName"]
@@ -32,10 +33,10 @@ MIN_CONFIDENT_MASS = 0.5
 # questions is the setting, checked after.
 MAX_REQUEST_ITEMS = 1024
 
-# The instant (time.perf_counter) past which no model work a caller awaits may start, where the
-# caller bounds several calls at once (a JSON Lines body's time bound): scoring stops there too,
-# between batches, not only the coroutine awaiting it. None: each call's own deadline alone.
-WORK_DEADLINE: ContextVar[float | None] = ContextVar("work_deadline", default=None)
+# The deadline past which no model work a caller awaits may start, where the caller bounds
+# several calls at once (a JSON Lines body's time bound): scoring stops there too, between
+# batches, not only the coroutine awaiting it. None: each call's own deadline alone.
+WORK_DEADLINE: ContextVar[Deadline | None] = ContextVar("work_deadline", default=None)
 # Whether the client of the request being answered has gone (the HTTP layer's check), for model
 # work that can stop early: a batched decision's remaining rounds. None: never asked.
 CLIENT_GONE: ContextVar[Callable[[], Awaitable[bool]] | None] = ContextVar(

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..contract import WORK_DEADLINE, ModelService
+from ..deadline import Deadline
 from ..errors import Busy, RequestError
 from ..formats.base import ADAPTER_ERRORS, Call, EventStream, Refused, WireFormat, format_of
 from ..settings import Settings
@@ -208,7 +209,7 @@ async def answer(
                     error_type="client_disconnected",
                 )
             answers.append(await answer_line(line))
-            if (until := WORK_DEADLINE.get()) is not None and time.perf_counter() >= until:
+            if (until := WORK_DEADLINE.get()) is not None and until.passed():
                 raise TimeoutError  # the line ended by the body's bound, not by its own
 
     to_score = sum(line.error is None for line in lines)
@@ -217,7 +218,7 @@ async def answer(
         pace.check(to_score, timeout_s)
         async with service.reserved():
             # The bound stops the model work too: the line being scored ends between batches.
-            bound = WORK_DEADLINE.set(time.perf_counter() + timeout_s)
+            bound = WORK_DEADLINE.set(Deadline.after(timeout_s))
             try:
                 async with asyncio.timeout(timeout_s):
                     await answer_all()

@@ -26,6 +26,7 @@ from typing import Any, TypeAlias, TypedDict, TypeVar, overload
 
 import numpy as np
 
+from ..deadline import Deadline
 from ..errors import EngineError
 from .prefix_tree import Node
 from .tokenizer import UserTextTokenizer, cuttable
@@ -358,7 +359,7 @@ class Engine:
         # A token may belong to every sequence of a prefix tree (decode_prefix_tree).
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq_max)
         self.stats = DecodeStats()
-        self._deadline: float | None = None
+        self._deadline: Deadline | None = None
         self._install_interrupt()
 
     def close(self) -> None:
@@ -506,7 +507,7 @@ class Engine:
             batch.logits[i] = wants_logits
         batch.n_tokens = len(entries)
         started = time.perf_counter()
-        if self._deadline is not None and started > self._deadline:
+        if self._deadline is not None and self._deadline.passed():
             raise DeadlinePassed(f"the deadline passed before a batch of {len(entries)} tokens")
         status = llama_cpp.llama_decode(self.ctx, batch)
         self.stats.seconds += time.perf_counter() - started
@@ -690,10 +691,10 @@ class Engine:
         )
 
     @contextlib.contextmanager
-    def deadline(self, instant: float) -> Iterator[None]:
-        """Inside the block no batch starts after `instant` (time.perf_counter): DeadlinePassed
-        instead. Checked between batches, so a batch already running ends first."""
-        self._deadline = instant
+    def deadline(self, until: Deadline) -> Iterator[None]:
+        """Inside the block no batch starts past `until`: DeadlinePassed instead. Checked
+        between batches, so a batch already running ends first."""
+        self._deadline = until
         try:
             yield
         finally:

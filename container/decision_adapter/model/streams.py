@@ -2,9 +2,9 @@
 sequence (`kv_unified` off), so no sequence reads another's cells (measured:
 tests/adapter/model/test_batch_exactness.py). Same bits alone and together also need the same
 kernels for each row: llama.cpp puts a run of consecutive streams, as many tokens of each, in
-one micro-batch, so scoring_batching.py decodes pieces of equal width on streams 0..k-1, padded
-to blocks of rows, and chat_batching.py a stream's token alone (unless told to share). Chat
-streams and batched decisions each have one.
+one micro-batch, so scoring_batching.py decodes spans of equal width on streams 0..k-1, padded
+to blocks of rows, and chat_batching.py a chat's token alone (unless told to share). Batched
+chats and batched decisions each have one (docs/architecture.md, "Batching").
 
 A sequence cannot be copied into another stream cheaply (llama.cpp copies the whole stream,
 every cell, 21 ms for 8,192 cells of Gemma 3 270M), so a branch is a saved sequence restored
@@ -101,7 +101,7 @@ class StreamContext:
         # Flash attention's CPU kernel picks its way by the tokens each stream has in the micro-
         # batch and by the streams in it: one token of one stream divides the cells between
         # threads, 64 or more go in tiles. Batched decisions (calls of equal width,
-        # scoring_batching.py) and chat streams taking turns (a stream a call, chat_batching.py)
+        # scoring_batching.py) and chats taking turns (a chat a call, chat_batching.py)
         # meet the same way alone as together. None: llama.cpp's choice.
         params.flash_attn_type = {
             None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,

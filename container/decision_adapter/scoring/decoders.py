@@ -4,7 +4,7 @@ A decision decodes a state once, then per question a suffix after the state, the
 later tokens as paths after the question (a prefix tree). `Decoder` is those steps;
 `SharedContextDecoder` runs them in the engine's unified context, one request at a time, with
 its state, question and paths as sequences of that context; service/scoring_batching.py's
-`LaneDecoder` runs them in KV streams of their own, beside other requests' work.
+`LaneDecoder` runs them as steps of the decision rounds, in KV streams lent to each call.
 """
 
 from __future__ import annotations

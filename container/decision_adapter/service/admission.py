@@ -27,6 +27,14 @@ _DONE = object()
 
 
 @dataclass
+class Reservation:
+    """The slot `ModelRunner.reserved()` holds for its task. `job`: the latest job run on it,
+    which the slot waits for where the task leaves mid-job."""
+
+    job: Future[Any] | None = None
+
+
+@dataclass
 class AdmissionStats:
     admitted: int = 0  # ran at once or after waiting
     waited: int = 0  # of those, admitted after waiting in the queue
@@ -39,7 +47,7 @@ class AdmissionStats:
 
 
 class ModelRunner:
-    """At most `max_in_flight` admitted at a time (decisions and chat: 1; batched chat streams:
+    """At most `max_in_flight` admitted at a time (decisions and chat: 1; batched chats:
     DECISION_MAX_CHAT_STREAMS), at most `max_queue` waiting, none longer than `wait_s`. Jobs run
     one after the other on the one model thread, which runners may share (`model_thread`).
 
@@ -76,7 +84,7 @@ class ModelRunner:
         self.stats = AdmissionStats()
         self._stopping = threading.Event()  # set at the shutdown deadline; never cleared
         # Set inside `reserved()`: the task's jobs run on the slot it already holds.
-        self._reservation: ContextVar[list[Future[Any]] | None] = ContextVar(
+        self._reservation: ContextVar[Reservation | None] = ContextVar(
             f"reservation-{id(self)}", default=None
         )
 
@@ -188,7 +196,7 @@ class ModelRunner:
             self._waiters.popleft().set_result(None)
 
     async def admit(self) -> Callable[[], None]:
-        """Admit work that runs as many jobs, not one (a batched chat stream); returns its
+        """Admit work that runs as many jobs, not one (a batched chat); returns its
         release, which any thread calls once, when the work's last job has ended."""
         await self._admit()
         loop = asyncio.get_running_loop()
@@ -198,18 +206,18 @@ class ModelRunner:
 
         return release
 
-    async def admit_job(self, job: Future[Any]) -> None:
+    async def admit_until(self, done: Future[Any]) -> None:
         """Admit work that runs off the model thread (a batched decision on a thread of its
-        own) and ends when `job` does: the slot frees then. Inside `reserved()` it takes the
-        reservation's slot, which then waits for `job` as for a `run()` job."""
+        own) and ends when `done` does: the slot frees then. Inside `reserved()` it takes the
+        reservation's slot, which then waits for `done` as for a `run()` job."""
         reservation = self._reservation.get()
         if reservation is None:
             await self._admit()
-            self._release_when_done(job)
+            self._release_when_done(done)
         elif self._stopping.is_set():
             raise ShuttingDown(self._retry_after_s)
         else:
-            reservation[:] = [job]
+            reservation.job = done
 
     def submit(self, function: Callable[[], T]) -> Future[T]:
         """Run `function()` on the model thread for work already admitted (`admit`)."""
@@ -219,10 +227,11 @@ class ModelRunner:
         """Run `function(*args)` on the model thread; returns (result, ms waited for the model,
         in a queue slot and behind the job before it)."""
         arrived = time.perf_counter()
-        started: list[float] = []
+        started = arrived
 
         def timed() -> T:
-            started.append(time.perf_counter())
+            nonlocal started
+            started = time.perf_counter()
             return function(*args)
 
         reservation = self._reservation.get()
@@ -232,35 +241,36 @@ class ModelRunner:
             raise ShuttingDown(self._retry_after_s)
         future = self._submit(timed, release=reservation is None)
         if reservation is not None:
-            reservation[:] = [future]  # the latest job: the one the slot waits for
+            reservation.job = future  # the latest job: the one the slot waits for
         try:
             result = await asyncio.wrap_future(future)
         except Exception as error:  # an interrupted decode fails: say why
             raise self.failure(error) from None
-        return result, (started[0] - arrived) * 1000
+        return result, (started - arrived) * 1000
 
     @asynccontextmanager
     async def reserved(self) -> AsyncIterator[None]:
         """Admit once for several jobs (a JSON Lines body): `run()` calls made inside, by this
         task (and tasks it starts, which copy its context), skip admission. The slot is released
         when the block ends, or, if the task was cancelled mid-job, when that job does.
-        `stream()` is not covered: it always admits."""
+        `generate()` is not covered: it always admits."""
         if self._reservation.get() is not None:  # nested: the slot is already held
             yield
             return
         await self._admit()
-        jobs: list[Future[Any]] = []
-        token = self._reservation.set(jobs)
+        reservation = Reservation()
+        token = self._reservation.set(reservation)
         try:
             yield
         finally:
             self._reservation.reset(token)
-            if jobs and not jobs[0].done():  # cancelled mid-job: free the slot when it ends
-                self._release_when_done(jobs[0])
+            job = reservation.job
+            if job is not None and not job.done():  # cancelled mid-job: free the slot then
+                self._release_when_done(job)
             else:
                 self._release()
 
-    async def stream(self, produce: Callable[[], Iterator[T]]) -> AsyncGenerator[T, None]:
+    async def generate(self, produce: Callable[[], Iterator[T]]) -> AsyncGenerator[T, None]:
         """Admit, then iterate `produce()` on the model thread, handing items over as they come.
 
         Admission happens on the first `__anext__`, so call `await anext(...)` before committing

@@ -1,22 +1,10 @@
-"""Chat streams admitted together take turns on the model thread, a token each per round (or
-share each round's batch: `shared`, below), each stream its own KV stream and sampler
-(streams.StreamContext), so a stream's text has the same bits alone and beside others.
+"""Chats admitted together take turns on the model thread, a token each per round, or share
+each round's call (DECISION_CHAT_SHARED_BATCHES): the chat rounds. How a round runs:
+docs/architecture.md, "Batching"; why a chat keeps its bits in turns, and not shared:
+docs/scoring.md, "Requests at once".
 
-One job on the model thread is one round: the streams that arrived are prefilled, each prompt
-its own batches (time to first token as alone, plus at most one round of the others); then
-every running stream decodes its next token. Rounds follow each other while any stream runs,
-queued behind whatever else the model thread has (decisions run between two rounds, and stop
-at the soonest running stream's deadline: `earliest_deadline`). A stream whose reader left is
-dropped at the next round.
-
-Each stream's token is a batch of its own. In one micro-batch the streams' rows would share a
-read of the weights, but a row's bits follow the rows beside it: on the bundled model a stream's
-logits move beside three others (repacked weights multiply four rows at a time, one alone), on
-F16 weights beside one (tinyBLAS from two rows); test_chat_batching.py measures it. A token is
-one row, so padding it to a block as scoring_batching.py does would cost a stream alone several
-times its time per token. `shared` (DECISION_CHAT_SHARED_BATCHES) trades that exactness for the
-shared reads: every running stream's token in one batch, on consecutive KV streams (each stream
-takes the lowest free one), which llama.cpp decodes as one micro-batch.
+Each chat has its own KV stream and sampler. A chat whose reader left ends at the next round;
+one past its deadline ends after its next token, its text ending with `length`.
 """
 
 from __future__ import annotations
@@ -24,33 +12,35 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..contract import SampledToken
+from ..deadline import NEVER, Deadline
+from ..errors import EngineError
 from ..model.engine import Engine, Sampling, token_log_probs
 from ..model.streams import StreamContext
 from .admission import ModelRunner
 from .daemon_threads import on_daemon_thread
+from .rounds import RoundLoop
 
 _DONE = object()
 
 
 @dataclass
-class ChatStream:
-    """One admitted chat's model-side state; the model thread alone changes it after `add`."""
+class BatchedChat:
+    """One admitted chat's model-side state; the model thread alone changes it once queued."""
 
     prompt: list[int]
-    sampler: Any  # a llama.cpp sampler chain, freed when the stream ends
+    sampler: Any  # a llama.cpp sampler chain, freed when the chat ends
     max_tokens: int
-    until: float  # time.monotonic(): no token sampled after it
+    until: Deadline  # no token sampled past it
     top_logprobs: int | None
     deliver: Callable[[object], None]  # (token, SampledToken | None), an error, or _DONE
-    ended: Callable[[], None]  # the stream's model work is over (its admission slot frees)
+    ended: Callable[[], None]  # the chat's model work is over (its admission slot frees)
     left: threading.Event = field(default_factory=threading.Event)  # the reader is gone
-    slot: int = -1  # its KV stream, once started
+    stream: int = -1  # its KV stream, once started
     position: int = 0
     count: int = 0
     token: int | None = None  # sampled and handed over, not decoded yet
@@ -58,34 +48,31 @@ class ChatStream:
     done: bool = False  # ended: its sampler freed, its KV stream free
 
 
-class ChatBatcher:
-    """Runs admitted chat streams in rounds on the model thread (see the module)."""
+class ChatBatcher(RoundLoop[BatchedChat]):
+    """The chat rounds: each running chat's next token, a call each (`turns`) or one call for
+    all (`shared`) (docs/architecture.md, "Batching")."""
 
     def __init__(self, context: StreamContext, runner: ModelRunner, *, shared: bool) -> None:
+        super().__init__(context, runner)
         self.mode = "shared" if shared else "turns"
-        self._context = context
-        self._runner = runner
-        self._lock = threading.Lock()
-        self._arrived: list[ChatStream] = []
-        self._running: list[ChatStream] = []
+        self._running: list[BatchedChat] = []
         self._free = list(range(context.n_streams))
-        self._scheduled = False  # a round is queued or running on the model thread
 
     # --- the event loop's side ---------------------------------------------------------
-    async def stream(
+    async def generate(
         self,
         prompt: list[int],
         *,
         sampling: Sampling,
         max_tokens: int,
-        until: float,
+        until: Deadline,
         top_logprobs: int | None,
         sampled_token: Callable[[int, float, list[tuple[int, float]]], SampledToken],
         text: Callable[
             [Iterator[int], Callable[[int], SampledToken] | None, Callable[..., Any]], Iterator[Any]
         ],
     ) -> AsyncGenerator[Any, None]:
-        """Admit, then the events `text(tokens, sampled, out_of_time)` makes of this stream's
+        """Admit, then the events `text(tokens, sampled, out_of_time)` makes of this chat's
         tokens, computed on a thread of their own (stop strings, UTF-8), never the loop's.
         `sampled_token(token, logprob, best)` turns the log-probabilities read on the model
         thread as the token was sampled into a SampledToken (with top_logprobs only)."""
@@ -103,7 +90,7 @@ class ChatBatcher:
             release()
             loop.call_soon_threadsafe(finish)
 
-        job = ChatStream(
+        chat = BatchedChat(
             prompt=prompt,
             sampler=self._context.engine.sampler(**sampling),
             max_tokens=max_tokens,
@@ -112,31 +99,32 @@ class ChatBatcher:
             deliver=tokens.put,
             ended=ended,
         )
-        latest: list[Any] = [None]  # the last token's (logprob, best)
+        latest: Any = None  # the last token's (logprob, best)
 
         def arrivals() -> Iterator[int]:
+            nonlocal latest
             while (item := tokens.get()) is not _DONE:
                 if isinstance(item, BaseException):
                     raise item
-                token, latest[0] = cast(tuple[int, Any], item)
+                token, latest = cast(tuple[int, Any], item)
                 yield token
 
         def pump() -> None:
             try:
                 sampled = None
                 if top_logprobs is not None:
-                    sampled = lambda token: sampled_token(token, *latest[0])  # noqa: E731
-                for event in text(arrivals(), sampled, lambda: job.expired):
+                    sampled = lambda token: sampled_token(token, *latest)  # noqa: E731
+                for event in text(arrivals(), sampled, lambda: chat.expired):
                     loop.call_soon_threadsafe(events.put_nowait, event)
-                    if job.left.is_set():
+                    if chat.left.is_set():
                         break
             except BaseException as error:  # hand the failure to the reader
                 loop.call_soon_threadsafe(events.put_nowait, self._runner.failure(error))
             finally:
-                job.left.set()  # a stop string ends the stream as a departure does
+                chat.left.set()  # a stop string ends the chat as a departure does
                 loop.call_soon_threadsafe(events.put_nowait, _DONE)
 
-        self._add(job)
+        self._put(chat)
         on_daemon_thread(pump, "chat-text")
         try:
             while (event := await events.get()) is not _DONE:
@@ -144,100 +132,87 @@ class ChatBatcher:
                     raise event
                 yield event
         finally:
-            job.left.set()
-            # As ModelRunner.stream: the answer ends once the stream's slot is free again.
+            chat.left.set()
+            # As ModelRunner.generate: the answer ends once the chat's slot is free again.
             await asyncio.shield(finished)
 
-    def earliest_deadline(self) -> float:
-        """The soonest deadline of the streams admitted and not ended (time.monotonic; inf for
-        none): a job run between two rounds must not keep their next round past it."""
+    def earliest_deadline(self) -> Deadline:
+        """The soonest deadline of the chats admitted and not ended (NEVER for none): a job
+        run between two rounds must not keep their next round past it."""
         with self._lock:
-            streams = [*self._arrived, *self._running]
-        return min((job.until for job in streams if not job.done), default=float("inf"))
+            chats = [*self._queue, *self._running]
+        return min((chat.until for chat in chats if not chat.done), default=NEVER)
 
-    def close(self) -> None:
-        """After the model thread has stopped (ModelRunner.close)."""
-        self._context.close()
-
-    def _add(self, job: ChatStream) -> None:
-        with self._lock:
-            self._arrived.append(job)
-            if not self._scheduled:
-                self._scheduled = True
-                self._submit_round()
-
-    def _submit_round(self) -> None:
+    # --- the model thread's side (RoundLoop) -------------------------------------------
+    def _run(self, taken: list[BatchedChat]) -> None:
+        """The chats that arrived prefilled, then every running chat's next token."""
         try:
-            self._runner.submit(self._round)
-        except RuntimeError:  # the model thread is closed (the process is exiting)
-            self._scheduled = False
-
-    # --- the model thread's side -------------------------------------------------------
-    def _round(self) -> None:
-        with self._lock:
-            arrived, self._arrived = self._arrived, []
-        try:
-            for job in arrived:
-                self._start(job)
-            for job in [job for job in self._running if job.left.is_set()]:
-                self._end(job, None)
-            running = sorted(self._running, key=lambda job: job.slot)
-            batches = [running] if self.mode == "shared" else [[job] for job in running]
+            for chat in taken:
+                self._start(chat)
+            for chat in [chat for chat in self._running if chat.left.is_set()]:
+                self._end(chat, None)
+            running = sorted(self._running, key=lambda chat: chat.stream)
+            batches = [running] if self.mode == "shared" else [[chat] for chat in running]
             for batch in filter(None, batches):
                 self._context.step(
-                    [(job.slot, cast(int, job.token), job.position) for job in batch]
+                    [(chat.stream, cast(int, chat.token), chat.position) for chat in batch]
                 )
-                for index, job in enumerate(batch):
-                    job.position += 1
-                    self._sample(job, index)
+                for index, chat in enumerate(batch):
+                    chat.position += 1
+                    self._sample(chat, index)
         except Exception as error:  # the decode failed (interrupted at shutdown): all end
-            for job in [*arrived, *self._running]:
-                self._end(job, error)
-        finally:
-            with self._lock:
-                if self._running or self._arrived:
-                    self._submit_round()
-                else:
-                    self._scheduled = False
+            for chat in [*taken, *self._running]:
+                self._end(chat, error)
 
-    def _start(self, job: ChatStream) -> None:
-        if job.left.is_set():
-            self._end(job, None)
+    def _continues(self) -> bool:
+        return bool(self._running)
+
+    def _stopped(self, queued: list[BatchedChat], error: EngineError) -> None:
+        for chat in [*queued, *self._running]:
+            self._end(chat, error)
+
+    def _start(self, chat: BatchedChat) -> None:
+        if chat.left.is_set():
+            self._end(chat, None)
             return
-        job.slot = min(self._free)  # shared: the running streams stay side by side
-        self._free.remove(job.slot)
-        self._running.append(job)
-        index = self._context.prefill(job.slot, job.prompt)
-        job.position = len(job.prompt)
-        self._sample(job, index)
+        chat.stream = min(self._free)  # shared: the running streams stay side by side
+        self._free.remove(chat.stream)
+        self._running.append(chat)
+        index = self._context.prefill(chat.stream, chat.prompt)
+        chat.position = len(chat.prompt)
+        self._sample(chat, index)
 
-    def _sample(self, job: ChatStream, index: int) -> None:
+    def _sample(self, chat: BatchedChat, index: int) -> None:
         context = self._context
-        token = context.sample(job.sampler, index)
+        token = context.sample(chat.sampler, index)
         if context.engine.is_end_of_generation(token):
-            self._end(job, None)
+            self._end(chat, None)
             return
         sampled = None
-        if job.top_logprobs is not None:
-            sampled = token_log_probs(context.logits(index), token, job.top_logprobs)
-        job.deliver((token, sampled))
-        job.count += 1
-        job.token = token
-        if time.monotonic() >= job.until:
-            job.expired = True
-        if job.expired or job.count >= job.max_tokens or job.position >= context.n_ctx_per_stream:
-            self._end(job, None)
+        if chat.top_logprobs is not None:
+            sampled = token_log_probs(context.logits(index), token, chat.top_logprobs)
+        chat.deliver((token, sampled))
+        chat.count += 1
+        chat.token = token
+        if chat.until.passed():
+            chat.expired = True
+        if (
+            chat.expired
+            or chat.count >= chat.max_tokens
+            or chat.position >= context.n_ctx_per_stream
+        ):
+            self._end(chat, None)
 
-    def _end(self, job: ChatStream, error: BaseException | None) -> None:
-        if job.done:
+    def _end(self, chat: BatchedChat, error: BaseException | None) -> None:
+        if chat.done:
             return
-        job.done = True
-        if job in self._running:
-            self._running.remove(job)
-        if job.slot >= 0:
-            self._context.clear(job.slot)
-            self._free.append(job.slot)
-            job.slot = -1
-        Engine.free_sampler(job.sampler)
-        job.deliver(error if error is not None else _DONE)
-        job.ended()
+        chat.done = True
+        if chat in self._running:
+            self._running.remove(chat)
+        if chat.stream >= 0:
+            self._context.clear(chat.stream)
+            self._free.append(chat.stream)
+            chat.stream = -1
+        Engine.free_sampler(chat.sampler)
+        chat.deliver(error if error is not None else _DONE)
+        chat.ended()

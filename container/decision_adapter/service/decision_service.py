@@ -7,9 +7,9 @@ comes back. Owns the engine, its admission and the state cache.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from ..contract import (
     TextDelta,
     TokenChoice,
 )
+from ..deadline import NEVER, Deadline
 from ..errors import (
     EngineError,
     OutOfTime,
@@ -63,7 +64,8 @@ T = TypeVar("T")
 
 
 def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 3)
+    """The milliseconds since `since` (time.monotonic(), the clock of deadline.Deadline)."""
+    return round((time.monotonic() - since) * 1000, 3)
 
 
 def _request_timing(timings: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,6 +89,21 @@ def engine_config(settings: Settings) -> EngineConfig:
         n_gpu_layers=settings.n_gpu_layers,
         n_seq_max=settings.n_seq_max,
         extra_buffer_types=settings.extra_buffer_types,
+    )
+
+
+def model_runner(
+    settings: Settings, *, max_in_flight: int = 1, model_thread: ThreadPoolExecutor | None = None
+) -> ModelRunner:
+    """A runner admitting as the settings say (queue, wait, Retry-After, grace); on
+    `model_thread` where given, else on a model thread of its own."""
+    return ModelRunner(
+        max_queue=settings.max_queue,
+        wait_s=settings.admission_wait_s,
+        retry_after_s=settings.retry_after_s,
+        grace_s=settings.slot_grace_ms / 1000,
+        max_in_flight=max_in_flight,
+        model_thread=model_thread,
     )
 
 
@@ -114,22 +131,14 @@ class DecisionService:
         calibration = calibration.for_prompt_mode(self.renderer.mode)
         self.state_cache = StateCache(settings.state_cache_budget, model_id=model_file.sha256)
         self.content_free = ContentFreeScores(settings.content_free_cache_bytes)
-        self.runner = ModelRunner(
-            max_queue=settings.max_queue,
-            wait_s=settings.admission_wait_s,
-            retry_after_s=settings.retry_after_s,
-            grace_s=settings.slot_grace_ms / 1000,
-        )
+        self.runner = model_runner(settings)  # decisions and chats one at a time; the thread
         # Batched chat streams: admitted apart from decisions, run on the same model thread.
         self.chat_runner: ModelRunner | None = None
         self.chat_batcher: ChatBatcher | None = None
         # An embeddings context has no logits: such a model answers decisions only (generate).
         if settings.max_chat_streams > 1 and not self.engine.embeddings:
-            self.chat_runner = ModelRunner(
-                max_queue=settings.max_queue,
-                wait_s=settings.admission_wait_s,
-                retry_after_s=settings.retry_after_s,
-                grace_s=settings.slot_grace_ms / 1000,
+            self.chat_runner = model_runner(
+                settings,
                 max_in_flight=settings.max_chat_streams,
                 model_thread=self.runner.model_thread,
             )
@@ -155,15 +164,10 @@ class DecisionService:
             and self.decision_head is None
         ):
             lanes = settings.max_scoring_requests
-            self.scoring_runner = ModelRunner(
-                max_queue=settings.max_queue,
-                wait_s=settings.admission_wait_s,
-                retry_after_s=settings.retry_after_s,
-                grace_s=settings.slot_grace_ms / 1000,
-                max_in_flight=lanes,
-                model_thread=self.runner.model_thread,
+            self.scoring_runner = model_runner(
+                settings, max_in_flight=lanes, model_thread=self.runner.model_thread
             )
-            # A call of a round lends a stream to each piece: a state, a question or a path.
+            # A call of a round lends a stream to each span: a state, a question or a path.
             cells = stream_cells(settings.request_token_limit)
             self.shared_kv_bytes = kv_bytes(self.engine, 2 * lanes, cells)
             left, bound = memory_left()
@@ -238,7 +242,7 @@ class DecisionService:
         other requests' preparation, which the request's own deadline does not count. At the
         shutdown deadline the request ends at once with ShuttingDown (a 503 in its format),
         whatever the thread is still doing."""
-        asked = time.perf_counter()
+        asked = time.monotonic()
         slot = asyncio.ensure_future(self._prepare_slots.acquire())
         try:
             await self._unless_stopping(slot)
@@ -247,7 +251,7 @@ class DecisionService:
                 self._prepare_slots.release()
             slot.cancel()
             raise
-        waited_s = time.perf_counter() - asked
+        waited_s = time.monotonic() - asked
         work = on_daemon_thread(function, "prepare")
         self._preparing += 1
         work.add_done_callback(self._prepared_one)  # the slot is free when the thread is
@@ -287,16 +291,15 @@ class DecisionService:
             "preparing": self._preparing,
         }
 
-    def _beside_chats(self, until: float, for_chat: list[bool]) -> float:
-        """On the model thread, as a job that holds it whole starts: its deadline (perf_counter),
-        brought forward to the soonest running chat stream's. The streams' next round waits for
-        the job, so a chat ends at its deadline only if the job ends by then (a decision of
-        45 s ended a 50 s chat at 63.7 s, past InvokeEndpoint's 60). `for_chat[0]`: it was."""
+    def _beside_chats(self, until: Deadline) -> tuple[Deadline, bool]:
+        """On the model thread, as a job that holds it whole starts: its deadline, brought
+        forward to the soonest running chat's, and whether it was. The chats' next round waits
+        for the job, so a chat ends at its deadline only if the job ends by then (a decision of
+        45 s ended a 50 s chat at 63.7 s, past InvokeEndpoint's 60)."""
         if self.chat_batcher is None:
-            return until
-        chat = time.perf_counter() + self.chat_batcher.earliest_deadline() - time.monotonic()
-        for_chat[0] = chat < until
-        return min(until, chat)
+            return until, False
+        chat = self.chat_batcher.earliest_deadline()
+        return min(until, chat), chat < until
 
     # --- scoring -----------------------------------------------------------------------
     async def score(
@@ -306,7 +309,7 @@ class DecisionService:
         state: each is prefilled once and scored exactly as if it came alone, all in one model
         job. `refuse_unfit`: a question that cannot fit beside its state is answered None (a
         refusal) instead of failing the request; a state that leaves no room still fails it."""
-        received = time.perf_counter()
+        received = time.monotonic()
         if len(questions) > self.settings.max_decisions:
             raise TooManyQuestions(len(questions), self.settings.max_decisions)
         if self.decision_head is not None:
@@ -368,7 +371,9 @@ class DecisionService:
 
         deadline_s = self.settings.scoring_deadline_s
         # Counted from arrival, less the wait for a preparation thread (others' work).
-        until = min(received + slot_wait_s + deadline_s, WORK_DEADLINE.get() or math.inf)
+        until = min(
+            Deadline.after(slot_wait_s + deadline_s, since=received), WORK_DEADLINE.get() or NEVER
+        )
 
         def score_all(decoder: Engine | LaneDecoder) -> list[tuple[list[Answer], ScoringTiming]]:
             outcomes = []
@@ -379,10 +384,12 @@ class DecisionService:
                 outcomes.append((plan.answers(scores, self.engine), timing))
             return outcomes
 
-        for_chat = [False]
+        for_chat = False  # the deadline met was a running chat's (_beside_chats)
 
         def score_alone() -> list[tuple[list[Answer], ScoringTiming]]:
-            with self.engine.deadline(self._beside_chats(until, for_chat)):
+            nonlocal for_chat
+            deadline, for_chat = self._beside_chats(until)
+            with self.engine.deadline(deadline):
                 return score_all(self.engine)
 
         try:
@@ -391,7 +398,7 @@ class DecisionService:
             else:
                 outcomes, waited_ms = await self.scoring_batcher.run(score_all, until)
         except DeadlinePassed:
-            raise OutOfTime(self.settings.retry_after_s, deadline_s, for_chat=for_chat[0]) from None
+            raise OutOfTime(self.settings.retry_after_s, deadline_s, for_chat=for_chat) from None
         total_ms = _ms(received)
         answers: list[Any] = [None] * len(questions)
         timings: list[Any] = [None] * len(questions)
@@ -426,14 +433,17 @@ class DecisionService:
         )
         prepared_ms = _ms(received)
         deadline_s = self.settings.scoring_deadline_s
-        until = min(received + slot_wait_s + deadline_s, WORK_DEADLINE.get() or math.inf)
+        until = min(
+            Deadline.after(slot_wait_s + deadline_s, since=received), WORK_DEADLINE.get() or NEVER
+        )
         prefixes = trained_head.StatePrefixes(self.engine, head, self.state_cache)
-
-        for_chat = [False]
+        for_chat = False  # the deadline met was a running chat's (_beside_chats)
 
         def answer_all() -> tuple[list[Answer], float]:
-            started = time.perf_counter()
-            with self.engine.deadline(self._beside_chats(until, for_chat)):
+            nonlocal for_chat
+            started = time.monotonic()
+            deadline, for_chat = self._beside_chats(until)
+            with self.engine.deadline(deadline):
                 try:
                     answers = [
                         trained_head.answer(self.engine, head, item, prefixes) for item in planned
@@ -445,7 +455,7 @@ class DecisionService:
         try:
             (answers, model_ms), waited_ms = await self.runner.run(answer_all)
         except DeadlinePassed:
-            raise OutOfTime(self.settings.retry_after_s, deadline_s, for_chat=for_chat[0]) from None
+            raise OutOfTime(self.settings.retry_after_s, deadline_s, for_chat=for_chat) from None
         needed = sum(item.tokens for item in planned)
         total_ms = _ms(received)
         # One timing per state prefix, as the generic path times each state; laya has none.
@@ -521,15 +531,16 @@ class DecisionService:
         # Generation stops at the context's end; report that as finish_reason "length".
         max_tokens = min(requested, limit - len(tokens))
         seed = chat.seed if chat.seed is not None else time.time_ns() & 0xFFFFFFFF
-        until = received + slot_wait_s + self.settings.chat_deadline_s
-        expired = [False]
+        until = Deadline.after(slot_wait_s + self.settings.chat_deadline_s, since=received)
+        expired = False
 
         def within_deadline(sampled: Iterator[int]) -> Iterator[int]:
             """The sampled tokens until the chat's deadline: then generation stops."""
+            nonlocal expired
             for token in sampled:
                 yield token
-                if time.monotonic() >= until:
-                    expired[0] = True
+                if until.passed():
+                    expired = True
                     return
 
         sampling: Sampling = {
@@ -564,12 +575,12 @@ class DecisionService:
             log_probs = (
                 None if chat.top_logprobs is None else self._sampled_token(chat.top_logprobs)
             )
-            return text(within_deadline(iter(sampled)), log_probs, lambda: expired[0])
+            return text(within_deadline(iter(sampled)), log_probs, lambda: expired)
 
         if self.chat_batcher is None:
-            events = self.runner.stream(produce)
-        else:  # the stream takes its turns (or shares its batches) with the others running
-            events = self.chat_batcher.stream(
+            events = self.runner.generate(produce)
+        else:  # the chat takes its turns (or shares its calls) with the others running
+            events = self.chat_batcher.generate(
                 tokens,
                 sampling=sampling,
                 max_tokens=max_tokens,

@@ -1,30 +1,14 @@
-"""Decisions admitted together share the model's forward passes (DECISION_MAX_SCORING_REQUESTS).
+"""Decisions admitted together share the model's calls (DECISION_MAX_SCORING_REQUESTS): the
+decision rounds. How a round runs: docs/architecture.md, "Batching"; why each answer keeps the
+bits of its request alone: docs/scoring.md, "Requests at once".
 
-Each admitted request scores (score.score) on a thread of its own through a `LaneDecoder`:
-every model step it takes becomes a `Work` that waits for the next round. A round, one job on
-the model thread, takes the waiting works in arrival order while their tokens fit one batch,
-and decodes their pieces (a stream's tokens each: a state chunk, a question suffix, an option
-path) in calls of equal width. No stream belongs to a request: every piece starts from a saved
-sequence (its state, its question) or from nothing, restored into whichever stream its call
-gives it, and a piece that is continued later (a long state's next chunk) is saved again.
-
-Why calls of equal width: llama.cpp splits a batch of several KV streams into micro-batches of
-as many tokens from each of a run of consecutive streams, so pieces of mixed widths, or on
-streams apart, split into many small micro-batches. A call of k pieces of width w on streams
-0..k-1, k*w within a batch, is one micro-batch, the weights read once for all of them.
-
-Exact: each answer has the bits of the same request alone. Every piece is a KV stream of its
-own (streams.py), so no request reads another's cells; and every call shows each row what it
-shows it alone. llama.cpp's CPU matrix products round a row by the rows beside it (a 1-row
-kernel, 4-row blocks of repacked weights, tinyBLAS from 2 rows; measured in
-tests/adapter/service/test_scoring_batching.py), so every piece is padded to a multiple of 8
-tokens and every call asks for logits in a multiple of 8 rows: the rows it reads, then rows
-nobody reads, alone as together. The padding is cut once decoded, which a recurrent memory
-cannot do: a hybrid model is scored one request at a time.
-
-A request whose client left, or whose deadline passed, is dropped at the next round (its thread
-ends with LeftEarly or DeadlinePassed); at shutdown the decode in progress is interrupted. A call
-that fails is tried again a request at a time, so its failure reaches only its own request.
+Here, what the pages leave to the code. Each span is padded to a multiple of ROW_BLOCK tokens and
+each call asks for logits in a multiple of ROW_BLOCK rows (the rows it reads, then rows nobody
+reads): llama.cpp's CPU matrix products round a row by the rows beside it (measured in
+tests/adapter/service/test_scoring_batching.py). The padding is cut once decoded, which a
+recurrent memory cannot do: a hybrid model is scored one request at a time. A call that fails is
+tried again a request at a time, so its failure reaches only its own request; at shutdown the
+call in progress is interrupted, and every step fails.
 """
 
 from __future__ import annotations
@@ -42,24 +26,26 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..contract import CLIENT_GONE
+from ..deadline import Deadline
 from ..errors import EngineError, RequestError
 from ..model.engine import DeadlinePassed
 from ..model.prefix_tree import Node
 from ..model.streams import StreamContext
 from ..scoring.score import ScoringPlan
 from .admission import ModelRunner
+from .rounds import RoundLoop
 
 T = TypeVar("T")
 Read = TypeVar("Read")
 Entry = tuple[int, int, int, bool]  # token, position, stream, wants logits
-Logits = Callable[[int], np.ndarray]  # a piece's row k (k: an index into its tokens)
+Logits = Callable[[int], np.ndarray]  # a span's row k (k: an index into its tokens)
 # How often a request waiting for its rounds asks whether its client is still there.
 CLIENT_CHECK_S = 0.1
 # The longest a round waits for the admitted requests still between two steps (reading their
 # last logits, or their thread starting): a round with every request's next step shares the
 # most calls.
 GATHER_S = 0.005
-# The rows every piece and every call's logits come in (see the module).
+# The rows every span and every call's logits come in (see the module).
 ROW_BLOCK = 8
 # Restored cells that cost one prompt token's time. Measured on the bundled model at 2 threads:
 # a restore 2.8 us a cell, a prefill 3-7 ms a token (2,500 cells); the issue 69 repro (32
@@ -76,18 +62,18 @@ class LeftEarly(EngineError):
 class Lane:
     """One admitted request's place in the rounds."""
 
-    until: float  # time.perf_counter(): no round of its work starts after it
+    until: Deadline  # no round of its work starts past it
     left: threading.Event = field(default_factory=threading.Event)
 
 
 def padded_width(tokens: int) -> int:
-    """The tokens a piece is padded to."""
+    """The tokens a span is padded to."""
     return max(ROW_BLOCK, -(-tokens // ROW_BLOCK) * ROW_BLOCK)
 
 
 def stream_cells(request_tokens: int) -> int:
-    """The cells a stream needs for a request of `request_tokens`: its last piece's padding
-    lies past its last token (a piece ending at the limit runs up to ROW_BLOCK - 1 beyond)."""
+    """The cells a stream needs for a request of `request_tokens`: its last span's padding
+    lies past its last token (a span ending at the limit runs up to ROW_BLOCK - 1 beyond)."""
     return request_tokens + ROW_BLOCK
 
 
@@ -113,7 +99,7 @@ def _nothing(*_: Any) -> None:
 
 
 @dataclass
-class Piece:
+class Span:
     """One stream's tokens in a call. `load` readies the stream it is given (clears it, or
     restores a saved sequence) and returns the position of the first token; `done` runs right
     after the call, before the stream is lent again (reads the rows in `asks`, saves the
@@ -130,30 +116,26 @@ class Piece:
 
 
 @dataclass
-class Work:
-    """One model step of one lane, its pieces decoded in one round (they hand their results
+class Step:
+    """One model step of one lane, its spans decoded in one round (they hand their results
     over in `done`); its outcome is set once they all are."""
 
     lane: Lane
-    pieces: list[Piece]
+    spans: list[Span]
     outcome: Future[None] = field(default_factory=Future)
 
     @property
     def rows(self) -> int:
-        return sum(piece.width for piece in self.pieces)
+        return sum(span.width for span in self.spans)
 
 
-class ScoringBatcher:
-    """Rounds of batched decision work on the model thread (see the module)."""
+class ScoringBatcher(RoundLoop[Step]):
+    """The decision rounds: the lanes' steps, decoded in calls of equal width
+    (docs/architecture.md, "Batching")."""
 
     def __init__(self, context: StreamContext, runner: ModelRunner) -> None:
-        self._context = context
-        self._runner = runner
-        self._lock = threading.Lock()
-        self._ready = threading.Condition(self._lock)  # a work was queued or a lane ended
-        self._waiting: deque[Work] = deque()
+        super().__init__(context, runner)
         self._lanes = 0  # admitted requests whose thread has not ended
-        self._scheduled = False  # a round is queued or running on the model thread
 
     @property
     def n_batch(self) -> int:
@@ -161,27 +143,27 @@ class ScoringBatcher:
 
     @property
     def queued_steps(self) -> int:
-        """Works waiting for a round."""
-        return len(self._waiting)
+        """Steps waiting for a round."""
+        return len(self._queue)
 
     @property
     def chunk(self) -> int:
-        """The most tokens of one piece: padded, they fit a batch."""
+        """The most tokens of one span: padded, they fit a batch."""
         return self.n_batch // ROW_BLOCK * ROW_BLOCK
 
     # --- the event loop's side ---------------------------------------------------------
-    async def run(self, function: Callable[[LaneDecoder], T], until: float) -> tuple[T, float]:
+    async def run(self, function: Callable[[LaneDecoder], T], until: Deadline) -> tuple[T, float]:
         """Admit, then `function(decoder)` on a thread of its own; returns (its result, ms
         waited for admission). Leaving (cancellation) drops the rest of its model work; the
         admission slot frees when its thread has ended."""
         arrived = time.perf_counter()
         done: Future[T] = Future()
         done.set_running_or_notify_cancel()  # a caller that leaves cannot cancel the thread's work
-        await self._runner.admit_job(done)
+        await self._runner.admit_until(done)
         lane = Lane(until)
         waited_ms = (time.perf_counter() - arrived) * 1000
 
-        def work() -> None:
+        def lane_thread() -> None:
             try:
                 result, error = function(LaneDecoder(self, lane)), None
             except BaseException as failure:  # noqa: BLE001 - handed to the awaiting task
@@ -196,7 +178,7 @@ class ScoringBatcher:
 
         with self._lock:
             self._lanes += 1
-        threading.Thread(target=work, name="scoring", daemon=True).start()
+        threading.Thread(target=lane_thread, name="scoring", daemon=True).start()
         finished = asyncio.wrap_future(done)
         gone = CLIENT_GONE.get()
         try:
@@ -211,125 +193,103 @@ class ScoringBatcher:
         finally:
             lane.left.set()  # a no-op once done; else the client left: stop at the next round
 
-    def close(self) -> None:
-        """After the model thread has stopped (ModelRunner.close)."""
-        self._context.close()
-
     # --- a lane's thread ---------------------------------------------------------------
-    def submit(self, work: Work) -> None:
-        """Queue `work` for the next round and wait until it is done (on the lane's thread)."""
-        with self._ready:
-            self._waiting.append(work)
-            self._ready.notify()
-            if not self._scheduled:
-                self._scheduled = True
-                self._submit_round()
-        work.outcome.result()
+    def submit(self, step: Step) -> None:
+        """Queue `step` for the next round and wait until it is done (on the lane's thread)."""
+        self._put(step)
+        step.outcome.result()
 
-    def _submit_round(self) -> None:
-        try:
-            self._runner.submit(self._round)
-        except RuntimeError:  # the model thread is closed (the process is exiting)
-            self._scheduled = False
-            for work in self._waiting:
-                work.outcome.set_exception(EngineError("the model thread has stopped"))
-            self._waiting.clear()
+    # --- the model thread's side (RoundLoop) -------------------------------------------
+    def _gather(self) -> None:
+        # The runner's count also holds a request admitted in a slot just handed over.
+        self._ready.wait_for(
+            lambda: len(self._queue) >= max(self._lanes, self._runner.in_flight),
+            timeout=GATHER_S,
+        )
 
-    # --- the model thread's side -------------------------------------------------------
-    def _round(self) -> None:
-        with self._ready:
-            # The runner's count also holds a request admitted in a slot just handed over.
-            self._ready.wait_for(
-                lambda: len(self._waiting) >= max(self._lanes, self._runner.in_flight),
-                timeout=GATHER_S,
-            )
-            waiting, self._waiting = self._waiting, deque()
-        taken: list[Work] = []
-        deferred: deque[Work] = deque()
+    def _take(self, queued: deque[Step]) -> tuple[list[Step], deque[Step]]:
+        """In arrival order, the steps whose rows fit the batch left; a lane gone or past its
+        deadline ends here."""
+        taken: list[Step] = []
+        waits: deque[Step] = deque()
         room = self.n_batch
-        now = time.perf_counter()
-        for work in waiting:
-            if work.lane.left.is_set():
-                work.outcome.set_exception(LeftEarly("the client left"))
-            elif now > work.lane.until:
-                work.outcome.set_exception(
-                    DeadlinePassed(f"the deadline passed before a batch of {work.rows} tokens")
+        for step in queued:
+            if step.lane.left.is_set():
+                step.outcome.set_exception(LeftEarly("the client left"))
+            elif step.lane.until.passed():
+                step.outcome.set_exception(
+                    DeadlinePassed(f"the deadline passed before a batch of {step.rows} tokens")
                 )
-            elif work.rows <= room:  # a work alone fits a batch (LaneDecoder)
-                room -= work.rows
-                taken.append(work)
+            elif step.rows <= room:  # a step alone fits a batch (LaneDecoder)
+                room -= step.rows
+                taken.append(step)
             else:
-                deferred.append(work)
-        try:
-            self._decode(taken)
-        finally:
-            with self._lock:
-                deferred.extend(self._waiting)
-                self._waiting = deferred
-                if self._waiting:
-                    self._submit_round()
-                else:
-                    self._scheduled = False
+                waits.append(step)
+        return taken, waits
 
-    def _decode(self, taken: list[Work]) -> None:
-        """The taken works' pieces in calls of equal width, then each work's result."""
-        pieces = sorted(
-            ((work, piece) for work in taken for piece in work.pieces),
+    def _stopped(self, queued: list[Step], error: EngineError) -> None:
+        for step in queued:
+            step.outcome.set_exception(error)
+
+    def _run(self, taken: list[Step]) -> None:
+        """The taken steps' spans in calls of equal width, then each step's result."""
+        spans = sorted(
+            ((step, span) for step in taken for span in step.spans),
             key=lambda pair: pair[1].width,
         )
-        for width, alike in groupby(pieces, key=lambda pair: pair[1].width):
+        for width, alike in groupby(spans, key=lambda pair: pair[1].width):
             each = min(self._context.n_streams, self.n_batch // max(width, 1))
             same = list(alike)
             for start in range(0, len(same), each):
                 self._call_apart(same[start : start + each])
-        for work in taken:
-            if not work.outcome.done():  # else one of its pieces failed
-                work.outcome.set_result(None)
+        for step in taken:
+            if not step.outcome.done():  # else one of its spans failed
+                step.outcome.set_result(None)
 
-    def _call_apart(self, pieces: list[tuple[Work, Piece]]) -> None:
-        """`_call`, and where it fails, each work's pieces again in a call of their own: a
+    def _call_apart(self, spans: list[tuple[Step, Span]]) -> None:
+        """`_call`, and where it fails, each step's spans again in a call of their own: a
         failure reaches only the request it belongs to, not the others sharing its call.
-        (Interrupted at shutdown, every call fails: every work then does.)"""
+        (Interrupted at shutdown, every call fails: every step then does.)"""
         try:
-            self._call(pieces)
+            self._call(spans)
         except Exception as error:  # noqa: BLE001 - whose failure: decided below
-            works: list[Work] = []
-            for work, _ in pieces:
-                if not work.outcome.done() and all(work is not w for w in works):
-                    works.append(work)
-            if len(works) == 1:
-                works[0].outcome.set_exception(error)
+            steps: list[Step] = []
+            for step, _ in spans:
+                if not step.outcome.done() and all(step is not s for s in steps):
+                    steps.append(step)
+            if len(steps) == 1:
+                steps[0].outcome.set_exception(error)
                 return
-            for work in works:
-                own = [(w, piece) for w, piece in pieces if w is work]
+            for step in steps:
+                own = [(s, span) for s, span in spans if s is step]
                 try:
                     self._call(own)
                 except Exception as alone:  # noqa: BLE001 - this request's failure alone
-                    work.outcome.set_exception(alone)
+                    step.outcome.set_exception(alone)
 
-    def _call(self, pieces: list[tuple[Work, Piece]]) -> None:
-        """One llama_decode: piece k on stream k, padded to its width; logits asked of a
+    def _call(self, spans: list[tuple[Step, Span]]) -> None:
+        """One llama_decode: span k on stream k, padded to its width; logits asked of a
         multiple of ROW_BLOCK rows."""
         context = self._context
         entries: list[Entry] = []
-        placed: list[tuple[Work, Piece, int, int]] = []  # (work, piece, stream, position)
-        for work, piece in pieces:
-            if work.outcome.done():  # failed in an earlier call of this round
+        placed: list[tuple[Step, Span, int, int]] = []  # (step, span, stream, position)
+        for step, span in spans:
+            if step.outcome.done():  # failed in an earlier call of this round
                 continue
             stream = len(placed)
             try:
-                start = piece.load(context, stream)
+                start = span.load(context, stream)
             except Exception as error:  # noqa: BLE001 - this request's failure alone
-                work.outcome.set_exception(error)
+                step.outcome.set_exception(error)
                 continue
-            placed.append((work, piece, stream, start))
-            padding = [piece.tokens[-1]] * (piece.width - len(piece.tokens)) if piece.tokens else []
-            asks = set(piece.asks)
+            placed.append((step, span, stream, start))
+            padding = [span.tokens[-1]] * (span.width - len(span.tokens)) if span.tokens else []
+            asks = set(span.asks)
             entries += [
                 (token, start + i, stream, i in asks)
-                for i, token in enumerate([*piece.tokens, *padding])
+                for i, token in enumerate([*span.tokens, *padding])
             ]
-        unread = -sum(len(piece.asks) for _, piece, _, _ in placed) % ROW_BLOCK
+        unread = -sum(len(span.asks) for _, span, _, _ in placed) % ROW_BLOCK
         for index in reversed(range(len(entries))):  # the last rows nobody reads
             if not unread:
                 break
@@ -340,20 +300,20 @@ class ScoringBatcher:
             try:
                 context.decode(entries)
             finally:
-                for _, piece, stream, start in placed:
-                    context.cut(stream, start + len(piece.tokens))
-        first = 0  # each piece's first row in the batch
-        for work, piece, stream, _ in placed:
+                for _, span, stream, start in placed:
+                    context.cut(stream, start + len(span.tokens))
+        first = 0  # each span's first row in the batch
+        for step, span, stream, _ in placed:
 
             def logits(k: int, first: int = first) -> np.ndarray:
                 return context.logits(first + k)
 
-            first += piece.width
+            first += span.width
             try:
-                piece.done(context, stream, logits)
+                span.done(context, stream, logits)
             except Exception as error:  # noqa: BLE001 - this request's failure alone
-                if not work.outcome.done():
-                    work.outcome.set_exception(error)
+                if not step.outcome.done():
+                    step.outcome.set_exception(error)
 
 
 def _chunks(count: int, size: int) -> list[range]:
@@ -367,7 +327,7 @@ def _clear(context: StreamContext, stream: int) -> int:
 
 
 def _restoring(saved: Callable[[], bytes]) -> Callable[[StreamContext, int], int]:
-    """A piece's `load` that restores a saved sequence: its first token follows it."""
+    """A span's `load` that restores a saved sequence: its first token follows it."""
 
     def load(context: StreamContext, stream: int) -> int:
         context.restore(stream, saved())
@@ -377,7 +337,7 @@ def _restoring(saved: Callable[[], bytes]) -> Callable[[StreamContext, int], int
 
 
 class LaneDecoder:
-    """score.Decoder for one lane: each step one or more Works of the batcher's rounds."""
+    """score.Decoder for one lane: each of its model steps is one or more `Step`s of the rounds."""
 
     def __init__(self, batcher: ScoringBatcher, lane: Lane) -> None:
         self._batcher = batcher
@@ -385,8 +345,8 @@ class LaneDecoder:
         self._state: bytes | None = None
         self._question: bytes | None = None  # the question's sequence, saved for its paths
 
-    def _do(self, pieces: list[Piece]) -> None:
-        self._batcher.submit(Work(self._lane, pieces))
+    def _do(self, spans: list[Span]) -> None:
+        self._batcher.submit(Step(self._lane, spans))
 
     def _in_chunks(
         self,
@@ -396,11 +356,11 @@ class LaneDecoder:
         read: Callable[[range, Logits], None],
         keep: bool,
     ) -> bytes:
-        """`tokens` on one sequence in pieces of at most a chunk, one round each: the first
+        """`tokens` on one sequence in spans of at most a chunk, one round each: the first
         loaded by `first`, each after it restored from the one before (saved after it);
         `read(chunk, logits)` after each. The sequence saved at the end if `keep`."""
         chunks = _chunks(len(tokens), self._batcher.chunk)
-        saved = [b""]
+        saved = b""
         for number, chunk in enumerate(chunks):
             last = number == len(chunks) - 1
 
@@ -411,13 +371,14 @@ class LaneDecoder:
                 chunk: range = chunk,
                 save: bool = keep or not last,
             ) -> None:
+                nonlocal saved
                 read(chunk, logits)
                 if save:
-                    saved[0] = context.save(stream)
+                    saved = context.save(stream)
 
-            load = first if number == 0 else _restoring(lambda: saved[0])
-            self._do([Piece([tokens[i] for i in chunk], asks(chunk), load, done)])
-        return saved[0]
+            load = first if number == 0 else _restoring(lambda: saved)
+            self._do([Span([tokens[i] for i in chunk], asks(chunk), load, done)])
+        return saved
 
     def begin(self) -> None:
         self._state = self._question = None
@@ -435,23 +396,25 @@ class LaneDecoder:
         if not suffix:
             raise EngineError("an empty question suffix")
         last = len(suffix) - 1
-        row: list[np.ndarray] = []
+        row: np.ndarray | None = None
 
         def asks(chunk: range) -> Sequence[int]:
             return [last - chunk.start] if last in chunk else ()
 
         def read(chunk: range, logits: Logits) -> None:
+            nonlocal row
             if last in chunk:
-                row.append(logits(last - chunk.start).copy())
+                row = logits(last - chunk.start).copy()
 
         # Saved for the question's paths (its stream is lent again after the call).
         self._question = self._in_chunks(suffix, _restoring(lambda: state), asks, read, True)
-        return row[0]
+        assert row is not None  # the last chunk holds the last token
+        return row
 
     def paths(
         self, nodes: Sequence[Node], n_paths: int, read: Callable[[int, np.ndarray], Read]
     ) -> list[Read]:
-        """Each path a piece of its own, all its tokens after the saved question; a node shared
+        """Each path a span of its own, all its tokens after the saved question; a node shared
         by several paths is read on the first (the same bits on each: the same tokens after the
         same cells). As many paths a round as fit a batch; a path longer than a batch in
         chunks, one a round."""
@@ -484,7 +447,7 @@ class LaneDecoder:
             return read_chunk
 
         n_batch, rows = self._batcher.n_batch, 0
-        group: list[Piece] = []
+        group: list[Span] = []
         for path in range(n_paths):
             tokens = [nodes[index].token for index in through[path]]
             if len(tokens) > self._batcher.chunk:
@@ -502,12 +465,12 @@ class LaneDecoder:
             ) -> None:
                 reading(path)(range(n), logits)
 
-            piece = Piece(tokens, own(path), _restoring(lambda: question), done)
-            if group and rows + piece.width > n_batch:
+            span = Span(tokens, own(path), _restoring(lambda: question), done)
+            if group and rows + span.width > n_batch:
                 self._do(group)
                 group, rows = [], 0
-            group.append(piece)
-            rows += piece.width
+            group.append(span)
+            rows += span.width
         if group:
             self._do(group)
         return [results[index] for index in range(len(nodes))]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.serial
 
 def test_a_stream_admits_on_its_first_item_and_hands_items_over_in_order():
     async def body(runner):
-        stream = runner.stream(lambda: iter(["a", "b", "c"]))
+        stream = runner.generate(lambda: iter(["a", "b", "c"]))
         assert runner.stats.admitted == 0  # nothing admitted before the first item is asked
         items = [item async for item in stream]
         return items, runner.counters()
@@ -38,7 +38,7 @@ def test_a_closed_stream_stops_production_and_frees_the_slot_before_it_returns()
             time.sleep(0.02)  # 5 s for all: only a stream nobody stopped gets far
 
     async def body(runner):
-        stream = runner.stream(produce)
+        stream = runner.generate(produce)
         assert await anext(stream) == 0
         await stream.aclose()
         in_flight = runner.in_flight
@@ -56,13 +56,13 @@ def test_a_stream_refused_for_a_busy_model_and_a_failing_one_raise_to_the_reader
     async def body(runner):
         gate, running = await hold_the_slot(runner)
         with pytest.raises(Busy):
-            await anext(runner.stream(lambda: iter(["x"])))
+            await anext(runner.generate(lambda: iter(["x"])))
         gate.open()
         await running
         await until(lambda: runner.in_flight == 0)
         got = []
         with pytest.raises(ValueError, match="tokenizer broke"):
-            async for item in runner.stream(fails):
+            async for item in runner.generate(fails):
                 got.append(item)
         return got, runner.in_flight
 
@@ -81,7 +81,7 @@ def test_a_stream_at_the_shutdown_deadline_ends_with_a_retryable_error():
             yield "second"
             yield "third"
 
-        stream = runner.stream(produce)
+        stream = runner.generate(produce)
         assert await anext(stream) == "first"
         await until(paused.is_set)  # past the first item's checks, producing the second
         runner.stop_work()
@@ -91,7 +91,7 @@ def test_a_stream_at_the_shutdown_deadline_ends_with_a_retryable_error():
             async for item in stream:
                 got.append(item)
         with pytest.raises(ShuttingDown) as refused:
-            await anext(runner.stream(lambda: iter(["x"])))
+            await anext(runner.generate(lambda: iter(["x"])))
         return got, ended.value.retry_after_s, refused.value.retry_after_s
 
     assert scenario(body, retry_after_s=6) == (["second"], 6, 6)

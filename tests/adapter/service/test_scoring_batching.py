@@ -14,7 +14,6 @@ the deadline and SIGTERM as for one request at a time (docs/hardening.md).
 from __future__ import annotations
 
 import asyncio
-import math
 import signal
 import socket
 import threading
@@ -25,6 +24,7 @@ import httpx
 import numpy as np
 import pytest
 from decision_adapter.contract import READOUTS, Question
+from decision_adapter.deadline import NEVER
 from decision_adapter.model.engine import Engine, EngineConfig
 from decision_adapter.model.streams import StreamContext
 from decision_adapter.scoring.prompts import PromptRenderer
@@ -98,7 +98,7 @@ def test_requests_scored_together_read_the_same_answers_as_alone_in_fewer_batche
         cache = StateCache(64 << 20, "matrix")
 
         async def one(plan, kept=None):
-            (results, _), _ = await batcher.run(lambda d: score(d, plan, cache=kept), math.inf)
+            (results, _), _ = await batcher.run(lambda d: score(d, plan, cache=kept), NEVER)
             return _logits(results)
 
         async def alone():
@@ -162,7 +162,7 @@ def test_a_path_longer_than_a_batch_reads_the_same_answers_alone_and_together(ma
         assert any(len(batch[0]) > 32 for batch in plans[0].questions[0].readings[0].tree_batches)
 
         async def one(plan):
-            (results, _), _ = await batcher.run(lambda d: score(d, plan), math.inf)
+            (results, _), _ = await batcher.run(lambda d: score(d, plan), NEVER)
             return _logits(results)
 
         async def run_all():
@@ -192,7 +192,7 @@ def _rows_beside(context: StreamContext, tokens: list[int], lengths: list[int]) 
 
 
 def test_a_rows_bits_follow_the_rows_beside_it_in_the_cpu_kernels():
-    """Why a round pads its work (scoring_batching.Work), on Qwen2.5-Coder-0.5B's real weights:
+    """Why a round pads its steps (scoring_batching.Step), on Qwen2.5-Coder-0.5B's real weights:
     the same 20 tokens of stream 0 read the same bits beside streams of 20 tokens each (every
     micro-batch holds as many of each stream), but not beside streams of 3 (llama.cpp splits
     stream 0's tokens 3 + 17 between micro-batches), nor 2 tokens beside one more stream of 2

@@ -5,7 +5,6 @@ its own request. Each test runs the adapter in the mode that broke the promise."
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
 
@@ -13,6 +12,7 @@ import httpx
 import numpy as np
 import pytest
 from decision_adapter.contract import Question
+from decision_adapter.deadline import NEVER
 from decision_adapter.errors import EngineError
 from decision_adapter.model.streams import StreamContext
 from decision_adapter.model.tokenizer import TokenLimitExceeded
@@ -87,7 +87,7 @@ def test_a_failed_call_fails_only_the_request_it_belongs_to(engine, renderer):
     try:
 
         async def one(plan):
-            (results, _), _ = await batcher.run(lambda d: score(d, plan), math.inf)
+            (results, _), _ = await batcher.run(lambda d: score(d, plan), NEVER)
             return results[0].option_logits
 
         async def together():
