@@ -19,7 +19,7 @@ from decision_adapter.model.tokenizer import TokenLimitExceeded
 from decision_adapter.scoring.budget import TokenBudget
 from decision_adapter.scoring.score import build_plan, score
 from decision_adapter.service.admission import ModelRunner
-from decision_adapter.service.scoring_batching import ScoringBatcher
+from decision_adapter.service.scoring_batching import ScoringBatcher, restore_cost
 
 from launcher import running_adapter, wait_until
 from tests.support.adapter_process import LONG_CHAT, model_held, post_together
@@ -29,9 +29,10 @@ LIMIT = 1024  # DECISION_MAX_REQUEST_TOKENS: a multiple of llama.cpp's 256-cell 
 QUESTION = "Is it?"
 
 
-def _at_the_limit(renderer) -> dict:
-    """A decision that costs exactly LIMIT tokens, its last piece padded past the limit's last
-    cell (a question suffix of no multiple of 8 tokens, ending at the limit)."""
+def _at_the_limit(renderer) -> tuple[dict, int]:
+    """A decision that batched mode charges exactly LIMIT tokens (its tokens, and the restores
+    of its saved sequences: scoring_batching.restore_cost), its last piece padded past its
+    last cell (a question suffix of no multiple of 8 tokens); and its tokens."""
     question = Question(QUESTION, ["yes", "no"], [None, None], readout="letters")
     for words in range(LIMIT, 0, -1):
         state = "ab " * words
@@ -40,16 +41,16 @@ def _at_the_limit(renderer) -> dict:
         except TokenLimitExceeded:
             continue
         suffix = plan.total_tokens - len(plan.prefix_tokens)
-        if plan.cost == LIMIT and plan.total_tokens == LIMIT and suffix % 8:
-            return decision(state, QUESTION, ("yes", "no"), readout="letters")
-    raise AssertionError("no state costs exactly the limit")
+        if plan.cost + restore_cost(plan) == LIMIT and suffix % 8:
+            return decision(state, QUESTION, ("yes", "no"), readout="letters"), plan.total_tokens
+    raise AssertionError("no state is charged exactly the limit")
 
 
 @pytest.mark.serial
 def test_a_batched_decision_at_the_token_limit_and_its_round_are_answered(renderer, tmp_path):
     """Finding 1: pieces padded to 8 rows ran past streams of exactly the limit's cells, and
     the failed call failed every request of its round with a 500."""
-    at_limit = _at_the_limit(renderer)
+    at_limit, tokens = _at_the_limit(renderer)
     small = [decision("The printer is on fire.", f"Team {i}?", ("it", "ops")) for i in range(6)]
     with running_adapter(
         tmp_path,
@@ -61,7 +62,7 @@ def test_a_batched_decision_at_the_token_limit_and_its_round_are_answered(render
         replies = post_together(url, [at_limit, *small])
         for reply in replies:
             assert reply.status_code == 200, reply.text
-        assert replies[0].json()["result"]["timing"]["request_tokens"] == LIMIT
+        assert replies[0].json()["result"]["timing"]["request_tokens"] == tokens
         over = decision(at_limit["decision"]["state"] + "ab ", QUESTION, ("yes", "no"))
         over["decision"]["readout"] = "letters"
         assert httpx.post(url, json=over, timeout=60).status_code == 413
