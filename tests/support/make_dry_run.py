@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def printed_lines(*make_args: str) -> list[str]:
     """The command lines `make -n -B <make_args>` prints, continuation lines joined."""
     printed = subprocess.run(
-        ["make", "-n", "-B", *make_args],
+        # No "Entering directory" lines when the suite itself runs under make (make test).
+        ["make", "--no-print-directory", "-n", "-B", *make_args],
         cwd=ROOT,
         capture_output=True,
         text=True,
