@@ -9,7 +9,12 @@ import pytest
 from docgen.prose import count, sentences, words
 from tests.support.readme_steps import DOCS
 
-PAGES = [DOCS / "deploy.md", DOCS / "operate.md", DOCS / "development.md"]
+PAGES = [
+    DOCS / "deploy.md",
+    DOCS / "operate.md",
+    DOCS / "development.md",
+    DOCS / "scoring.md",
+]
 MEAN_WORDS_PER_SENTENCE = 25
 
 
