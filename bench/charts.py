@@ -11,18 +11,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from evaluation.charts import save_figure  # noqa: E402
+
 ADAPTER = "#1f77b4"
 FLOOR = "#7f7f7f"
 SECOND = "#d62728"
 THIRD = "#2ca02c"
-
-
-def _save(figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
 
 
 def _subtitle(result: dict[str, Any]) -> str:
@@ -49,7 +43,7 @@ def single_decision(result: dict[str, Any], path: Path) -> Path:
         f"{a['overhead_ratio']:.2f}x the floor\n{_subtitle(result)}",
         fontsize=10,
     )
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def shared_state(result: dict[str, Any], path: Path) -> Path:
@@ -124,7 +118,7 @@ def shared_state(result: dict[str, Any], path: Path) -> Path:
     right.set_ylabel("speedup (separate / shared)")
     right.set_title("Speedup of sharing", fontsize=10)
     figure.suptitle(f"(b) Shared-state scoring\n{_subtitle(result)}", fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def prompt_length(result: dict[str, Any], path: Path) -> Path:
@@ -175,7 +169,7 @@ def prompt_length(result: dict[str, Any], path: Path) -> Path:
     right.legend(fontsize=8)
     right.set_title("Prefill throughput", fontsize=10)
     figure.suptitle(f"(c) Latency against prompt length\n{_subtitle(result)}", fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def concurrency(result: dict[str, Any], path: Path) -> Path:
@@ -230,7 +224,7 @@ def concurrency(result: dict[str, Any], path: Path) -> Path:
         f"tokens per request\n{_subtitle(result)}",
         fontsize=10,
     )
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def chat_alternative(result: dict[str, Any], path: Path) -> Path:
@@ -271,7 +265,7 @@ def chat_alternative(result: dict[str, Any], path: Path) -> Path:
         f"{_subtitle(result)}",
         fontsize=10,
     )
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 EXPERIMENT_CHARTS = {

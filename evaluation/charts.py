@@ -16,7 +16,8 @@ GAP = "#d62728"
 NEUTRAL = "#7f7f7f"
 
 
-def _save(figure, path: Path) -> Path:
+def save_figure(figure, path: Path) -> Path:
+    """Write `figure` as a PNG at `path` (its folder made) and free it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -72,4 +73,4 @@ def reliability_diagram(result: dict[str, Any], path: Path) -> Path:
     bottom.set_xlim(0, 1)
     bottom.set_xlabel("top-option probability (confidence)")
     bottom.set_ylabel("items")
-    return _save(figure, path)
+    return save_figure(figure, path)
