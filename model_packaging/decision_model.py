@@ -7,11 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from model_manifest import DecisionModel
+from model_manifest.decision import SERVED_TYPES, InvalidTemperature, decision_temperatures
 from model_packaging.errors import PackagingError
-
-# The types the adapter serves (container/decision_adapter/model/decision_head.py: the engine's
-# types less clef; a test holds the two together).
-SERVED_TYPES = ("openjev", "lev", "nimble", "kev", "laya")
 
 
 def read_decision_model(path: Path) -> DecisionModel | None:
@@ -37,16 +34,10 @@ def read_decision_model(path: Path) -> DecisionModel | None:
         )
     if "tokenizer.chat_template.systemone" not in values:
         raise PackagingError(f'{path.name}: a decision model without its "systemone" template')
-    temperatures: dict[str, float] = {}
-    for key, value in values.items():
-        if key.startswith(prefix + "temperature."):
-            name = key.removeprefix(prefix + "temperature.")
-            # llama.cpp reads each as a string and parses it (strtof); a value <= 0 fails its load.
-            try:
-                temperature = float(value)
-            except (TypeError, ValueError):
-                temperature = 0.0
-            if not temperature > 0:
-                raise PackagingError(f"{path.name}: invalid decision temperature {name}={value!r}")
-            temperatures[name] = temperature
-    return DecisionModel(type=declared, temperatures=dict(sorted(temperatures.items())))
+    try:
+        temperatures = decision_temperatures(values, prefix + "temperature.")
+    except InvalidTemperature as refused:
+        raise PackagingError(
+            f"{path.name}: invalid decision temperature {refused.name}={refused.value!r}"
+        ) from None
+    return DecisionModel(type=declared, temperatures=temperatures)

@@ -20,22 +20,22 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, field
 
+from model_manifest.decision import (
+    ENGINE_TYPES,
+    NOT_SERVED,
+    InvalidTemperature,
+    decision_temperatures,
+)
+
 from ..errors import EngineError
 from .engine import Engine
 
-# Every type the engine's llama.cpp (b11434, common/common.cpp) knows.
-ENGINE_TYPES = ("openjev", "lev", "kev", "nimble", "laya", "clef")
-# The types whose answer is label tokens' logits at the last prompt token.
+# The label types' answer is label tokens' logits at the last prompt token.
 LABEL_TYPES = ("openjev", "lev", "nimble")
 # The types whose answer is read from per-token hidden states, in an embeddings context: kev's
 # pointer head (a dot product of the last token's query with each option's key), laya's encoder
 # head (one column per question kind at each option's marker). clef's joint head reads them too.
 EMBEDDING_TYPES = ("kev", "laya", "clef")
-# Why a type the engine knows is not served (yet), said at start-up and in docs/models.md.
-NOT_SERVED = {
-    "clef": "its joint head needs llama_batch_ext_set_decision_order, a C++ staging call "
-    "(src/llama-ext.h) that libllama exports under a mangled name only and the bindings lack",
-}
 LEV_RATINGS = 9  # lev answers a yes/no question on a 0-8 rating scale
 MAX_LABELS = 255
 MAX_OPTIONS = 255  # kev and laya: llama-server's fixed limit
@@ -187,16 +187,10 @@ def _unsigned(text: str | None) -> int:
 
 
 def _temperatures(engine: Engine, prefix: str) -> dict[str, float]:
-    found = {}
-    for key, value in engine.metadata_items(prefix).items():
-        try:
-            temperature = float(value)
-        except ValueError:
-            temperature = 0.0  # strtof's reading of what is not a number
-        if temperature <= 0:
-            raise EngineError(f"invalid decision temperature: {key} = {value}")
-        found[key[len(prefix) :]] = temperature
-    return found
+    try:
+        return decision_temperatures(engine.metadata_items(prefix), prefix)
+    except InvalidTemperature as refused:
+        raise EngineError(str(refused)) from None
 
 
 def _labels(engine: Engine, declared: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
