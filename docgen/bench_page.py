@@ -83,6 +83,7 @@ def render_chat_concurrency() -> str:
             ("taking turns", "adapter_turns"),
             ("sharing", "adapter_shared"),
             ("one at a time", "adapter_one_at_a_time"),
+            ("llama-server", "llama_server"),
         )
     }
     firsts = ", ".join(f"{ms:.0f} ms {name}" for name, ms in first.items())
