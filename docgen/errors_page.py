@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from decision_adapter.formats import decision, openai_decisions, systemone
 from decision_adapter.formats.base import WireFormat
+from decision_adapter.http.body import MAX_BODY_VALUES
 
 from .tables import table
 
@@ -74,7 +75,9 @@ ERRORS = (
         "body_too_large",
         "413",
         False,
-        "a body over `DECISION_MAX_BODY_BYTES` (a JSON Lines body: `DECISION_MAX_JSONLINES_BYTES`)",
+        "a body over `DECISION_MAX_BODY_BYTES` (a JSON Lines body: "
+        f"`DECISION_MAX_JSONLINES_BYTES`), or one of more than {MAX_BODY_VALUES:,} JSON values "
+        "(a JSON Lines line: its own answer)",
     ),
     ErrorKind(
         "too_many_lines",

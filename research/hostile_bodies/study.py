@@ -41,8 +41,22 @@ def tags_to_the_body_limit() -> dict:  # just under DECISION_MAX_BODY_BYTES (1 M
     }
 
 
-def empty_decisions() -> dict:  # 1 MiB of `{}`: slow to parse (1.1 s), each a 422
+def empty_decisions() -> dict:  # 1 MiB of `{}`: slow to parse (1.1 s), past the body's values
     return {"decisions": [{}] * 262_000}
+
+
+def spread_bad_parts(messages: int = 330) -> dict:
+    """Bad content parts spread over many messages, each list under its cap of 1,024: pydantic
+    validated all 330,000 (3 s holding the interpreter) before the body's count of values."""
+    return {"messages": [{"role": "user", "content": [1] * 1_000} for _ in range(messages)]}
+
+
+def spread_bad_criteria() -> dict:
+    """Just under the body's count of values, the costliest to validate: 62,500 bad criteria
+    (three errors each, one per type a criterion may be), 250 in each of 250 questions."""
+    criteria = {str(n): 1 for n in range(250)}
+    questions = {f"q{i}": {"type": "choice", "criteria": criteria} for i in range(250)}
+    return {"model": "m", "state": "s", "questions": questions}
 
 
 BODIES = {
@@ -50,6 +64,8 @@ BODIES = {
     "state of 3,333 lists": ("/invocations", state_of_lists),
     "1 MiB state of '<b>'": ("/v1/systemone", tags_to_the_body_limit),
     "1 MiB of empty decisions": ("/invocations", empty_decisions),
+    "330 messages of 1,000 bad parts": ("/v1/chat/completions", spread_bad_parts),
+    "250 questions of 250 bad criteria": ("/v1/systemone", spread_bad_criteria),
 }
 
 

@@ -53,12 +53,29 @@ def _problem(value: Any) -> str | None:
 # JSON) costs about 2d² bytes per leaf, so depth is bounded before anything is rendered.
 MAX_JSON_DEPTH = 40
 
+# The JSON values a body holds (objects, arrays and the values in them), counted before any is
+# validated. pydantic validates a body in one call that holds the interpreter, and each bad
+# value costs an error: a body of many short lists, each under its own cap, held /ping for
+# seconds. This bounds that call for every body; a state's own 10,000 fit six times over.
+MAX_BODY_VALUES = 65_536
 
-def _check_values(body: Any) -> None:
-    """Reject what json.loads accepts but no route can use, naming where it is (keys too)."""
+
+def _check_values(body: Any, where: str = "body") -> None:
+    """Reject what json.loads accepts but no route can use, naming where it is (keys too),
+    and a body of more than MAX_BODY_VALUES values (`where`: the body, or its JSON Lines line)."""
     stack: list[tuple[tuple[str | int, ...], Any]] = [((), body)]
+    values = 0
     while stack:
         location, value = stack.pop()
+        values += 1
+        if values > MAX_BODY_VALUES:
+            raise RequestError(
+                413,
+                f"{where}: more than {MAX_BODY_VALUES:,} JSON values (objects, arrays and the "
+                "values in them); send fewer items in one request",
+                field="body",
+                error_type="body_too_large",
+            )
         if isinstance(value, dict | list) and len(location) >= MAX_JSON_DEPTH:
             _reject(location, f"nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
         if isinstance(value, dict):
@@ -139,7 +156,7 @@ def parse_json(raw: bytes, line: int | None = None) -> Any:
         raise RequestError(
             400, f"{where}: {error}", field="body", error_type="invalid_json"
         ) from None
-    _check_values(body)
+    _check_values(body, where)
     return body
 
 

@@ -254,6 +254,21 @@ def test_a_body_of_thousands_of_bad_items_gets_a_short_error(in_process, path, b
         assert len(details) <= 20
 
 
+def test_a_body_past_its_count_of_json_values_is_a_413_before_any_is_validated(in_process):
+    """Issue 69, finding 2's remainder: bad items spread over many lists, each under its cap,
+    were all validated at once. The body's values are counted first (the object and its list
+    are two of them): one past the count is a 413 naming it, at the count it reaches the
+    validators, which name the list's own cap."""
+    from decision_adapter.http.body import MAX_BODY_VALUES
+
+    at_the_count = in_process.post("/invocations", json={"decisions": [0] * (MAX_BODY_VALUES - 2)})
+    assert at_the_count.status_code == 422 and "at most 1024 items" in at_the_count.text
+    past = in_process.post("/invocations", json={"decisions": [0] * (MAX_BODY_VALUES - 1)})
+    assert past.status_code == 413, past.text[:300]
+    assert past.json()["field"] == "body" and past.json()["error_type"] == "body_too_large"
+    assert f"body: more than {MAX_BODY_VALUES:,} JSON values" in past.json()["error"]
+
+
 def test_a_state_nested_past_the_depth_cap_is_refused_before_any_rendering(in_process):
     from decision_adapter.http.body import MAX_JSON_DEPTH
 

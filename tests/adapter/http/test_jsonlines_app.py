@@ -192,6 +192,16 @@ def test_a_line_over_the_single_body_limit_answers_its_own_413(service):
     assert got[1]["error"].startswith("line 2: ") and "(DECISION_MAX_BODY_BYTES)" in got[1]["error"]
 
 
+def test_a_line_past_the_bodys_count_of_json_values_answers_its_own_413(client):
+    from decision_adapter.http.body import MAX_BODY_VALUES
+
+    many = {"decisions": [0] * MAX_BODY_VALUES}
+    got = answers(client.post("/invocations", content=jsonl(decision("a"), many), headers=JSONL))
+    assert got[0]["result"]["id"] == "a"
+    assert got[1]["status"] == 413 and got[1]["error_type"] == "body_too_large"
+    assert got[1]["error"].startswith(f"line 2: more than {MAX_BODY_VALUES:,} JSON values")
+
+
 class FailsOnState(FakeService):
     """Refuses questions about one state as the real service refuses a request over a limit."""
 
