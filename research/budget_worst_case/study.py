@@ -5,8 +5,11 @@ For each readout, the request shaped to cost the most time per budget token (a l
 readouts; long listings for `permuted_letters`), grown word by word to the largest the default
 `DECISION_MAX_REQUEST_TOKENS` admits (found on the adapter's own plan, in process), is sent to a
 fresh adapter with the benchmark's settings; one word more is sent too and must be refused at
-once. Writes results/<date>-<machine>-budget.json here, or --output: each readout's seconds,
-tokens and status, and the refusal's seconds.
+once. With `--scoring-requests N` above 1 the adapter batches decisions, whose budget also
+charges the saved sequences each option path restores (`restore_cost`): the search charges
+them too, and one more shape, 32 questions of 255 options on a long state, restores the most
+cells for its tokens. Writes results/<date>-<machine>-budget[-batched].json here, or --output:
+each shape's seconds, tokens and status, and the refusal's seconds.
 """
 
 from __future__ import annotations
@@ -53,6 +56,20 @@ def _long_candidate_description(readout: str) -> Callable[[int], dict]:
     return shape
 
 
+def _many_paths(n: int) -> dict:
+    """32 questions of 255 options on a state of n words, issue 69's shape: batched, every
+    option path restores the state and its question."""
+    options = [{"id": f"o{i}"} for i in range(255)]
+    state = WORD * n + "x"
+    return {
+        "decisions": [
+            {"id": f"q{q}", "state": state, "question": f"Which one, {q}?", "options": options,
+             "readout": "option_text"}
+            for q in range(32)
+        ]
+    }  # fmt: skip
+
+
 def _long_listing(n: int) -> dict:
     body = decision("s", "Which one?", [f"o{i}" for i in range(8)], readout="permuted_letters")
     for option in body["decision"]["options"]:
@@ -69,19 +86,38 @@ SHAPES: dict[str, Callable[[int], dict]] = {
     "json_choice": _long_candidate_description("json_choice"),
     "json_choice_sum": _long_candidate_description("json_choice_sum"),
 }
+# A shape only the batched mode's restore charge makes heavy.
+BATCHED_SHAPES: dict[str, Callable[[int], dict]] = {"many_paths": _many_paths}
 
 
-def largest_admitted(shape: Callable[[int], dict], renderer) -> int:
-    """The largest n whose request fits the budget, by the adapter's own plan (no model work)."""
+def shapes(batched: bool) -> dict[str, Callable[[int], dict]]:
+    return {**SHAPES, **BATCHED_SHAPES} if batched else SHAPES
+
+
+def cost(renderer, body: dict, *, batched: bool = False) -> int:
+    """The tokens the adapter's budget charges a body's decisions (all about one state), by its
+    own plan; TokenLimitExceeded past LIMIT. `batched`: the restores too, as batched mode does."""
     from decision_adapter.formats.decision import DecisionRequest
-    from decision_adapter.model.tokenizer import TokenLimitExceeded
     from decision_adapter.scoring.budget import TokenBudget
     from decision_adapter.scoring.score import build_plan
+    from decision_adapter.service.scoring_batching import restore_cost
+
+    items = DecisionRequest.model_validate(body).items
+    assert len({item.state for item in items}) == 1, "a shape's decisions share one state"
+    budget = TokenBudget(LIMIT)
+    plan = build_plan(renderer, items[0].state, [item.as_question() for item in items], budget)
+    if batched:
+        budget.spend(restore_cost(plan))
+    return budget.spent
+
+
+def largest_admitted(shape: Callable[[int], dict], renderer, *, batched: bool = False) -> int:
+    """The largest n whose request fits the budget, by the adapter's own plan (no model work)."""
+    from decision_adapter.model.tokenizer import TokenLimitExceeded
 
     def fits(n: int) -> bool:
-        item = DecisionRequest.model_validate(shape(n)).items[0]
         try:
-            build_plan(renderer, item.state, [item.as_question()], TokenBudget(LIMIT))
+            cost(renderer, shape(n), batched=batched)
         except TokenLimitExceeded:
             return False
         return True
@@ -112,8 +148,11 @@ def _timed(client: httpx.Client, url: str, body: dict) -> dict:
     seconds = round(time.perf_counter() - started, 3)
     row = {"status": response.status_code, "seconds": seconds}
     if response.status_code == 200:
-        timing = response.json()["result"]["timing"]
+        answer = response.json()
+        timing = (answer["result"] if "result" in answer else answer["results"][0])["timing"]
         row.update({k: timing[k] for k in ("request_tokens", "prefill_ms", "branches_ms")})
+    else:
+        row["error"] = response.json().get("error", "")[:200]
     return row
 
 
@@ -122,31 +161,46 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m research.budget_worst_case", description=__doc__
     )
     parser.add_argument("--output", type=Path)
+    parser.add_argument(
+        "--scoring-requests",
+        type=int,
+        default=1,
+        help="DECISION_MAX_SCORING_REQUESTS (above 1: decisions batched)",
+    )
     args = parser.parse_args(argv)
+    batched = args.scoring_requests > 1
     now = datetime.now(UTC)
     renderer = _renderer()
-    sizes = {readout: largest_admitted(shape, renderer) for readout, shape in SHAPES.items()}
+    heaviest = shapes(batched)
+    sizes = {
+        name: largest_admitted(shape, renderer, batched=batched) for name, shape in heaviest.items()
+    }
+    env = {**ADAPTER_ENV, "DECISION_MAX_SCORING_REQUESTS": str(args.scoring_requests)}
     rows = {}
     with tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
-        with running_adapter(Path(tmp), **ADAPTER_ENV) as adapter:
+        with running_adapter(Path(tmp), **env) as adapter:
             url = adapter.url + "/invocations"
-            for readout, shape in SHAPES.items():
-                n = sizes[readout]
-                rows[readout] = {
+            for name, shape in heaviest.items():
+                n = sizes[name]
+                rows[name] = {
                     "words": n,
+                    "charged_tokens": cost(renderer, shape(n), batched=batched),
                     "admitted": _timed(client, url, shape(n)),
                     "one_word_more": _timed(client, url, shape(n + 1)),
                 }
-                print(readout, json.dumps(rows[readout]), flush=True)
+                print(name, json.dumps(rows[name]), flush=True)
+    mode = f"decisions batched ({args.scoring_requests} at once)" if batched else "one at a time"
     result = {
         "date": now.isoformat(timespec="seconds"),
         "machine": machine_name(),
         # Other work on the machine slows every figure: the load over the last 15 minutes.
         "load_average_15min": round(os.getloadavg()[2], 2),
-        "adapter": f"started here, {THREADS} threads, state cache off, limit {LIMIT}",
+        "adapter": f"started here, {THREADS} threads, state cache off, limit {LIMIT}, {mode}",
         "worst_case": rows,
     }
-    output = args.output or RESULTS / f"{now:%Y-%m-%d}-{machine_name()}-budget.json"
+    suffix = "-batched" if batched else ""
+    name = f"{now:%Y-%m-%d}-{machine_name()}-budget{suffix}.json"
+    output = args.output or RESULTS / name
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(output)
 

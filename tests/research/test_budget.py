@@ -1,27 +1,34 @@
-"""research.budget_worst_case's search for the heaviest request each readout admits, on the
-real tokenizer: the request it finds fits the default budget and one word more does not."""
+"""research.budget_worst_case's search for the heaviest request each shape admits, on the
+real tokenizer: the request it finds fits the default budget and one word more does not, one at
+a time and with decisions batched (whose budget also charges restores)."""
 
 from __future__ import annotations
 
 import pytest
 from decision_adapter.formats.decision import DecisionRequest
 from decision_adapter.model.tokenizer import TokenLimitExceeded
-from decision_adapter.scoring.budget import TokenBudget
-from decision_adapter.scoring.score import build_plan
 
-from research.budget_worst_case.study import LIMIT, SHAPES, largest_admitted
+from research.budget_worst_case.study import LIMIT, SHAPES, cost, largest_admitted, shapes
 
 
-def _cost(renderer, body: dict) -> int:
-    item = DecisionRequest.model_validate(body).items[0]
-    return build_plan(renderer, item.state, [item.as_question()], TokenBudget(LIMIT)).cost
-
-
-@pytest.mark.parametrize("readout", SHAPES)
-def test_the_largest_admitted_request_fits_and_one_word_more_is_refused(renderer, readout):
-    shape = SHAPES[readout]
-    n = largest_admitted(shape, renderer)
-    assert LIMIT * 0.9 < _cost(renderer, shape(n)) <= LIMIT
+@pytest.mark.parametrize(
+    "name, batched", [(name, False) for name in SHAPES] + [(name, True) for name in shapes(True)]
+)
+def test_the_largest_admitted_request_fits_and_one_word_more_is_refused(renderer, name, batched):
+    shape = shapes(batched)[name]
+    n = largest_admitted(shape, renderer, batched=batched)
+    assert LIMIT * 0.9 < cost(renderer, shape(n), batched=batched) <= LIMIT
     with pytest.raises(TokenLimitExceeded):
-        _cost(renderer, shape(n + 1))
-    assert DecisionRequest.model_validate(shape(n)).items[0].readout == readout
+        cost(renderer, shape(n + 1), batched=batched)
+    if name in SHAPES:
+        assert DecisionRequest.model_validate(shape(n)).items[0].readout == name
+
+
+def test_the_batched_search_charges_what_shared_rounds_restore(renderer):
+    """The shape the restores make heavy costs a third more batched than one at a time: the
+    search admits less of it than the token count alone would."""
+    shape = shapes(True)["many_paths"]
+    batched = largest_admitted(shape, renderer, batched=True)
+    alone = largest_admitted(shape, renderer)
+    assert cost(renderer, shape(batched), batched=True) > 1.3 * cost(renderer, shape(batched))
+    assert batched < alone
