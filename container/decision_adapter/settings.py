@@ -119,7 +119,13 @@ class Settings(BaseModel):
         le=64,
         description="chat streams generating at once, taking turns a token each in a second "
         "context (each in a KV stream of its own: bit-identical alone or beside others); `1`: "
-        "chat takes the decisions' one slot",
+        "chat takes the decisions' one slot. Each stream reserves a KV stream of the request "
+        "token limit at start-up: F16 keys and values of every layer. A sliding-window layer "
+        "keeps only its window plus a batch (1,024 cells). That is 39 MiB a stream on Gemma 3 "
+        "270M at 8,192 tokens (8: 0.3 GiB; 64: 2.4 GiB). The start-up line logs it "
+        "(`chat_kv_bytes`). On the CPU a start is refused, naming this setting, when its "
+        "streams and the batched decisions' exceed the memory left (available, cgroup limit, "
+        "`RLIMIT_AS`)",
     )
     # Chat streams in one micro-batch (docs/scoring.md, "Requests at once"): their weights read
     # once for all, a token's logits moving in their last bits with the streams beside it.
@@ -144,9 +150,9 @@ class Settings(BaseModel):
         "for a hybrid-memory model: one at a time in the model's own context. Each request "
         "reserves two KV streams of the request token limit plus 8 cells at start-up: F16 keys "
         "and values of every layer, 0.29 GiB a request on Gemma 3 270M at 8,192 tokens (8: "
-        "2.3 GiB; 64: 18.6 GiB). The start-up line logs it (`shared_kv_bytes`); on the CPU a "
-        "start whose streams would not fit the memory left (available, cgroup limit, "
-        "`RLIMIT_AS`) is refused, naming this setting",
+        "2.3 GiB; 64: 18.6 GiB). The start-up line logs it (`shared_kv_bytes`). On the CPU a "
+        "start is refused, naming this setting, when its streams and the chat streams exceed "
+        "the memory left (available, cgroup limit, `RLIMIT_AS`)",
     )
     max_queue: int = from_env(
         "DECISION_MAX_QUEUE",

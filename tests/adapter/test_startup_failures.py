@@ -4,8 +4,10 @@ directory's manifest is checked before the model loads."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -239,3 +241,64 @@ def test_batched_decisions_whose_kv_would_not_fit_refuse_to_start_naming_the_set
             json.loads(text) for text in adapter.log().splitlines() if '"shared_kv_bytes"' in text
         )
     assert 2.2 * GIB < loaded["shared_kv_bytes"] < 2.5 * GIB, loaded["shared_kv_bytes"]
+
+
+def test_chat_streams_whose_kv_would_not_fit_refuse_to_start_naming_the_setting(tmp_path):
+    """Issue 69, finding 7: each chat stream reserves a KV stream of the request limit, its
+    sliding-window layers only their window (64 streams: 2.4 GiB on the bundled model),
+    unchecked. Under an address-space limit of 3 GiB, 64 streams refuse the start with one line
+    naming the setting. Under 5 GiB, 64 streams and 8 batched decisions (2.3 GiB) each fit
+    alone but not together: the line names both. A start that fits logs what its streams hold."""
+    import resource
+
+    def limited(gib: int):
+        return lambda: resource.setrlimit(resource.RLIMIT_AS, (gib * GIB, gib * GIB))
+
+    chats = {"DECISION_MAX_CHAT_STREAMS": "64"}
+    finished = run_adapter_until_exit(chats, timeout=120, preexec_fn=limited(3))
+    assert finished.returncode == 1, finished.stderr[-2000:]
+    line = _one_line(finished)
+    assert "DECISION_MAX_CHAT_STREAMS=64:" in line and "RLIMIT_AS" in line, line
+    both = {**chats, "DECISION_MAX_SCORING_REQUESTS": "8"}
+    finished = run_adapter_until_exit(both, timeout=120, preexec_fn=limited(5))
+    assert finished.returncode == 1, finished.stderr[-2000:]
+    line = _one_line(finished)
+    assert "DECISION_MAX_SCORING_REQUESTS=8 and DECISION_MAX_CHAT_STREAMS=64:" in line, line
+    left = float(re.search(r"more than the ([0-9.]+) GiB", line).group(1))
+    assert 2.5 < left < 4.7, line  # each alone (2.3 GiB, 2.4 GiB) fits, together they do not
+    with running_adapter(tmp_path, DECISION_MAX_CHAT_STREAMS="8") as adapter:
+        loaded = next(
+            json.loads(text) for text in adapter.log().splitlines() if '"chat_kv_bytes"' in text
+        )
+    # 8 streams of 3 whole layers of 8,192 cells and 15 sliding-window layers of 1,024, each cell
+    # 1 KiB a layer: llama.cpp's own KV buffers for them are 192.00 MiB and 120.00 MiB.
+    assert loaded["chat_kv_bytes"] == 312 * 2**20, loaded
+    assert loaded["shared_kv_bytes"] == 0, loaded
+
+
+@pytest.mark.parametrize(
+    ("streams", "cells", "swa_full"),
+    [(8, 8192, False), (8, 600, False), (2, 8200, True)],
+    ids=["chat streams", "streams shorter than the window", "decision streams"],
+)
+def test_the_kv_counted_is_what_llama_cpp_reserves(engine, streams, cells, swa_full):
+    """kv_bytes, counted before a StreamContext is made, against the KV buffers llama.cpp logs as
+    it makes one ("CPU KV buffer size = 192.00 MiB"), on the bundled model."""
+    import llama_cpp
+    from decision_adapter.model.engine import silence_llama_logs
+    from decision_adapter.model.streams import StreamContext, kv_bytes
+
+    logged: list[float] = []
+
+    def keep(level: int, text: bytes | None, user_data: int | None) -> None:  # noqa: ARG001
+        if match := re.search(rb"KV buffer size =\s*([0-9.]+) MiB", text or b""):
+            logged.append(float(match.group(1)))
+
+    callback = llama_cpp.llama_log_callback(keep)
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p())
+    try:
+        StreamContext(engine, streams, cells, swa_full=swa_full).close()
+    finally:
+        silence_llama_logs()
+    assert logged, "llama.cpp logged no KV buffer"
+    assert kv_bytes(engine, streams, cells, swa_full=swa_full) == round(sum(logged) * 2**20)

@@ -147,21 +147,36 @@ class DecodeStats:
 # whether weights went to an extra buffer type (repacked, AMX) rather than the plain mapping.
 _MODEL_BUFFER = re.compile(rb"(\S+) model buffer size\s*=\s*([0-9.]+) MiB")
 _model_buffers: dict[str, float] = {}
+# Its log alone names the layers whose KV cache keeps only a sliding window (window_layers):
+# "creating     SWA KV cache, size = 8192 cells", then "llama_kv_cache: size = 960.00 MiB
+# (  8192 cells,  15 layers,  1/1 seqs), ...".
+_WINDOW_CACHE = re.compile(rb"creating\s+SWA KV cache")
+_CACHE_LAYERS = re.compile(rb"\(\s*\d+ cells,\s*(\d+) layers")
+_window_layers: list[int] = []
 # The log callback handed to llama.cpp: a reference kept, so ctypes does not collect it.
 _log_callback: object = None
 
 
 def silence_llama_logs() -> None:
     """llama.cpp logs every load to stderr; keep our JSON log lines the only output. Its model
-    buffer lines are kept (model_buffers) for the start-up line."""
+    buffer lines are kept (model_buffers) for the start-up line, and its sliding-window KV
+    caches' layers (window_layers)."""
 
     global _log_callback
+    window_next = False  # a sliding-window cache is being made: its size line follows
 
     def keep_buffers(level: int, text: bytes | None, user_data: int | None) -> None:  # noqa: ARG001
-        match = _MODEL_BUFFER.search(text or b"")
+        nonlocal window_next
+        text = text or b""
+        match = _MODEL_BUFFER.search(text)
         if match:
             name = match.group(1).decode("ascii", "replace")
             _model_buffers[name] = _model_buffers.get(name, 0.0) + float(match.group(2))
+        if _WINDOW_CACHE.search(text):
+            window_next = True
+        elif window_next and (layers := _CACHE_LAYERS.search(text)):
+            _window_layers.append(int(layers.group(1)))
+            window_next = False
 
     _log_callback = drop = llama_cpp.llama_log_callback(keep_buffers)
     llama_cpp.llama_log_set(drop, ctypes.c_void_p())
@@ -340,9 +355,13 @@ class Engine:
         context_params.no_perf = True
         # Reading the vocabulary (0.4 s of Python) overlaps creating the context (0.25 s in
         # llama.cpp, which releases the GIL): both only read the loaded model.
+        _window_layers.clear()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vocabulary") as reader:
             user_text = reader.submit(user_text_tokenizer, self.vocab, self._tokenize_bytes)
             self.ctx = llama_cpp.llama_init_from_model(self.model, context_params)
+        # Layers whose KV cache may keep a sliding window's cells only, as llama.cpp logged
+        # them making this context (0 when not logged, as when not quiet: every layer whole).
+        self.window_layers = _window_layers[0] if _window_layers else 0
         if not self.ctx:  # the reader is done with the model: it may go
             llama_cpp.llama_model_free(self.model)
             raise EngineError(f"llama.cpp could not create a context of {config.n_ctx} tokens")

@@ -31,19 +31,29 @@ from .engine import Engine, restore_saved_sequence, saved_sequence, sequence_len
 CELL_ROUNDING = 256  # llama.cpp gives each stream n_ctx / n_seq_max cells, rounded up to this
 
 
-def kv_bytes(engine: Engine, n_streams: int, n_ctx_per_stream: int) -> int:
-    """What a StreamContext of every cell kept (`swa_full`) reserves for its KV cache: F16 keys
-    and values of every layer for every cell of every stream (an upper bound where a sliding
-    window keeps fewer)."""
+def rounded(cells: int) -> int:
+    """`cells` as llama.cpp makes a stream of them (or a sliding window's part of one)."""
+    return -(-cells // CELL_ROUNDING) * CELL_ROUNDING
+
+
+def kv_bytes(
+    engine: Engine, n_streams: int, n_ctx_per_stream: int, *, swa_full: bool = False
+) -> int:
+    """What a StreamContext of these arguments reserves for its KV cache: F16 keys and values of
+    every layer for every cell of every stream. Without `swa_full` a sliding-window layer's
+    stream keeps its window and a micro-batch, rounded (llama.cpp's llama_kv_cache_iswa)."""
     model = engine.model
     arch = engine.architecture
     n_head = max(1, llama_cpp.llama_model_n_head(model))
     head = llama_cpp.llama_model_n_embd(model) // n_head
     key = int(engine.metadata(f"{arch}.attention.key_length") or head)
     value = int(engine.metadata(f"{arch}.attention.value_length") or head)
-    per_cell = int(llama_cpp.llama_model_n_layer(model) * llama_cpp.llama_model_n_head_kv(model))
-    cells = -(-n_ctx_per_stream // CELL_ROUNDING) * CELL_ROUNDING
-    return n_streams * cells * per_cell * (key + value) * 2
+    cells = rounded(n_ctx_per_stream)
+    window = min(cells, rounded(llama_cpp.llama_model_n_swa(model) + engine.config.n_batch))
+    windowed = 0 if swa_full else engine.window_layers
+    layers = int(llama_cpp.llama_model_n_layer(model))
+    per_cell = int(llama_cpp.llama_model_n_head_kv(model)) * (key + value) * 2
+    return n_streams * ((layers - windowed) * cells + windowed * window) * per_cell
 
 
 # A limit that cannot be read (another OS, no cgroup v2) bounds nothing.
@@ -88,7 +98,7 @@ class StreamContext:
         config = engine.config
         params = llama_cpp.llama_context_default_params()
         # llama.cpp gives each stream n_ctx / n_seq_max cells, rounded up to 256.
-        params.n_ctx = n_streams * (-(-n_ctx_per_stream // CELL_ROUNDING) * CELL_ROUNDING)
+        params.n_ctx = n_streams * rounded(n_ctx_per_stream)
         params.n_batch = config.n_batch
         params.n_ubatch = config.n_batch
         params.n_seq_max = n_streams

@@ -107,6 +107,26 @@ def model_runner(
     )
 
 
+def refuse_unless_kv_fits(reserved: Sequence[tuple[str, int, int, str]]) -> None:
+    """On the CPU the batched contexts' KV streams are host memory, reserved (and zeroed) at
+    once: a start they do not fit, together, would be killed for memory, or be at the next
+    request's mercy. `reserved`: each context's setting, its value, its streams' bytes (0: not
+    made) and what one of the value is."""
+    reserved = [part for part in reserved if part[2]]
+    need = sum(size for _, _, size, _ in reserved)
+    left, bound = memory_left()
+    if need <= max(left, 0):
+        return
+    named = " and ".join(f"{setting}={value}" for setting, value, _, _ in reserved)
+    each = ", ".join(f"{size / value / 2**20:.0f} MiB {one}" for _, value, size, one in reserved)
+    its, it = ("its", "it") if len(reserved) == 1 else ("their", "them")
+    raise EngineError(
+        f"{named}: {its} KV streams need {need / 2**30:.1f} GiB ({each}), more than the "
+        f"{max(left, 0) / 2**30:.1f} GiB {bound} leaves; lower {it}, or "
+        "DECISION_MAX_REQUEST_TOKENS"
+    )
+
+
 class DecisionService:
     """The real model behind the `contract.ModelService` protocol."""
 
@@ -133,54 +153,51 @@ class DecisionService:
         self.content_free = ContentFreeScores(settings.content_free_cache_bytes)
         self.runner = model_runner(settings)  # decisions and chats one at a time; the thread
         # Batched chat streams: admitted apart from decisions, run on the same model thread.
+        # An embeddings context has no logits: such a model answers decisions only (generate).
+        chats = settings.max_chat_streams
+        chatting = chats > 1 and not self.engine.embeddings
+        # Batched decisions: admitted apart from chat, their rounds on the same model thread.
+        # A hybrid model's recurrent state cannot drop a round's padding (scoring_batching.py).
+        # A decision head decodes each prompt alone in the engine's context (trained_head.py).
+        lanes = settings.max_scoring_requests
+        sharing = lanes > 1 and self.engine.memory_kind != "hybrid" and self.decision_head is None
+        tokens = settings.request_token_limit
+        # A call of a round lends a stream to each span: a state, a question or a path.
+        cells = stream_cells(tokens)
+        # The KV streams of each, counted before either is reserved (logged at start-up).
+        self.chat_kv_bytes = kv_bytes(self.engine, chats, tokens) if chatting else 0
+        self.shared_kv_bytes = (
+            kv_bytes(self.engine, 2 * lanes, cells, swa_full=True) if sharing else 0
+        )
+        if settings.n_gpu_layers == 0:
+            refuse_unless_kv_fits(
+                [
+                    ("DECISION_MAX_SCORING_REQUESTS", lanes, self.shared_kv_bytes, "a request"),
+                    ("DECISION_MAX_CHAT_STREAMS", chats, self.chat_kv_bytes, "a chat stream"),
+                ]
+            )
         self.chat_runner: ModelRunner | None = None
         self.chat_batcher: ChatBatcher | None = None
-        # An embeddings context has no logits: such a model answers decisions only (generate).
-        if settings.max_chat_streams > 1 and not self.engine.embeddings:
+        if chatting:
             self.chat_runner = model_runner(
-                settings,
-                max_in_flight=settings.max_chat_streams,
-                model_thread=self.runner.model_thread,
+                settings, max_in_flight=chats, model_thread=self.runner.model_thread
             )
             self.chat_batcher = ChatBatcher(
                 StreamContext(
                     self.engine,
-                    settings.max_chat_streams,
-                    settings.request_token_limit,
+                    chats,
+                    tokens,
                     flash_attention=self.engine.config.flash_attention,  # as the engine's own
                 ),
                 self.chat_runner,
                 shared=settings.chat_shared_batches,
             )
-        # Batched decisions: admitted apart from chat, their rounds on the same model thread.
         self.scoring_runner: ModelRunner | None = None
         self.scoring_batcher: ScoringBatcher | None = None
-        self.shared_kv_bytes = 0  # the batched decisions' KV streams (logged at start-up)
-        # A hybrid model's recurrent state cannot drop a round's padding (scoring_batching.py).
-        # A decision head decodes each prompt alone in the engine's context (trained_head.py).
-        if (
-            settings.max_scoring_requests > 1
-            and self.engine.memory_kind != "hybrid"
-            and self.decision_head is None
-        ):
-            lanes = settings.max_scoring_requests
+        if sharing:
             self.scoring_runner = model_runner(
                 settings, max_in_flight=lanes, model_thread=self.runner.model_thread
             )
-            # A call of a round lends a stream to each span: a state, a question or a path.
-            cells = stream_cells(settings.request_token_limit)
-            self.shared_kv_bytes = kv_bytes(self.engine, 2 * lanes, cells)
-            left, bound = memory_left()
-            # On the CPU the streams' KV is host memory, reserved (and zeroed) at once: a start
-            # it does not fit would be killed for memory, or be at the next request's mercy.
-            if settings.n_gpu_layers == 0 and self.shared_kv_bytes > left:
-                need, each = self.shared_kv_bytes / 2**30, self.shared_kv_bytes / lanes / 2**20
-                raise EngineError(
-                    f"DECISION_MAX_SCORING_REQUESTS={lanes}: its KV streams need {need:.1f} GiB "
-                    f"({each:.0f} MiB a request at {cells} cells), more than the "
-                    f"{max(left, 0) / 2**30:.1f} GiB {bound} leaves; lower it, or "
-                    "DECISION_MAX_REQUEST_TOKENS"
-                )
             streams = StreamContext(
                 self.engine,
                 2 * lanes,

@@ -124,6 +124,7 @@ def model_identity(
 def log_model_loaded(service: ModelService, n_gpu_layers: int) -> dict[str, Any]:
     """The one start-up line (model/native_libraries.py) for a service just loaded."""
     engine = getattr(service, "engine", None)  # the in-process test service has none
-    # What DECISION_MAX_SCORING_REQUESTS reserved at start-up (0: decisions one at a time).
-    shared = {"shared_kv_bytes": getattr(service, "shared_kv_bytes", 0)}
-    return native_libraries.log_model_loaded(service.identity.info, engine, n_gpu_layers, shared)
+    # What DECISION_MAX_SCORING_REQUESTS and DECISION_MAX_CHAT_STREAMS reserved at start-up
+    # (0: decisions, or chats, one at a time).
+    memory = {name: getattr(service, name, 0) for name in ("shared_kv_bytes", "chat_kv_bytes")}
+    return native_libraries.log_model_loaded(service.identity.info, engine, n_gpu_layers, memory)
