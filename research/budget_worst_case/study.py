@@ -5,11 +5,12 @@ For each readout, the request shaped to cost the most time per budget token (a l
 readouts; long listings for `permuted_letters`), grown word by word to the largest the default
 `DECISION_MAX_REQUEST_TOKENS` admits (found on the adapter's own plan, in process), is sent to a
 fresh adapter with the benchmark's settings; one word more is sent too and must be refused at
-once. With `--scoring-requests N` above 1 the adapter batches decisions, whose budget also
-charges the saved sequences each option path restores (`restore_cost`): the search charges
-them too, and one more shape, 32 questions of 255 options on a long state, restores the most
-cells for its tokens. Writes results/<date>-<machine>-budget[-batched].json here, or --output:
-each shape's seconds, tokens and status, and the refusal's seconds.
+once. One more shape, 4 questions of 255 options on a long state (`many_paths`), is the one
+batched decisions make heaviest: with `--scoring-requests N` above 1 the adapter batches them,
+and its budget also charges what the rounds decode and restore beyond the tokens
+(`sharing_cost`), which the search charges too. Writes
+results/<date>-<machine>-budget[-batched].json here, or --output: each shape's seconds, tokens
+and status, and the refusal's seconds.
 """
 
 from __future__ import annotations
@@ -57,15 +58,16 @@ def _long_candidate_description(readout: str) -> Callable[[int], dict]:
 
 
 def _many_paths(n: int) -> dict:
-    """32 questions of 255 options on a state of n words, issue 69's shape: batched, every
-    option path restores the state and its question."""
+    """4 questions of 255 options on a state of n words: batched, each option path restores
+    the state and its question, and is padded to 8 rows (issue 69's 32 such questions are
+    over the budget batched, on any state)."""
     options = [{"id": f"o{i}"} for i in range(255)]
     state = WORD * n + "x"
     return {
         "decisions": [
             {"id": f"q{q}", "state": state, "question": f"Which one, {q}?", "options": options,
              "readout": "option_text"}
-            for q in range(32)
+            for q in range(4)
         ]
     }  # fmt: skip
 
@@ -85,13 +87,8 @@ SHAPES: dict[str, Callable[[int], dict]] = {
     "permuted_letters": _long_listing,
     "json_choice": _long_candidate_description("json_choice"),
     "json_choice_sum": _long_candidate_description("json_choice_sum"),
+    "many_paths": _many_paths,
 }
-# A shape only the batched mode's restore charge makes heavy.
-BATCHED_SHAPES: dict[str, Callable[[int], dict]] = {"many_paths": _many_paths}
-
-
-def shapes(batched: bool) -> dict[str, Callable[[int], dict]]:
-    return {**SHAPES, **BATCHED_SHAPES} if batched else SHAPES
 
 
 def cost(renderer, body: dict, *, batched: bool = False) -> int:
@@ -100,14 +97,14 @@ def cost(renderer, body: dict, *, batched: bool = False) -> int:
     from decision_adapter.formats.decision import DecisionRequest
     from decision_adapter.scoring.budget import TokenBudget
     from decision_adapter.scoring.score import build_plan
-    from decision_adapter.service.scoring_batching import restore_cost
+    from decision_adapter.service.scoring_batching import sharing_cost
 
     items = DecisionRequest.model_validate(body).items
     assert len({item.state for item in items}) == 1, "a shape's decisions share one state"
     budget = TokenBudget(LIMIT)
     plan = build_plan(renderer, items[0].state, [item.as_question() for item in items], budget)
     if batched:
-        budget.spend(restore_cost(plan))
+        budget.spend(sharing_cost(plan))
     return budget.spent
 
 
@@ -171,16 +168,15 @@ def main(argv: list[str] | None = None) -> None:
     batched = args.scoring_requests > 1
     now = datetime.now(UTC)
     renderer = _renderer()
-    heaviest = shapes(batched)
     sizes = {
-        name: largest_admitted(shape, renderer, batched=batched) for name, shape in heaviest.items()
+        name: largest_admitted(shape, renderer, batched=batched) for name, shape in SHAPES.items()
     }
     env = {**ADAPTER_ENV, "DECISION_MAX_SCORING_REQUESTS": str(args.scoring_requests)}
     rows = {}
     with tempfile.TemporaryDirectory() as tmp, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         with running_adapter(Path(tmp), **env) as adapter:
             url = adapter.url + "/invocations"
-            for name, shape in heaviest.items():
+            for name, shape in SHAPES.items():
                 n = sizes[name]
                 rows[name] = {
                     "words": n,

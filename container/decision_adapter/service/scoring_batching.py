@@ -47,10 +47,8 @@ CLIENT_CHECK_S = 0.1
 GATHER_S = 0.005
 # The rows every span and every call's logits come in (see the module).
 ROW_BLOCK = 8
-# Restored cells that cost one prompt token's time. Measured on the bundled model at 2 threads:
-# a restore 2.8 us a cell, a prefill 3-7 ms a token (2,500 cells); the issue 69 repro (32
-# questions of 255 options on a 3,000-token state, 24.5M cells restored) 1.3 us a cell against 3
-# ms a token (2,300). Half of that: a budget that charges it bounds the time with room.
+# Restored cells that cost about one prompt token's time on the bundled model at 2 threads;
+# what sharing_cost charges is timed by research/budget_worst_case in batched mode.
 RESTORED_CELLS_PER_TOKEN = 1024
 
 
@@ -77,21 +75,50 @@ def stream_cells(request_tokens: int) -> int:
     return request_tokens + ROW_BLOCK
 
 
-def restore_cost(plan: ScoringPlan) -> int:
-    """What the rounds do for `plan` beyond what its token budget counts, in prompt tokens'
-    worth (RESTORED_CELLS_PER_TOKEN): each question restores its state's saved sequence, and
-    each option path the question's whole one (state and question), since no stream belongs to
-    a request. One at a time, paths share the question's cells and nothing is restored."""
-    cells = 0
+def padding(tokens: int) -> int:
+    """The rows a span of `tokens` is padded with past its last token."""
+    return padded_width(tokens) - tokens if tokens else 0
+
+
+@dataclass(frozen=True)
+class SharingWork:
+    """What the rounds do for a plan beyond the tokens one at a time decodes."""
+
+    rows: int  # decoded besides: paths' tokens the tree shares, and every span's padding
+    cells: int  # restored from saved sequences
+
+    @property
+    def cost(self) -> int:
+        """In prompt tokens' worth: a row a token, RESTORED_CELLS_PER_TOKEN cells a token."""
+        return self.rows + -(-self.cells // RESTORED_CELLS_PER_TOKEN)
+
+
+def sharing_work(plan: ScoringPlan) -> SharingWork:
+    """No stream belongs to a request: each question restores its state's saved sequence, and
+    each option path the question's whole one (state and question). Each path is a span of its
+    own, all its tokens decoded (not only those the tree does not share), and every span is
+    padded to ROW_BLOCK rows. One at a time, paths share the question's cells in one sequence,
+    each distinct prefix decoded once."""
+    prefills = [len(plan.prefix_tokens)]
+    calibrated = any(question.readout == "calibrated" for question in plan.questions)
+    if calibrated and plan.content_free_prefix is not None:
+        prefills.append(len(plan.content_free_prefix))  # the second pass, on "N/A"
+    cells, rows = 0, sum(map(padding, prefills))
     for question in plan.questions:
-        prefixes = [len(plan.prefix_tokens)]
-        if question.readout == "calibrated" and plan.content_free_prefix is not None:
-            prefixes.append(len(plan.content_free_prefix))  # its second pass, on "N/A"
-        for prefix in prefixes:
+        passes = prefills if question.readout == "calibrated" else prefills[:1]
+        for prefix in passes:
             for reading in question.readings:
-                paths = sum(len(batch) for batch in reading.tree_batches)
-                cells += prefix + paths * (prefix + len(reading.suffix_tokens))
-    return -(-cells // RESTORED_CELLS_PER_TOKEN)
+                paths = [path for batch in reading.tree_batches for path in batch]
+                cells += prefix + len(paths) * (prefix + len(reading.suffix_tokens))
+                rows += padding(len(reading.suffix_tokens))
+                rows += sum(padded_width(len(path)) for path in paths) - reading.branch_tokens
+    return SharingWork(rows, cells)
+
+
+def sharing_cost(plan: ScoringPlan) -> int:
+    """What the rounds do for `plan` beyond what its token budget counts (sharing_work), in
+    prompt tokens' worth."""
+    return sharing_work(plan).cost
 
 
 def _nothing(*_: Any) -> None:
