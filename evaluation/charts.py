@@ -10,13 +10,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 ACCURACY = "#1f77b4"
 GAP = "#d62728"
 NEUTRAL = "#7f7f7f"
 
 
-def save_figure(figure, path: Path) -> Path:
+def save_figure(figure: Figure, path: Path) -> Path:
     """Write `figure` as a PNG at `path` (its folder made) and free it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()

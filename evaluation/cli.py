@@ -92,7 +92,7 @@ class Target:
         payload = json.dumps(body, separators=(",", ":")).encode()
         retries = 0
 
-        def count(*_):
+        def count(*_: object) -> None:
             nonlocal retries
             retries += 1
 
@@ -223,7 +223,7 @@ def report(
     source: Path,
     target: str,
     fit: bool,
-    pairs: list | None,
+    pairs: list[tuple[dict[str, float], dict[str, float], str]] | None,
     temperature: float | None = None,
 ) -> dict[str, Any]:
     probabilities = [c.probabilities for c in cases]
@@ -296,7 +296,7 @@ def report(
                 {
                     "id": name,
                     "max_abs_diff": round(max(abs(a[k] - b[k]) for k in a), 6),
-                    "argmax_changed": max(a, key=a.get) != max(a, key=b.get),
+                    "argmax_changed": max(a, key=a.__getitem__) != max(a, key=b.__getitem__),
                     "original": {k: round(v, 6) for k, v in a.items()},
                     "reversed": {k: round(b[k], 6) for k in a},
                 }
@@ -436,7 +436,7 @@ TARGET_FAILURES = (RetriesExhausted, InvokeFailed, BotoCoreError, ClientError)
 
 
 def _target_failed(error: Exception) -> int:
-    detail = f": {error.body}" if getattr(error, "body", None) else ""
+    detail = f": {error.body}" if isinstance(error, InvokeFailed) and error.body else ""
     aws = "AWS: " if isinstance(error, (BotoCoreError, ClientError)) else ""
     print(f"evaluation: error: {aws}{error}{detail}", file=sys.stderr)
     return 1
@@ -541,7 +541,9 @@ def _peer_refusal(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _evaluated(items: list[Item], target: Any, args: argparse.Namespace, out: Path) -> dict:
+def _evaluated(
+    items: list[Item], target: Any, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
     """One column: FILE run on `target`, its report.json and diagram written into `out`."""
     cases, _ = run(items, target, order_check=False, progress=not args.no_progress)
     result = report(cases, source=args.file, target=target.description, fit=False, pairs=None)

@@ -158,7 +158,7 @@ class SystemOneItem:
 
     def reorderable(self, case_id: str) -> bool:
         qid = case_id.removeprefix(f"{self.item_id}/")
-        return self.request["questions"][qid].get("type") == "choice"
+        return bool(self.request["questions"][qid].get("type") == "choice")
 
 
 Item = DecisionItem | SystemOneItem
@@ -194,7 +194,7 @@ def parse_line(row: dict[str, Any], number: int) -> Item:
     if missing:
         raise LabelError(f"missing {', '.join(missing)}")
     expected = row.get("expected")
-    option_ids = [o["id"] for o in decision["options"]]
+    option_ids: list[str] = [o["id"] for o in decision["options"]]
     if expected not in option_ids:
         raise LabelError(f"expected {expected!r} is not one of the option ids {option_ids}")
     return DecisionItem(decision=decision, expected=expected, category=category)

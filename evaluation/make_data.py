@@ -172,7 +172,9 @@ def systemone_line(item: Any, generator: str) -> dict[str, Any]:
     }
 
 
-def sys1bench_items(generator: str, seed: int, count: int, knobs: dict[str, Any]) -> list[dict]:
+def sys1bench_items(
+    generator: str, seed: int, count: int, knobs: dict[str, Any]
+) -> list[dict[str, Any]]:
     from sys1bench.generators import get_generator
 
     made = get_generator(generator, n=count, seed=seed, **knobs)

@@ -28,7 +28,9 @@ PROBABILITY_FLOOR = 1e-12
 DEFAULT_BINS = 10
 TEMPERATURE_BOUNDS = (0.05, 20.0)
 
-Vectors = Sequence[Sequence[float]]
+# A vector is a list of floats or a numpy array (what `softmax` returns).
+Vector = Sequence[float] | np.ndarray
+Vectors = Sequence[Vector]
 
 
 def _arrays(probabilities: Vectors) -> list[np.ndarray]:
@@ -82,7 +84,7 @@ class Bin:
     confidence: float | None  # mean top-label probability of the items in the bin
     accuracy: float | None  # share of those items whose top label is the expected one
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, float | None]:
         return {
             "lower": self.lower,
             "upper": self.upper,
@@ -120,7 +122,11 @@ def expected_calibration_error(
 ) -> float:
     table = reliability_bins(probabilities, expected, bins)
     total = sum(b.count for b in table)
-    return sum(b.count / total * abs(b.accuracy - b.confidence) for b in table if b.count)
+    return sum(
+        b.count / total * abs(b.accuracy - b.confidence)
+        for b in table
+        if b.accuracy is not None and b.confidence is not None  # both None: an empty bin
+    )
 
 
 def ranking_auc(by_id: Sequence[dict[str, float]], expected: Sequence[str]) -> float | None:
@@ -172,13 +178,14 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 
 
 # --- temperature -----------------------------------------------------------------------------
-def softmax(logits: Sequence[float], temperature: float = 1.0) -> np.ndarray:
+def softmax(logits: Vector, temperature: float = 1.0) -> np.ndarray:
     if temperature <= 0:
         raise ValueError("temperature must be positive")
     scaled = np.asarray(logits, dtype=float) / temperature
     scaled -= scaled.max()
     weights = np.exp(scaled)
-    return weights / weights.sum()
+    probabilities: np.ndarray = weights / weights.sum()  # numpy's stubs: Any
+    return probabilities
 
 
 def nll_at_temperature(logits: Vectors, expected: Sequence[int], temperature: float) -> float:
@@ -217,7 +224,7 @@ def fit_temperature(
 # --- option order ----------------------------------------------------------------------------
 def order_sensitivity(
     original: Sequence[dict[str, float]], reordered: Sequence[dict[str, float]]
-) -> dict:
+) -> dict[str, float]:
     """How far probabilities move when the same options are shown in another order.
 
     Each item is {option id: probability}; options are matched by id, never by position.
@@ -234,7 +241,7 @@ def order_sensitivity(
         differences += diffs
         item_max.append(max(diffs))
         # Both argmaxes walk the original order, so a tie cannot count as a change by itself.
-        flips += max(first, key=first.get) != max(first, key=second.get)
+        flips += max(first, key=first.__getitem__) != max(first, key=second.__getitem__)
     return {
         "items": len(original),
         "mean_abs_diff": sum(differences) / len(differences),
@@ -245,7 +252,9 @@ def order_sensitivity(
     }
 
 
-def summary(probabilities: Vectors, expected: Sequence[int], bins: int = DEFAULT_BINS) -> dict:
+def summary(
+    probabilities: Vectors, expected: Sequence[int], bins: int = DEFAULT_BINS
+) -> dict[str, float]:
     return {
         "n": len(expected),
         "accuracy": accuracy(probabilities, expected),

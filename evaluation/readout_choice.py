@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from decision_adapter.contract import question_kind
 
@@ -71,7 +71,7 @@ def below_majority(groups: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def strategy_report(
-    cases: Sequence[Case], pairs: Sequence[tuple[dict, dict, str]] | None
+    cases: Sequence[Case], pairs: Sequence[tuple[dict[str, float], dict[str, float], str]] | None
 ) -> dict[str, Any]:
     """Everything the choice looks at for one strategy on one split."""
     report: dict[str, Any] = {
@@ -152,6 +152,11 @@ def rescaled(cases: Sequence[Case], temperature_of: Callable[[Case], float]) -> 
     ]
 
 
+def _at(temperature: float) -> Callable[[Case], float]:
+    """Every case at one temperature (for `rescaled`)."""
+    return lambda _case: temperature
+
+
 def _ece(cases: Sequence[Case]) -> float:
     return metrics.expected_calibration_error(
         [c.probabilities for c in cases], [c.expected_index for c in cases]
@@ -173,8 +178,8 @@ def fit_by_kind(
         if len(ours) < MIN_KIND_CASES or not held:
             continue
         own = metrics.fit_temperature([c.logits for c in ours], [c.expected_index for c in ours])
-        single = _ece(rescaled(held, lambda c: temperature))
-        separate = _ece(rescaled(held, lambda c, t=own.temperature: t))
+        single = _ece(rescaled(held, _at(temperature)))
+        separate = _ece(rescaled(held, _at(own.temperature)))
         fits[kind] = {
             "dev_cases": len(ours),
             "temperature": own.temperature,
@@ -237,11 +242,19 @@ def readout_file(
     return out
 
 
+class Sender(Protocol):
+    """What `AdapterReadout` sends through: evaluation.cli's Target, with its retry count."""
+
+    retries: int
+
+    def send(self, kind: str, body: dict[str, Any]) -> tuple[dict[str, Any], float, int]: ...
+
+
 class AdapterReadout:
     """One strategy of a served adapter: its requests name the readout (`readout` in the
     decision format, `x_readout` in a System One request), sent with the target's retries."""
 
-    def __init__(self, target: Any, name: str) -> None:
+    def __init__(self, target: Sender, name: str) -> None:
         self.target = target
         self.name = name
 

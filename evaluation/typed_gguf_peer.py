@@ -24,6 +24,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -141,7 +142,7 @@ print(json.dumps(entry.to_dict()))
 """
 
 
-def register(gguf: Path, sha256: str, env: dict[str, str], cwd: Path) -> dict:
+def register(gguf: Path, sha256: str, env: dict[str, str], cwd: Path) -> dict[str, Any]:
     finished = subprocess.run(
         [sys.executable, "-c", REGISTER, str(gguf), sha256],
         env=env,
@@ -152,7 +153,8 @@ def register(gguf: Path, sha256: str, env: dict[str, str], cwd: Path) -> dict:
     )
     if finished.returncode != 0:
         raise PeerUnavailable(f"{NAME} could not register {gguf}: {finished.stderr[-2000:]}")
-    return json.loads(finished.stdout)
+    entry: dict[str, Any] = json.loads(finished.stdout)
+    return entry
 
 
 def warm_up(url: str) -> None:
@@ -164,7 +166,7 @@ def warm_up(url: str) -> None:
 @contextlib.contextmanager
 def running_typed_gguf(
     gguf: Path, log_dir: Path, *, sha256: str | None = None, install: Path | None = None
-) -> Iterator[tuple[RunningServer, dict]]:
+) -> Iterator[tuple[RunningServer, dict[str, Any]]]:
     """typed-gguf serving `gguf` on a free local port, warmed up; yields the server and what
     was run (version, registry entry, runtime libraries). Its resident host is stopped after."""
     gguf = gguf.resolve()

@@ -9,9 +9,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -28,7 +29,8 @@ def cache_root() -> Path:
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -36,7 +38,7 @@ class RunningServer:
     """A server process started here, at `url`, writing to `log_path`."""
 
     url: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log_path: Path
 
     def log(self) -> str:
@@ -44,20 +46,23 @@ class RunningServer:
 
 
 class Adapter(RunningServer):
-    def stats(self, **headers: str) -> dict:
-        return httpx.get(f"{self.url}/stats", headers=headers, timeout=10).json()
+    def stats(self, **headers: str) -> dict[str, Any]:
+        stats: dict[str, Any] = httpx.get(f"{self.url}/stats", headers=headers, timeout=10).json()
+        return stats
 
     def wait_until_in_flight(self, count: int = 1, *, waiting: int = 0, **headers: str) -> None:
         """Until `count` model jobs run and `waiting` wait (as /stats counts them)."""
 
         def reached() -> bool:
             admission = self.stats(**headers)["admission"]
-            return admission["in_flight"] == count and admission["waiting"] == waiting
+            return bool(admission["in_flight"] == count and admission["waiting"] == waiting)
 
         wait_until(reached, what=f"{count} in flight, {waiting} waiting")
 
 
-def wait_until(condition, *, timeout: float = 60, what: str = "condition") -> None:
+def wait_until(
+    condition: Callable[[], object], *, timeout: float = 60, what: str = "condition"
+) -> None:
     """Poll `condition` until it holds; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -87,7 +92,11 @@ def adapter_environment(**overrides: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def running_adapter(
-    tmp_dir: Path, *, ready_timeout: float = 180, preexec_fn=None, **env: str
+    tmp_dir: Path,
+    *,
+    ready_timeout: float = 180,
+    preexec_fn: Callable[[], object] | None = None,
+    **env: str,
 ) -> Iterator[Adapter]:
     port = free_port()
     log_path = tmp_dir / f"adapter-{port}.log"
@@ -108,7 +117,11 @@ def running_adapter(
 
 
 def wait_until_healthy(
-    process: subprocess.Popen, health_url: str, log, timeout: float, name: str
+    process: subprocess.Popen[bytes],
+    health_url: str,
+    log: Callable[[], str],
+    timeout: float,
+    name: str,
 ) -> None:
     """Until `health_url` answers 200; fail with the server's log if it exits or times out."""
     deadline = time.monotonic() + timeout
@@ -123,7 +136,7 @@ def wait_until_healthy(
         time.sleep(0.05)  # a test suite starts dozens: each poll costs a millisecond, not more
 
 
-def stop(process: subprocess.Popen) -> None:
+def stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL if it has not exited within 30 s."""
     if process.poll() is None:
         process.terminate()
@@ -135,8 +148,8 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def run_adapter_until_exit(
-    env: dict[str, str], timeout: float = 120, *, preexec_fn=None
-) -> subprocess.CompletedProcess:
+    env: dict[str, str], timeout: float = 120, *, preexec_fn: Callable[[], object] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Start the adapter expecting it to refuse; returns the finished process."""
     return subprocess.run(
         [sys.executable, "-m", "decision_adapter", "serve"],

