@@ -4,24 +4,12 @@ one-line description (the `## ` comment on its rule line) and runs nothing else.
 from __future__ import annotations
 
 import re
-import subprocess
 
-from tests.support.make_dry_run import ROOT, printed_lines
-
-
-def make_alone() -> str:
-    return subprocess.run(
-        ["make", "--no-print-directory"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+from tests.support.make_dry_run import ROOT, make_output, printed_lines
 
 
 def test_make_alone_lists_the_targets_with_their_descriptions():
-    listed = dict(re.findall(r"^  ([a-z][a-z-]*) +(\S.*)$", make_alone(), re.M))
+    listed = dict(re.findall(r"^  ([a-z][a-z-]*) +(\S.*)$", make_output(), re.M))
     assert {"run", "test", "quick", "lint", "deploy", "help"} <= set(listed)
     assert listed["run"].startswith("Serve the adapter locally")
     assert listed["test"].startswith("The whole suite")
@@ -30,7 +18,7 @@ def test_make_alone_lists_the_targets_with_their_descriptions():
 def test_every_target_with_a_description_is_listed_once():
     text = (ROOT / "Makefile").read_text()
     described = re.findall(r"^([a-z][a-z-]*):[^=\n]*## ", text, re.M)
-    listed = re.findall(r"^  ([a-z][a-z-]*) ", make_alone(), re.M)
+    listed = re.findall(r"^  ([a-z][a-z-]*) ", make_output(), re.M)
     assert listed == described
     assert len(set(described)) == len(described)
 

@@ -28,7 +28,7 @@ from tests.support.cdk_templates import (
     context_commands,
     synthesize,
 )
-from tests.support.make_dry_run import cdk_command
+from tests.support.make_dry_run import cdk_command, printed_lines
 from tests.support.readme_steps import (
     DEPLOY,
     DEPLOY_PAGE,
@@ -87,21 +87,11 @@ def test_the_check_catches_a_command_outside_the_venv():
 
 
 def test_the_make_targets_use_the_venvs_python_and_the_pinned_cdk():
-    def dry_run(*arguments: str) -> str:
-        return subprocess.run(
-            ["make", "--no-print-directory", "-n", "-B", *arguments],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
-
-    assert dry_run("ops", "ARGS=status --endpoint e").splitlines()[-1] == (
+    assert printed_lines("ops", "ARGS=status --endpoint e")[-1] == (
         ".venv/bin/python -m ops status --endpoint e"
     )
     for target in ("bootstrap", "deploy", "destroy"):
-        (line,) = [line for line in dry_run(target).splitlines() if "npx --no-install cdk" in line]
+        (line,) = [line for line in printed_lines(target) if "npx --no-install cdk" in line]
         # cdk.json's `python3 app.py` then finds the venv's interpreter first.
         assert line.startswith(f'PATH="{ROOT}/.venv/bin:$PATH" ')
     assert cdk_command("destroy", "STACKS=X")[:4] == ["cdk", "destroy", "X", "--force"]
