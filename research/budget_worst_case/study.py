@@ -8,7 +8,7 @@ fresh adapter with the benchmark's settings; one word more is sent too and must 
 once. One more shape, 4 questions of 255 options on a long state (`many_paths`), is the one
 batched decisions make heaviest: with `--scoring-requests N` above 1 the adapter batches them,
 and its budget also charges what the rounds decode and restore beyond the tokens
-(`sharing_cost`), which the search charges too. Writes
+(`sharing_work`), which the search charges too. Writes
 results/<date>-<machine>-budget[-batched].json here, or --output: each shape's seconds, tokens
 and status, and the refusal's seconds.
 """
@@ -97,14 +97,14 @@ def cost(renderer, body: dict, *, batched: bool = False) -> int:
     from decision_adapter.formats.decision import DecisionRequest
     from decision_adapter.scoring.budget import TokenBudget
     from decision_adapter.scoring.score import build_plan
-    from decision_adapter.service.scoring_batching import sharing_cost
+    from decision_adapter.service.scoring_batching import sharing_work
 
     items = DecisionRequest.model_validate(body).items
     assert len({item.state for item in items}) == 1, "a shape's decisions share one state"
     budget = TokenBudget(LIMIT)
     plan = build_plan(renderer, items[0].state, [item.as_question() for item in items], budget)
     if batched:
-        budget.spend(sharing_cost(plan))
+        budget.spend(sharing_work(plan).cost)
     return budget.spent
 
 

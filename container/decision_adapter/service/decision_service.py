@@ -58,7 +58,7 @@ from .chat_batching import ChatBatcher
 from .daemon_threads import on_daemon_thread
 from .generation import text_events
 from .identity import model_identity
-from .scoring_batching import LaneDecoder, ScoringBatcher, sharing_cost, stream_cells
+from .scoring_batching import LaneDecoder, ScoringBatcher, sharing_work, stream_cells
 
 T = TypeVar("T")
 
@@ -362,7 +362,7 @@ class DecisionService:
                     raise over_token_budget("state", len(group_plan.prefix_tokens), limit)
                 if self.scoring_batcher is not None:  # what sharing the model costs beside it
                     try:
-                        budget.spend(sharing_cost(group_plan))
+                        budget.spend(sharing_work(group_plan).cost)
                     except TokenLimitExceeded:
                         raise QuestionsOverBudget(limit) from None
                 if unfit:  # the refused: not in the plan, their answers stay None

@@ -48,7 +48,7 @@ GATHER_S = 0.005
 # The rows every span and every call's logits come in (see the module).
 ROW_BLOCK = 8
 # Restored cells that cost about one prompt token's time on the bundled model at 2 threads;
-# what sharing_cost charges is timed by research/budget_worst_case in batched mode.
+# what the budget charges for sharing_work is timed by research/budget_worst_case in batched mode.
 RESTORED_CELLS_PER_TOKEN = 1024
 
 
@@ -113,12 +113,6 @@ def sharing_work(plan: ScoringPlan) -> SharingWork:
                 rows += padding(len(reading.suffix_tokens))
                 rows += sum(padded_width(len(path)) for path in paths) - reading.branch_tokens
     return SharingWork(rows, cells)
-
-
-def sharing_cost(plan: ScoringPlan) -> int:
-    """What the rounds do for `plan` beyond what its token budget counts (sharing_work), in
-    prompt tokens' worth."""
-    return sharing_work(plan).cost
 
 
 def _nothing(*_: Any) -> None:

@@ -19,7 +19,7 @@ from decision_adapter.model.tokenizer import TokenLimitExceeded
 from decision_adapter.scoring.budget import TokenBudget
 from decision_adapter.scoring.score import build_plan, score
 from decision_adapter.service.admission import ModelRunner
-from decision_adapter.service.scoring_batching import ScoringBatcher, sharing_cost, sharing_work
+from decision_adapter.service.scoring_batching import ScoringBatcher, sharing_work
 
 from launcher import running_adapter, wait_until
 from tests.support.adapter_process import LONG_CHAT, model_held, post_together
@@ -31,7 +31,7 @@ QUESTION = "Is it?"
 
 def _at_the_limit(renderer) -> tuple[dict, int]:
     """The heaviest decision batched mode admits: charged at most LIMIT tokens (its tokens and
-    what its rounds do besides, padding included: scoring_batching.sharing_cost), one word more
+    what its rounds do besides, padding included: scoring_batching.sharing_work), one word more
     over it, its question suffix padded (no multiple of 8 tokens); and its tokens."""
     question = Question(QUESTION, ["yes", "no"], [None, None], readout="letters")
     for words in range(LIMIT, 0, -1):
@@ -41,7 +41,7 @@ def _at_the_limit(renderer) -> tuple[dict, int]:
         except TokenLimitExceeded:
             continue
         suffix = plan.total_tokens - len(plan.prefix_tokens)
-        if plan.cost + sharing_cost(plan) <= LIMIT and suffix % 8:
+        if plan.cost + sharing_work(plan).cost <= LIMIT and suffix % 8:
             assert plan.total_tokens > LIMIT - 2 * 8  # the limit less its padding
             return decision(state, QUESTION, ("yes", "no"), readout="letters"), plan.total_tokens
     raise AssertionError("no state fits the limit")
